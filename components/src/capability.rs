@@ -1,0 +1,136 @@
+//! What a component declares about itself, in the spirit of OpenDAL's `Capability`.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How a feature is provided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Support {
+    /// The broker does it; the runtime passes it through.
+    Native,
+    /// The runtime layer does it on top of the component.
+    Emulated,
+    /// Neither: using it must give a clear `Unsupported` error.
+    Unsupported,
+}
+
+impl Support {
+    /// True unless unsupported.
+    pub fn is_available(self) -> bool {
+        self != Support::Unsupported
+    }
+}
+
+/// The ordering a component guarantees to a single subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OrderingScope {
+    None,
+    PerTopic,
+    PerPartition,
+    PerKey,
+}
+
+/// The delivery guarantee a component claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeliveryGuarantee {
+    AtMostOnce,
+    AtLeastOnce,
+    ExactlyOnce,
+}
+
+/// A feature of the contract, as named in capability declarations and in the catalogue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Feature {
+    BulkPublish,
+    BulkSubscribe,
+    Ttl,
+    DeadLetter,
+    DelayedDelivery,
+    Ordering,
+    MultiTopic,
+    Seek,
+    Partitions,
+}
+
+impl Feature {
+    /// The kebab-case name used in reports and CLI output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::BulkPublish => "bulk-publish",
+            Feature::BulkSubscribe => "bulk-subscribe",
+            Feature::Ttl => "ttl",
+            Feature::DeadLetter => "dead-letter",
+            Feature::DelayedDelivery => "delayed-delivery",
+            Feature::Ordering => "ordering",
+            Feature::MultiTopic => "multi-topic",
+            Feature::Seek => "seek",
+            Feature::Partitions => "partitions",
+        }
+    }
+}
+
+/// Everything a component declares. The runtime emulates `Emulated` features, refuses
+/// `Unsupported` ones, and passes `Native` ones to the component. The suite checks
+/// exactly what is declared, with waits derived from the declared bounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Capabilities {
+    pub bulk_publish: Support,
+    pub bulk_subscribe: Support,
+    pub ttl: Support,
+    pub dead_letter: Support,
+    pub delayed_delivery: Support,
+    pub ordering: OrderingScope,
+    /// One consumer over several topics (list or pattern) with topic-qualified ids.
+    pub multi_topic: bool,
+    /// `Consumer::seek` and `Consumer::last_message_ids`.
+    pub seek: bool,
+    /// Partitioned topics with partition-count updates; `None` when unsupported.
+    pub partitions: Option<PartitionSupport>,
+    pub delivery: DeliveryGuarantee,
+    /// The largest payload the broker accepts, when it has a limit.
+    pub max_message_bytes: Option<usize>,
+    /// How long a published message may take to reach a running subscriber.
+    pub delivery_bound: Duration,
+    /// How long a negatively acknowledged message may take to come back, beyond the
+    /// requested redelivery delay.
+    pub redelivery_bound: Duration,
+    /// How late a delayed message may be delivered after its due time.
+    pub delay_precision: Duration,
+    /// How early a delayed message may be delivered (clock skew between parties).
+    pub clock_tolerance: Duration,
+}
+
+/// Partition support details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionSupport {
+    /// How long publishers and subscribers may take to use added partitions.
+    pub discovery_bound: Duration,
+}
+
+impl Capabilities {
+    /// How the given feature is provided.
+    pub fn support(&self, feature: Feature) -> Support {
+        let available = |yes: bool| {
+            if yes {
+                Support::Native
+            } else {
+                Support::Unsupported
+            }
+        };
+        match feature {
+            Feature::BulkPublish => self.bulk_publish,
+            Feature::BulkSubscribe => self.bulk_subscribe,
+            Feature::Ttl => self.ttl,
+            Feature::DeadLetter => self.dead_letter,
+            Feature::DelayedDelivery => self.delayed_delivery,
+            Feature::Ordering => available(self.ordering != OrderingScope::None),
+            Feature::MultiTopic => available(self.multi_topic),
+            Feature::Seek => available(self.seek),
+            Feature::Partitions => available(self.partitions.is_some()),
+        }
+    }
+}

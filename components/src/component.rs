@@ -1,0 +1,259 @@
+//! The traits a broker adapter implements. They are deliberately broker-shaped
+//! (publish, pull, ack, nack); everything an application sees on top of them lives
+//! in [`crate::runtime`].
+
+use crate::capability::Capabilities;
+use crate::error::{PubSubError, Result};
+use crate::message::{MessageId, OutgoingMessage, ReceivedMessage};
+use async_trait::async_trait;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Which topics a consumer covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicSelector {
+    /// One topic.
+    Single(String),
+    /// Several named topics.
+    List(Vec<String>),
+    /// Every topic whose name matches a glob where `*` matches any run of characters,
+    /// including topics created after the consumer opened.
+    Pattern(String),
+}
+
+impl TopicSelector {
+    /// True when the selector may cover more than one topic.
+    pub fn is_multi_topic(&self) -> bool {
+        !matches!(self, TopicSelector::Single(_))
+    }
+
+    /// True when `topic` is covered by this selector.
+    pub fn matches(&self, topic: &str) -> bool {
+        match self {
+            TopicSelector::Single(t) => t == topic,
+            TopicSelector::List(ts) => ts.iter().any(|t| t == topic),
+            TopicSelector::Pattern(p) => glob_match(p, topic),
+        }
+    }
+
+    /// A short description for logs and errors.
+    pub fn describe(&self) -> String {
+        match self {
+            TopicSelector::Single(t) => t.clone(),
+            TopicSelector::List(ts) => ts.join(","),
+            TopicSelector::Pattern(p) => format!("pattern {p}"),
+        }
+    }
+}
+
+/// Glob matching where `*` matches any (possibly empty) run of characters.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+/// Where a new consumer group starts reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartPosition {
+    /// From the oldest retained message.
+    #[default]
+    Earliest,
+    /// Only messages published after the group is created.
+    Latest,
+}
+
+/// What a consumer is opened for. Fields for native features are only read by
+/// components that declare those features native.
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec {
+    pub topics: TopicSelector,
+    /// The consumer group: members of one group share the messages.
+    pub group: String,
+    pub start: StartPosition,
+    /// For native dead-lettering: attempts before a message is dead-lettered.
+    pub max_deliveries: Option<u32>,
+    /// For native dead-lettering.
+    pub dead_letter_topic: Option<String>,
+    /// For native delayed delivery: hold each message until publish time + delay.
+    pub receiver_delay: Option<Duration>,
+}
+
+impl ConsumerSpec {
+    /// A consumer of one topic in one group, starting at the earliest message.
+    pub fn new(topics: TopicSelector, group: impl Into<String>) -> Self {
+        ConsumerSpec {
+            topics,
+            group: group.into(),
+            start: StartPosition::Earliest,
+            max_deliveries: None,
+            dead_letter_topic: None,
+            receiver_delay: None,
+        }
+    }
+}
+
+/// One partition-count change of a topic, as seen by a watcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionUpdate {
+    /// Increases by one with each change; the first notification carries the current one.
+    pub version: u64,
+    pub partitions: u32,
+}
+
+/// A stream of partition updates for one topic.
+pub struct PartitionWatch {
+    receiver: mpsc::UnboundedReceiver<PartitionUpdate>,
+}
+
+impl PartitionWatch {
+    /// Wraps the receiving end a component feeds.
+    pub fn new(receiver: mpsc::UnboundedReceiver<PartitionUpdate>) -> Self {
+        PartitionWatch { receiver }
+    }
+
+    /// The next update, or `None` once the component stops watching.
+    pub async fn next(&mut self) -> Option<PartitionUpdate> {
+        self.receiver.recv().await
+    }
+
+    /// The next update if one arrives within `wait`.
+    pub async fn next_within(&mut self, wait: Duration) -> Option<PartitionUpdate> {
+        tokio::time::timeout(wait, self.receiver.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+/// A broker adapter. Usable as `Arc<dyn Component>`.
+#[async_trait]
+pub trait Component: Send + Sync + 'static {
+    /// The component type, e.g. `in-memory` or `redis-streams`.
+    fn kind(&self) -> &str;
+
+    /// What the component does natively.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The broker and its version, for the report's evidence.
+    async fn broker_version(&self) -> Result<String>;
+
+    /// Publishes one message; returns its id once the broker accepted it.
+    async fn publish(&self, message: OutgoingMessage) -> Result<MessageId>;
+
+    /// Native bulk publish: one result per message, in order. Only called when the
+    /// component declares `bulk_publish` native.
+    async fn publish_batch(&self, messages: Vec<OutgoingMessage>) -> Result<Vec<Result<MessageId>>> {
+        let _ = messages;
+        Err(PubSubError::unsupported(self.kind(), "native bulk publish"))
+    }
+
+    /// Opens a consumer.
+    async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>>;
+
+    /// Creates a topic with the given partition count (no-op if it exists with it).
+    async fn create_topic(&self, topic: &str, partitions: u32) -> Result<()> {
+        let _ = (topic, partitions);
+        Err(PubSubError::unsupported(self.kind(), "partitioned topics"))
+    }
+
+    /// Raises a topic's partition count while it is in use.
+    async fn update_partitions(&self, topic: &str, partitions: u32) -> Result<()> {
+        let _ = (topic, partitions);
+        Err(PubSubError::unsupported(self.kind(), "partition updates"))
+    }
+
+    /// Watches a topic's partition count. Watching a topic that does not exist is an error.
+    async fn watch_partitions(&self, topic: &str) -> Result<PartitionWatch> {
+        let _ = topic;
+        Err(PubSubError::unsupported(self.kind(), "partition watches"))
+    }
+}
+
+/// A consumer in a consumer group. Messages are redelivered until acknowledged.
+#[async_trait]
+pub trait Consumer: Send + Sync {
+    /// Waits up to `wait` for at least one message; returns at most `max`.
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>>;
+
+    /// Native bulk receive: a batch of one topic with at most `max` messages, handed
+    /// over once full or once `max_await` has passed since its first message arrived;
+    /// an empty vector when nothing arrived within `max_await`. Only called when the
+    /// component declares `bulk_subscribe` native.
+    async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
+        let _ = (max, max_await);
+        Err(PubSubError::Unsupported {
+            component: "consumer".into(),
+            feature: "native bulk receive".into(),
+        })
+    }
+
+    /// Acknowledges a message on its owner topic.
+    async fn ack(&self, id: &MessageId) -> Result<()>;
+
+    /// Asks for a redelivery of this message no sooner than `delay` from now.
+    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()>;
+
+    /// Native dead-lettering: gives up on the message, routing it to the dead-letter
+    /// topic with `reason`. Only called when the component declares `dead_letter` native.
+    async fn reject(&self, id: &MessageId, reason: &str) -> Result<()> {
+        let _ = (id, reason);
+        Err(PubSubError::Unsupported {
+            component: "consumer".into(),
+            feature: "native dead-lettering".into(),
+        })
+    }
+
+    /// Repositions the owner topic of `id` so that `id` is the next message delivered.
+    async fn seek(&self, id: &MessageId) -> Result<()> {
+        let _ = id;
+        Err(PubSubError::Unsupported {
+            component: "consumer".into(),
+            feature: "seek".into(),
+        })
+    }
+
+    /// The id of the last message of each owner topic (and partition) covered.
+    async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        Err(PubSubError::Unsupported {
+            component: "consumer".into(),
+            feature: "last message ids".into(),
+        })
+    }
+
+    /// Leaves the group; unacknowledged messages become available to other members.
+    async fn close(&self) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("orders.*", "orders.eu", true)]
+    #[case("orders.*", "orders.", true)]
+    #[case("orders.*", "order.eu", false)]
+    #[case("*.eu", "orders.eu", true)]
+    #[case("a*b*c", "axxbyyc", true)]
+    #[case("a*b*c", "axxbyy", false)]
+    #[case("exact", "exact", true)]
+    #[case("exact", "exactly", false)]
+    #[case("a*a", "a", false)]
+    fn glob_matches(#[case] pattern: &str, #[case] text: &str, #[case] expected: bool) {
+        assert_eq!(glob_match(pattern, text), expected);
+    }
+}

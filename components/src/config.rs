@@ -1,0 +1,221 @@
+//! Dapr-style component definitions (`kind: Component`) read from YAML.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// A definition file could not be used; the message names the file and the field.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {field}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub field: String,
+    pub message: String,
+}
+
+/// A component definition as written in `fixtures/*.yaml`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComponentDefinition {
+    /// Where it was read from (for error messages).
+    pub source: PathBuf,
+    /// `metadata.name`: the pub/sub name and the name used on the command line.
+    pub name: String,
+    /// `spec.type` without the `pubsub.` prefix, e.g. `in-memory`.
+    pub component_type: String,
+    /// `spec.version`.
+    pub version: String,
+    /// `spec.metadata` as name -> value.
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawDefinition {
+    api_version: String,
+    kind: String,
+    metadata: RawMeta,
+    spec: RawSpec,
+}
+
+#[derive(Deserialize)]
+struct RawMeta {
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    #[serde(rename = "type")]
+    component_type: String,
+    #[serde(default = "default_version")]
+    version: String,
+    #[serde(default)]
+    metadata: Vec<RawItem>,
+}
+
+fn default_version() -> String {
+    "v1".into()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawItem {
+    name: String,
+    value: serde_yaml::Value,
+}
+
+impl ComponentDefinition {
+    /// Reads and checks a definition file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.display().to_string(),
+            field: "(file)".into(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks definition text; `source` names it in errors.
+    pub fn parse(text: &str, source: &Path) -> Result<Self, ConfigError> {
+        let file = source.display().to_string();
+        let error = |field: &str, message: String| ConfigError {
+            file: file.clone(),
+            field: field.into(),
+            message,
+        };
+        let raw: RawDefinition = serde_yaml::from_str(text).map_err(|e| {
+            let at = e
+                .location()
+                .map(|l| format!("line {} column {}", l.line(), l.column()))
+                .unwrap_or_else(|| "(document)".into());
+            error(&at, e.to_string())
+        })?;
+        if raw.api_version != "dapr.io/v1alpha1" {
+            return Err(error("apiVersion", format!("expected 'dapr.io/v1alpha1', got '{}'", raw.api_version)));
+        }
+        if raw.kind != "Component" {
+            return Err(error("kind", format!("expected 'Component', got '{}'", raw.kind)));
+        }
+        if raw.metadata.name.is_empty()
+            || !raw.metadata.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            return Err(error(
+                "metadata.name",
+                format!("'{}' must be non-empty letters, digits and '-'", raw.metadata.name),
+            ));
+        }
+        let component_type = raw
+            .spec
+            .component_type
+            .strip_prefix("pubsub.")
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                error(
+                    "spec.type",
+                    format!("expected 'pubsub.<name>', got '{}'", raw.spec.component_type),
+                )
+            })?
+            .to_string();
+        let mut metadata = BTreeMap::new();
+        for (index, item) in raw.spec.metadata.into_iter().enumerate() {
+            let field = format!("spec.metadata[{index}] ({})", item.name);
+            let value = match item.value {
+                serde_yaml::Value::String(s) => s,
+                serde_yaml::Value::Number(n) => n.to_string(),
+                serde_yaml::Value::Bool(b) => b.to_string(),
+                other => {
+                    return Err(error(&field, format!("value must be a string, number or boolean, got {other:?}")))
+                }
+            };
+            if metadata.insert(item.name.clone(), value).is_some() {
+                return Err(error(&field, "is set twice".into()));
+            }
+        }
+        Ok(ComponentDefinition {
+            source: source.to_path_buf(),
+            name: raw.metadata.name,
+            component_type,
+            version: raw.spec.version,
+            metadata,
+        })
+    }
+
+    /// The error for a field of this definition.
+    pub fn error(&self, field: &str, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.source.display().to_string(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Refuses metadata names outside `known`, catching typos.
+    pub fn check_known(&self, known: &[&str]) -> Result<(), ConfigError> {
+        match self.metadata.keys().find(|k| !known.contains(&k.as_str())) {
+            Some(unknown) => Err(self.error(
+                &format!("spec.metadata ({unknown})"),
+                format!(
+                    "unknown for type pubsub.{}; known: {}",
+                    self.component_type,
+                    known.join(", ")
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// A typed metadata value, or `None` when not set.
+    pub fn value<T: FromStr>(&self, name: &str, expected: &str) -> Result<Option<T>, ConfigError> {
+        self.metadata
+            .get(name)
+            .map(|raw| {
+                raw.parse::<T>().map_err(|_| {
+                    self.error(
+                        &format!("spec.metadata ({name})"),
+                        format!("expected {expected}, got '{raw}'"),
+                    )
+                })
+            })
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    const GOOD: &str = "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: memory\nspec:\n  type: pubsub.in-memory\n  version: v1\n  metadata:\n    - name: maxMessageBytes\n      value: 1024\n";
+
+    #[test]
+    fn reads_a_definition() {
+        let def = ComponentDefinition::parse(GOOD, Path::new("memory.yaml")).unwrap();
+        assert_eq!(def.name, "memory");
+        assert_eq!(def.component_type, "in-memory");
+        assert_eq!(def.value::<usize>("maxMessageBytes", "bytes").unwrap(), Some(1024));
+    }
+
+    #[rstest]
+    #[case(GOOD.replace("dapr.io/v1alpha1", "v2"), "apiVersion")]
+    #[case(GOOD.replace("kind: Component", "kind: Thing"), "kind")]
+    #[case(GOOD.replace("pubsub.in-memory", "state.redis"), "spec.type")]
+    #[case(GOOD.replace("name: memory", "name: 'bad name'"), "metadata.name")]
+    #[case(GOOD.replace("value: 1024", "value: [1]"), "maxMessageBytes")]
+    #[case(GOOD.replace("  version: v1\n", "  versoin: v1\n"), "versoin")]
+    #[case("apiVersion: [".to_string(), "line")]
+    fn bad_definitions_name_file_and_field(#[case] text: String, #[case] field: &str) {
+        let err = ComponentDefinition::parse(&text, Path::new("fixtures/x.yaml")).unwrap_err();
+        let message = err.to_string();
+        assert!(message.starts_with("fixtures/x.yaml: "), "{message}");
+        assert!(message.contains(field), "{message}");
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let def = ComponentDefinition::parse(&GOOD.replace("1024", "lots"), Path::new("m.yaml")).unwrap();
+        let err = def.value::<usize>("maxMessageBytes", "a number of bytes").unwrap_err();
+        assert_eq!(err.to_string(), "m.yaml: spec.metadata (maxMessageBytes): expected a number of bytes, got 'lots'");
+        assert!(def.check_known(&["other"]).unwrap_err().to_string().contains("maxMessageBytes"));
+    }
+}

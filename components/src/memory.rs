@@ -1,0 +1,606 @@
+//! The in-memory reference component: in-process, zero set-up, the embedded default.
+//!
+//! Native: bulk publish and bulk receive, consumer groups with redelivery,
+//! partitioned topics with partition-count increases and a versioned watch API,
+//! multi-topic consumers with topic-qualified ids, ack and seek per owner topic,
+//! `last_message_ids`. TTL, dead letters and delayed delivery are left to the runtime.
+
+use crate::capability::{
+    Capabilities, DeliveryGuarantee, OrderingScope, PartitionSupport, Support,
+};
+use crate::component::{
+    Component, Consumer, ConsumerSpec, PartitionUpdate, PartitionWatch, StartPosition,
+    TopicSelector,
+};
+use crate::error::{PubSubError, Result};
+use crate::message::{Metadata, MessageId, OutgoingMessage, ReceivedMessage};
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+/// Settings of the in-memory component (YAML metadata `maxMessageBytes`, `partitions`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryConfig {
+    /// Payloads larger than this are refused, like a broker's message size limit.
+    pub max_message_bytes: usize,
+    /// Partitions of a topic created implicitly by a publish.
+    pub default_partitions: u32,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            max_message_bytes: 1024 * 1024,
+            default_partitions: 1,
+        }
+    }
+}
+
+/// The in-memory component. Cloning shares the same broker state.
+#[derive(Clone)]
+pub struct MemoryComponent {
+    config: MemoryConfig,
+    broker: Arc<Broker>,
+}
+
+impl MemoryComponent {
+    /// A component with its own, empty broker.
+    pub fn new(config: MemoryConfig) -> Self {
+        MemoryComponent {
+            config,
+            broker: Arc::new(Broker::default()),
+        }
+    }
+}
+
+impl Default for MemoryComponent {
+    fn default() -> Self {
+        MemoryComponent::new(MemoryConfig::default())
+    }
+}
+
+#[derive(Default)]
+struct Broker {
+    state: Mutex<State>,
+    changed: Notify,
+    next_consumer: AtomicU64,
+}
+
+impl Broker {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent data (every mutation is
+        // a single step), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Default)]
+struct State {
+    topics: BTreeMap<String, Topic>,
+    cursors: HashMap<CursorKey, Cursor>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct CursorKey {
+    group: String,
+    topic: String,
+    partition: u32,
+}
+
+struct Topic {
+    partitions: Vec<Vec<Stored>>,
+    version: u64,
+    watchers: Vec<mpsc::UnboundedSender<PartitionUpdate>>,
+    round_robin: u64,
+}
+
+impl Topic {
+    fn new(partitions: u32) -> Self {
+        Topic {
+            partitions: (0..partitions.max(1)).map(|_| Vec::new()).collect(),
+            version: 1,
+            watchers: Vec::new(),
+            round_robin: 0,
+        }
+    }
+
+    fn choose_partition(&mut self, key: Option<&str>) -> u32 {
+        let count = self.partitions.len() as u64;
+        let slot = match key {
+            Some(key) => fnv1a(key.as_bytes()) % count,
+            None => {
+                self.round_robin = self.round_robin.wrapping_add(1);
+                self.round_robin % count
+            }
+        };
+        slot as u32
+    }
+}
+
+/// A stable hash for key routing (the same on every run and platform).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325u64, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+struct Stored {
+    payload: Vec<u8>,
+    content_type: Option<String>,
+    metadata: Metadata,
+    partition_key: Option<String>,
+    publish_time: SystemTime,
+}
+
+/// A group's position in one partition.
+#[derive(Default)]
+struct Cursor {
+    next: u64,
+    redeliver: BTreeMap<u64, Instant>,
+    in_flight: HashMap<u64, u64>,
+    attempts: HashMap<u64, u32>,
+}
+
+impl State {
+    fn append(&mut self, message: OutgoingMessage, default_partitions: u32) -> MessageId {
+        let topic = self
+            .topics
+            .entry(message.topic.clone())
+            .or_insert_with(|| Topic::new(default_partitions));
+        let partition = topic.choose_partition(message.partition_key.as_deref());
+        let log = &mut topic.partitions[partition as usize];
+        log.push(Stored {
+            payload: message.payload,
+            content_type: message.content_type,
+            metadata: message.metadata,
+            partition_key: message.partition_key,
+            publish_time: SystemTime::now(),
+        });
+        MessageId::new(message.topic, Some(partition), log.len() as u64 - 1)
+    }
+
+    /// Every (topic, partition) a selector covers now.
+    fn covered(&self, selector: &TopicSelector) -> Vec<(String, u32)> {
+        self.topics
+            .iter()
+            .filter(|(name, _)| selector.matches(name))
+            .flat_map(|(name, topic)| {
+                (0..topic.partitions.len() as u32).map(move |p| (name.clone(), p))
+            })
+            .collect()
+    }
+}
+
+fn check_size(config: &MemoryConfig, message: &OutgoingMessage) -> Result<()> {
+    if message.payload.len() > config.max_message_bytes {
+        return Err(PubSubError::InvalidRequest(format!(
+            "message of {} bytes for topic '{}' exceeds the maximum message size of {} bytes",
+            message.payload.len(),
+            message.topic,
+            config.max_message_bytes
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Component for MemoryComponent {
+    fn kind(&self) -> &str {
+        "in-memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            bulk_publish: Support::Native,
+            bulk_subscribe: Support::Native,
+            ttl: Support::Emulated,
+            dead_letter: Support::Emulated,
+            delayed_delivery: Support::Emulated,
+            ordering: OrderingScope::PerPartition,
+            multi_topic: true,
+            seek: true,
+            partitions: Some(PartitionSupport {
+                discovery_bound: Duration::from_millis(500),
+            }),
+            delivery: DeliveryGuarantee::AtLeastOnce,
+            max_message_bytes: Some(self.config.max_message_bytes),
+            delivery_bound: Duration::from_secs(5),
+            redelivery_bound: Duration::from_secs(2),
+            delay_precision: Duration::from_millis(250),
+            clock_tolerance: Duration::from_millis(5),
+        }
+    }
+
+    async fn broker_version(&self) -> Result<String> {
+        Ok(format!("in-memory {}", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
+        check_size(&self.config, &message)?;
+        let id = self
+            .broker
+            .lock()
+            .append(message, self.config.default_partitions);
+        self.broker.changed.notify_waiters();
+        Ok(id)
+    }
+
+    async fn publish_batch(&self, messages: Vec<OutgoingMessage>) -> Result<Vec<Result<MessageId>>> {
+        let results = {
+            let mut state = self.broker.lock();
+            messages
+                .into_iter()
+                .map(|message| {
+                    check_size(&self.config, &message)?;
+                    Ok(state.append(message, self.config.default_partitions))
+                })
+                .collect()
+        };
+        self.broker.changed.notify_waiters();
+        Ok(results)
+    }
+
+    async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        if spec.group.is_empty() {
+            return Err(PubSubError::InvalidRequest(
+                "consumer group name is empty".into(),
+            ));
+        }
+        {
+            let mut state = self.broker.lock();
+            for (topic, partition) in state.covered(&spec.topics) {
+                let start = match spec.start {
+                    StartPosition::Earliest => 0,
+                    StartPosition::Latest => {
+                        state.topics[&topic].partitions[partition as usize].len() as u64
+                    }
+                };
+                let key = CursorKey {
+                    group: spec.group.clone(),
+                    topic,
+                    partition,
+                };
+                state.cursors.entry(key).or_insert_with(|| Cursor {
+                    next: start,
+                    ..Cursor::default()
+                });
+            }
+        }
+        Ok(Box::new(MemoryConsumer {
+            broker: self.broker.clone(),
+            id: self.broker.next_consumer.fetch_add(1, Ordering::Relaxed),
+            spec,
+            rotation: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        }))
+    }
+
+    async fn create_topic(&self, topic: &str, partitions: u32) -> Result<()> {
+        if partitions == 0 {
+            return Err(PubSubError::InvalidRequest(format!(
+                "topic '{topic}' needs at least one partition"
+            )));
+        }
+        let mut state = self.broker.lock();
+        match state.topics.get(topic) {
+            Some(existing) if existing.partitions.len() as u32 != partitions => {
+                Err(PubSubError::InvalidRequest(format!(
+                    "topic '{topic}' exists with {} partitions, not {partitions}",
+                    existing.partitions.len()
+                )))
+            }
+            Some(_) => Ok(()),
+            None => {
+                state.topics.insert(topic.to_string(), Topic::new(partitions));
+                Ok(())
+            }
+        }
+    }
+
+    async fn update_partitions(&self, topic: &str, partitions: u32) -> Result<()> {
+        {
+            let mut state = self.broker.lock();
+            let entry = state
+                .topics
+                .get_mut(topic)
+                .ok_or_else(|| PubSubError::NotFound(format!("topic '{topic}' does not exist")))?;
+            let current = entry.partitions.len() as u32;
+            if partitions <= current {
+                return Err(PubSubError::InvalidRequest(format!(
+                    "topic '{topic}' has {current} partitions; the count can only increase, not become {partitions}"
+                )));
+            }
+            entry
+                .partitions
+                .resize_with(partitions as usize, Vec::new);
+            entry.version += 1;
+            let update = PartitionUpdate {
+                version: entry.version,
+                partitions,
+            };
+            entry.watchers.retain(|w| w.send(update).is_ok());
+        }
+        self.broker.changed.notify_waiters();
+        Ok(())
+    }
+
+    async fn watch_partitions(&self, topic: &str) -> Result<PartitionWatch> {
+        let mut state = self.broker.lock();
+        let entry = state.topics.get_mut(topic).ok_or_else(|| {
+            PubSubError::NotFound(format!("cannot watch topic '{topic}': it does not exist"))
+        })?;
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let current = PartitionUpdate {
+            version: entry.version,
+            partitions: entry.partitions.len() as u32,
+        };
+        sender
+            .send(current)
+            .map_err(|_| PubSubError::Closed("partition watcher dropped".into()))?;
+        entry.watchers.push(sender);
+        Ok(PartitionWatch::new(receiver))
+    }
+}
+
+/// A member of a consumer group on the in-memory broker.
+struct MemoryConsumer {
+    broker: Arc<Broker>,
+    id: u64,
+    spec: ConsumerSpec,
+    rotation: AtomicUsize,
+    closed: AtomicBool,
+}
+
+impl MemoryConsumer {
+    fn ensure_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(PubSubError::Closed(format!(
+                "consumer of {} in group '{}' was closed",
+                self.spec.topics.describe(),
+                self.spec.group
+            )));
+        }
+        Ok(())
+    }
+
+    /// Hands out up to `max` deliverable messages (of `only_topic` when given), and
+    /// the earliest future redelivery time.
+    fn take(&self, max: usize, only_topic: Option<&str>) -> (Vec<ReceivedMessage>, Option<Instant>) {
+        let now = Instant::now();
+        let mut state = self.broker.lock();
+        let mut covered = state.covered(&self.spec.topics);
+        covered.retain(|(topic, _)| only_topic.is_none_or(|only| only == topic));
+        if !covered.is_empty() {
+            let shift = self.rotation.fetch_add(1, Ordering::Relaxed) % covered.len();
+            covered.rotate_left(shift);
+        }
+        let mut out = Vec::new();
+        let mut next_due: Option<Instant> = None;
+        let State { topics, cursors } = &mut *state;
+        for (topic, partition) in covered {
+            let log = &topics[&topic].partitions[partition as usize];
+            let cursor = cursors
+                .entry(CursorKey {
+                    group: self.spec.group.clone(),
+                    topic: topic.clone(),
+                    partition,
+                })
+                .or_default();
+            let due: Vec<u64> = cursor
+                .redeliver
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(pos, _)| *pos)
+                .collect();
+            let fresh = cursor.next..log.len() as u64;
+            for position in due.into_iter().chain(fresh) {
+                if out.len() >= max {
+                    break;
+                }
+                cursor.redeliver.remove(&position);
+                if position >= cursor.next {
+                    cursor.next = position + 1;
+                }
+                cursor.in_flight.insert(position, self.id);
+                let attempt = cursor.attempts.entry(position).or_insert(0);
+                *attempt += 1;
+                let stored = &log[position as usize];
+                out.push(ReceivedMessage {
+                    id: MessageId::new(topic.clone(), Some(partition), position),
+                    payload: stored.payload.clone(),
+                    content_type: stored.content_type.clone(),
+                    metadata: stored.metadata.clone(),
+                    partition_key: stored.partition_key.clone(),
+                    attempt: *attempt,
+                    publish_time: stored.publish_time,
+                });
+            }
+            if let Some(at) = cursor.redeliver.values().min() {
+                next_due = Some(next_due.map_or(*at, |d| d.min(*at)));
+            }
+        }
+        (out, next_due)
+    }
+
+    /// Waits until `take` yields something or `deadline` passes.
+    async fn take_until(
+        &self,
+        max: usize,
+        deadline: Instant,
+        only_topic: Option<&str>,
+    ) -> Result<Vec<ReceivedMessage>> {
+        loop {
+            self.ensure_open()?;
+            let notified = self.broker.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (batch, next_due) = self.take(max, only_topic);
+            if !batch.is_empty() {
+                return Ok(batch);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let wake = next_due.map_or(deadline, |due| due.min(deadline));
+            let _ = tokio::time::timeout_at(wake, notified).await;
+        }
+    }
+
+    /// Resolves an id to the cursor it belongs to, refusing ids this consumer cannot own.
+    fn cursor_key(&self, id: &MessageId, state: &State) -> Result<CursorKey> {
+        let topic = match (&id.topic, &self.spec.topics) {
+            (Some(topic), selector) if selector.matches(topic) => topic.clone(),
+            (Some(topic), selector) => {
+                return Err(PubSubError::NotAllowed(format!(
+                    "message id {id} belongs to topic '{topic}', which this consumer ({}) does not subscribe",
+                    selector.describe()
+                )))
+            }
+            (None, TopicSelector::Single(topic)) => topic.clone(),
+            (None, selector) => {
+                return Err(PubSubError::NotAllowed(format!(
+                    "message id {id} names no owner topic; a multi-topic consumer ({}) needs topic-qualified ids",
+                    selector.describe()
+                )))
+            }
+        };
+        let entry = state
+            .topics
+            .get(&topic)
+            .ok_or_else(|| PubSubError::NotFound(format!("topic '{topic}' does not exist")))?;
+        let partition = match id.partition {
+            Some(p) if (p as usize) < entry.partitions.len() => p,
+            Some(p) => {
+                return Err(PubSubError::InvalidRequest(format!(
+                    "message id {id} names partition {p}, but topic '{topic}' has {}",
+                    entry.partitions.len()
+                )))
+            }
+            None if entry.partitions.len() == 1 => 0,
+            None => {
+                return Err(PubSubError::InvalidRequest(format!(
+                    "message id {id} names no partition, but topic '{topic}' is partitioned"
+                )))
+            }
+        };
+        if id.position >= entry.partitions[partition as usize].len() as u64 {
+            return Err(PubSubError::InvalidRequest(format!(
+                "message id {id} is past the end of partition {partition} of '{topic}'"
+            )));
+        }
+        Ok(CursorKey {
+            group: self.spec.group.clone(),
+            topic,
+            partition,
+        })
+    }
+
+    fn with_cursor<T>(&self, id: &MessageId, f: impl FnOnce(&mut Cursor) -> T) -> Result<T> {
+        self.ensure_open()?;
+        let result = {
+            let mut state = self.broker.lock();
+            let key = self.cursor_key(id, &state)?;
+            f(state.cursors.entry(key).or_default())
+        };
+        self.broker.changed.notify_waiters();
+        Ok(result)
+    }
+}
+
+#[async_trait]
+impl Consumer for MemoryConsumer {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        self.take_until(max.max(1), Instant::now() + wait, None)
+            .await
+    }
+
+    async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
+        let max = max.max(1);
+        let mut batch = self.take_until(1, Instant::now() + max_await, None).await?;
+        let Some(first) = batch.first() else {
+            return Ok(batch);
+        };
+        let topic = first.topic().to_string();
+        // The batch timer starts when its first entry arrived at the broker.
+        let since_arrival = SystemTime::now()
+            .duration_since(first.publish_time)
+            .unwrap_or_default();
+        let deadline = Instant::now() + max_await.saturating_sub(since_arrival);
+        loop {
+            let (more, _) = self.take(max - batch.len(), Some(&topic));
+            batch.extend(more);
+            if batch.len() >= max || Instant::now() >= deadline {
+                return Ok(batch);
+            }
+            let more = self
+                .take_until(max - batch.len(), deadline, Some(&topic))
+                .await?;
+            batch.extend(more);
+        }
+    }
+
+    async fn ack(&self, id: &MessageId) -> Result<()> {
+        self.with_cursor(id, |cursor| {
+            cursor.in_flight.remove(&id.position);
+            cursor.redeliver.remove(&id.position);
+        })
+    }
+
+    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        self.with_cursor(id, |cursor| {
+            if cursor.in_flight.remove(&id.position).is_some() {
+                cursor.redeliver.insert(id.position, Instant::now() + delay);
+            }
+        })
+    }
+
+    async fn seek(&self, id: &MessageId) -> Result<()> {
+        self.with_cursor(id, |cursor| {
+            cursor.next = id.position;
+            cursor.redeliver.retain(|pos, _| *pos < id.position);
+            cursor.in_flight.retain(|pos, _| *pos < id.position);
+        })
+    }
+
+    async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        self.ensure_open()?;
+        let state = self.broker.lock();
+        Ok(state
+            .covered(&self.spec.topics)
+            .into_iter()
+            .filter_map(|(topic, partition)| {
+                let len = state.topics[&topic].partitions[partition as usize].len() as u64;
+                (len > 0).then(|| MessageId::new(topic, Some(partition), len - 1))
+            })
+            .collect())
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        {
+            let now = Instant::now();
+            let mut state = self.broker.lock();
+            for cursor in state.cursors.values_mut() {
+                let mine: Vec<u64> = cursor
+                    .in_flight
+                    .iter()
+                    .filter(|(_, owner)| **owner == self.id)
+                    .map(|(pos, _)| *pos)
+                    .collect();
+                for position in mine {
+                    cursor.in_flight.remove(&position);
+                    cursor.redeliver.insert(position, now);
+                }
+            }
+        }
+        self.broker.changed.notify_waiters();
+        Ok(())
+    }
+}

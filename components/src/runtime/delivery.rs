@@ -1,0 +1,461 @@
+//! The delivery loop of one subscription: receive, screen (TTL, delays), batch,
+//! dispatch, and settle each message (ack, redeliver, dead-letter).
+
+use super::controls::{self, keys};
+use super::envelope;
+use super::types::{Batch, BatchEntry, BulkSubscribeOptions, Event, Handler, Status, Subscription};
+use super::Runtime;
+use crate::capability::{Feature, Support};
+use crate::component::Consumer;
+use crate::error::{PubSubError, Result};
+use crate::message::{OutgoingMessage, ReceivedMessage};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::instrument::WithSubscriber;
+use tracing::{warn, Instrument};
+
+/// The longest the loop blocks in one receive, so that stops and timers are served.
+const POLL: Duration = Duration::from_millis(100);
+/// Messages fetched at once for a single-message handler.
+const FETCH_MAX: usize = 32;
+/// How long `stop` waits for the loop to finish its current handler call.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// A running subscription. Dropping it stops delivery too, without waiting.
+pub struct SubscriptionHandle {
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl SubscriptionHandle {
+    /// Stops delivery, waits (bounded) for the handler call under way, and leaves the
+    /// group, so unacknowledged messages go back to the broker.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
+                warn!("subscription did not stop within {STOP_GRACE:?}; aborting it");
+                abort.abort();
+            }
+        }
+    }
+}
+
+impl Drop for SubscriptionHandle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+pub(super) fn start(
+    runtime: Runtime,
+    subscription: Subscription,
+    handler: Handler,
+    consumer: Box<dyn Consumer>,
+) -> SubscriptionHandle {
+    let (stop, stopped) = watch::channel(false);
+    let bulk = subscription.bulk.unwrap_or_default();
+    let delivery = Delivery {
+        ttl_emulated: runtime.mode(Feature::Ttl) == Support::Emulated,
+        delay_emulated: runtime.mode(Feature::DelayedDelivery) == Support::Emulated,
+        dead_letter_native: runtime.mode(Feature::DeadLetter) == Support::Native,
+        bulk_native: runtime.mode(Feature::BulkSubscribe) == Support::Native,
+        runtime,
+        subscription,
+        bulk,
+        handler,
+        consumer,
+        held: BTreeMap::new(),
+        held_seq: 0,
+        pending: BTreeMap::new(),
+    };
+    let task = tokio::spawn(delivery.run(stopped).with_current_subscriber());
+    SubscriptionHandle {
+        stop,
+        task: Some(task),
+    }
+}
+
+type Ready = (ReceivedMessage, Event);
+
+struct PendingBatch {
+    started: Instant,
+    entries: Vec<Ready>,
+}
+
+struct Delivery {
+    runtime: Runtime,
+    subscription: Subscription,
+    bulk: BulkSubscribeOptions,
+    handler: Handler,
+    consumer: Box<dyn Consumer>,
+    ttl_emulated: bool,
+    delay_emulated: bool,
+    dead_letter_native: bool,
+    bulk_native: bool,
+    /// Delayed messages, held (unacknowledged) until due.
+    held: BTreeMap<(SystemTime, u64), Ready>,
+    held_seq: u64,
+    /// Emulated bulk subscribe: a batch being filled per topic.
+    pending: BTreeMap<String, PendingBatch>,
+}
+
+impl Delivery {
+    async fn run(mut self, mut stopped: watch::Receiver<bool>) {
+        loop {
+            if *stopped.borrow() {
+                break;
+            }
+            let wait = self.next_wait();
+            let received = tokio::select! {
+                _ = stopped.changed() => break,
+                received = self.fetch(wait) => received,
+            };
+            match received {
+                Ok(messages) => self.process(messages).await,
+                Err(PubSubError::Closed(_)) => break,
+                Err(e) => {
+                    warn!(error = %e, "receive failed; retrying");
+                    tokio::select! {
+                        _ = stopped.changed() => break,
+                        _ = tokio::time::sleep(POLL) => {}
+                    }
+                }
+            }
+            self.release_due().await;
+            self.flush_batches(false).await;
+        }
+        if let Err(e) = self.consumer.close().await {
+            warn!(error = %e, "closing the consumer failed");
+        }
+    }
+
+    fn is_bulk(&self) -> bool {
+        matches!(self.handler, Handler::Bulk(_))
+    }
+
+    /// How long the next receive may block.
+    fn next_wait(&self) -> Duration {
+        let now = SystemTime::now();
+        let mut wait = POLL;
+        if let Some(((due, _), _)) = self.held.first_key_value() {
+            wait = wait.min(due.duration_since(now).unwrap_or_default());
+        }
+        for batch in self.pending.values() {
+            let deadline = batch.started + self.bulk.max_await_duration;
+            wait = wait.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        wait
+    }
+
+    async fn fetch(&self, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        if self.is_bulk() && self.bulk_native {
+            let max_await = self.bulk.max_await_duration.min(wait.max(Duration::from_millis(1)));
+            self.consumer
+                .receive_batch(self.bulk.max_messages_count, max_await)
+                .await
+        } else {
+            self.consumer.receive(FETCH_MAX, wait).await
+        }
+    }
+
+    async fn process(&mut self, messages: Vec<ReceivedMessage>) {
+        let mut ready = Vec::new();
+        for message in messages {
+            if let Some(entry) = self.screen(message).await {
+                ready.push(entry);
+            }
+        }
+        self.deliver(ready, true).await;
+    }
+
+    /// Hands ready messages over. `as_received` keeps a native batch as the component
+    /// formed it.
+    async fn deliver(&mut self, ready: Vec<Ready>, as_received: bool) {
+        if ready.is_empty() {
+            return;
+        }
+        if !self.is_bulk() {
+            for (message, event) in ready {
+                self.dispatch_single(message, event).await;
+            }
+        } else if self.bulk_native && as_received {
+            self.dispatch_batch(ready).await;
+        } else {
+            for entry in ready {
+                let topic = entry.1.topic.clone();
+                let full = self
+                    .pending
+                    .get(&topic)
+                    .is_some_and(|b| b.entries.len() >= self.bulk.max_messages_count);
+                if full {
+                    self.flush_topic(&topic).await;
+                }
+                self.pending
+                    .entry(topic)
+                    .or_insert_with(|| PendingBatch {
+                        started: Instant::now(),
+                        entries: Vec::new(),
+                    })
+                    .entries
+                    .push(entry);
+            }
+            self.flush_batches(false).await;
+        }
+    }
+
+    /// Decodes a message and applies emulated TTL and delays. Returns it when it is
+    /// to be delivered now.
+    async fn screen(&mut self, message: ReceivedMessage) -> Option<Ready> {
+        let event = match to_event(&message) {
+            Ok(event) => event,
+            Err(e) => {
+                warn!(id = %message.id, error = %e, "undecodable message");
+                self.give_up(&message, "undecodable").await;
+                return None;
+            }
+        };
+        let now = SystemTime::now();
+        if self.ttl_emulated {
+            let expired = message
+                .metadata
+                .get(controls::HEADER_EXPIRATION)
+                .and_then(|at| controls::parse_time(at))
+                .is_some_and(|at| at <= now);
+            if expired {
+                self.give_up(&message, "expired").await;
+                return None;
+            }
+        }
+        if self.delay_emulated {
+            let mut due = message
+                .metadata
+                .get(controls::HEADER_DELIVER_AT)
+                .and_then(|at| controls::parse_time(at));
+            if let Some(delay) = self.subscription.receiver_delay {
+                let receiver_due = message.publish_time + delay;
+                due = Some(due.map_or(receiver_due, |d| d.max(receiver_due)));
+            }
+            if let Some(due) = due.filter(|due| *due > now) {
+                self.held_seq += 1;
+                self.held.insert((due, self.held_seq), (message, event));
+                return None;
+            }
+        }
+        Some((message, event))
+    }
+
+    async fn release_due(&mut self) {
+        let now = SystemTime::now();
+        let mut due = Vec::new();
+        while let Some(entry) = self.held.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            due.push(entry.remove());
+        }
+        self.deliver(due, false).await;
+    }
+
+    /// Hands over emulated batches that are full or whose wait has passed (all when
+    /// `everything`).
+    async fn flush_batches(&mut self, everything: bool) {
+        let topics: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, b)| {
+                everything
+                    || b.entries.len() >= self.bulk.max_messages_count
+                    || b.started.elapsed() >= self.bulk.max_await_duration
+            })
+            .map(|(t, _)| t.clone())
+            .collect();
+        for topic in topics {
+            self.flush_topic(&topic).await;
+        }
+    }
+
+    async fn flush_topic(&mut self, topic: &str) {
+        if let Some(batch) = self.pending.remove(topic) {
+            self.dispatch_batch(batch.entries).await;
+        }
+    }
+
+    async fn dispatch_single(&mut self, message: ReceivedMessage, event: Event) {
+        let Handler::Single(handler) = &self.handler else {
+            return;
+        };
+        let span = tracing::info_span!(
+            "pubsub.deliver",
+            pubsub = %self.runtime.name(),
+            topic = %event.topic,
+            message_id = %message.id,
+            traceparent = event.trace_parent.as_deref().unwrap_or(""),
+            batch_id = "",
+            attempt = message.attempt,
+        );
+        let status = match handler.handle(event).instrument(span).await {
+            Ok(status) => status,
+            Err(e) => {
+                warn!(id = %message.id, error = %e, "handler failed; retrying");
+                Status::Retry
+            }
+        };
+        self.settle(&message, status).await;
+    }
+
+    async fn dispatch_batch(&mut self, entries: Vec<Ready>) {
+        let Handler::Bulk(handler) = &self.handler else {
+            return;
+        };
+        let batch_id = uuid::Uuid::new_v4().to_string();
+        let topic = entries[0].1.topic.clone();
+        let batch_span = tracing::info_span!(
+            "pubsub.bulk_deliver",
+            pubsub = %self.runtime.name(),
+            topic = %topic,
+            batch_id = %batch_id,
+            size = entries.len(),
+        );
+        // One span per entry, linked to the entry's own trace.
+        for (message, event) in &entries {
+            tracing::info_span!(
+                parent: &batch_span,
+                "pubsub.deliver",
+                pubsub = %self.runtime.name(),
+                topic = %event.topic,
+                message_id = %message.id,
+                traceparent = event.trace_parent.as_deref().unwrap_or(""),
+                batch_id = %batch_id,
+                attempt = message.attempt,
+            )
+            .in_scope(|| tracing::trace!("entry handed to bulk handler"));
+        }
+        let batch = Batch {
+            id: batch_id,
+            topic,
+            entries: entries
+                .iter()
+                .map(|(message, event)| BatchEntry {
+                    entry_id: message.id.to_string(),
+                    event: event.clone(),
+                })
+                .collect(),
+        };
+        let statuses: HashMap<String, Status> = match handler.handle(batch).instrument(batch_span).await {
+            Ok(statuses) => statuses.into_iter().map(|s| (s.entry_id, s.status)).collect(),
+            Err(e) => {
+                warn!(error = %e, "bulk handler failed; retrying the whole batch");
+                HashMap::new()
+            }
+        };
+        for (message, _) in &entries {
+            let status = statuses
+                .get(&message.id.to_string())
+                .copied()
+                .unwrap_or(Status::Retry);
+            self.settle(message, status).await;
+        }
+    }
+
+    async fn settle(&self, message: &ReceivedMessage, status: Status) {
+        match status {
+            Status::Success => self.ack(message).await,
+            Status::Drop => self.give_up(message, "dropped").await,
+            Status::Retry if !self.dead_letter_native
+                && message.attempt >= self.subscription.max_deliveries =>
+            {
+                self.give_up(message, "maxDeliveries").await
+            }
+            Status::Retry => {
+                if let Err(e) = self.consumer.nack(&message.id, self.subscription.retry_delay).await {
+                    warn!(id = %message.id, error = %e, "nack failed");
+                }
+            }
+        }
+    }
+
+    async fn ack(&self, message: &ReceivedMessage) {
+        if let Err(e) = self.consumer.ack(&message.id).await {
+            warn!(id = %message.id, error = %e, "ack failed");
+        }
+    }
+
+    /// Dead-letters the message with `reason` when a dead-letter topic is set, else
+    /// drops it; either way it is not delivered again.
+    async fn give_up(&self, message: &ReceivedMessage, reason: &str) {
+        let Some(topic) = &self.subscription.dead_letter_topic else {
+            warn!(id = %message.id, reason, "dropping message: no dead-letter topic is set");
+            return self.ack(message).await;
+        };
+        if self.dead_letter_native {
+            if let Err(e) = self.consumer.reject(&message.id, reason).await {
+                warn!(id = %message.id, error = %e, "native dead-lettering failed");
+            }
+            return;
+        }
+        let mut metadata = message.metadata.clone();
+        metadata.remove(controls::HEADER_EXPIRATION);
+        metadata.remove(controls::HEADER_DELIVER_AT);
+        metadata.insert(keys::ORIGINAL_TOPIC.into(), message.topic().to_string());
+        metadata.insert(keys::DEAD_LETTER_REASON.into(), reason.to_string());
+        let copy = OutgoingMessage {
+            topic: topic.clone(),
+            payload: message.payload.clone(),
+            content_type: message.content_type.clone(),
+            metadata,
+            partition_key: message.partition_key.clone(),
+            expires_at: None,
+            deliver_at: None,
+        };
+        match self.runtime.component().publish(copy).await {
+            Ok(_) => self.ack(message).await,
+            Err(e) => {
+                // Never lose it: leave it to be redelivered and dead-lettered again.
+                warn!(id = %message.id, error = %e, "dead-lettering failed; will retry");
+                let _ = self.consumer.nack(&message.id, self.subscription.retry_delay).await;
+            }
+        }
+    }
+}
+
+/// The application's view of a received message.
+pub(crate) fn to_event(message: &ReceivedMessage) -> Result<Event> {
+    let mut metadata = message.metadata.clone();
+    let trace_parent = metadata.remove(controls::HEADER_TRACEPARENT);
+    let enveloped = metadata.remove(controls::HEADER_ENVELOPE).is_some();
+    metadata.retain(|k, _| !k.starts_with(controls::RESERVED_PREFIX));
+    let topic = message.topic().to_string();
+    if enveloped {
+        let decoded = envelope::decode(&message.payload)?;
+        Ok(Event {
+            id: decoded.id.unwrap_or_else(|| message.id.to_string()),
+            topic,
+            data: decoded.data,
+            content_type: decoded.content_type,
+            metadata,
+            message_id: message.id.clone(),
+            attempt: message.attempt,
+            trace_parent,
+            cloud_event: Some(decoded.envelope),
+            published_at: message.publish_time,
+        })
+    } else {
+        Ok(Event {
+            id: message.id.to_string(),
+            topic,
+            data: message.payload.clone(),
+            content_type: message.content_type.clone(),
+            metadata,
+            message_id: message.id.clone(),
+            attempt: message.attempt,
+            trace_parent,
+            cloud_event: None,
+            published_at: message.publish_time,
+        })
+    }
+}

@@ -1,0 +1,174 @@
+//! The CloudEvents 1.0 structured JSON envelope.
+
+use crate::error::{PubSubError, Result};
+use base64::Engine;
+use serde_json::{json, Value};
+
+/// The content type of an enveloped payload on the wire.
+pub const CLOUDEVENTS_CONTENT_TYPE: &str = "application/cloudevents+json";
+/// The CloudEvent `type` of published events.
+pub const EVENT_TYPE: &str = "com.dapr.event.sent";
+
+/// What goes into an envelope besides the payload.
+pub struct EnvelopeFields<'a> {
+    pub id: &'a str,
+    pub source: &'a str,
+    pub topic: &'a str,
+    pub pubsub_name: &'a str,
+    pub traceparent: &'a str,
+    pub content_type: Option<&'a str>,
+    /// RFC 3339 expiry, when a TTL is set.
+    pub expiration: Option<&'a str>,
+    pub time: &'a str,
+}
+
+fn is_json(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|ct| {
+        let essence = ct.split(';').next().unwrap_or("").trim();
+        essence == "application/json" || essence.ends_with("+json")
+    })
+}
+
+/// Wraps `data`: JSON payloads go in `data` as JSON (byte for byte), UTF-8 text in
+/// `data` as a string, anything else base64 in `data_base64`.
+pub fn encode(fields: &EnvelopeFields<'_>, data: &[u8]) -> Result<Vec<u8>> {
+    let mut event = json!({
+        "specversion": "1.0",
+        "id": fields.id,
+        "source": fields.source,
+        "type": EVENT_TYPE,
+        "topic": fields.topic,
+        "pubsubname": fields.pubsub_name,
+        "traceparent": fields.traceparent,
+        "time": fields.time,
+    });
+    let object = event.as_object_mut().expect("json! object");
+    if let Some(ct) = fields.content_type {
+        object.insert("datacontenttype".into(), json!(ct));
+    }
+    if let Some(exp) = fields.expiration {
+        object.insert("expiration".into(), json!(exp));
+    }
+    let text = std::str::from_utf8(data).ok();
+    let json_data = text
+        .filter(|_| is_json(fields.content_type))
+        .and_then(|t| serde_json::from_str::<&serde_json::value::RawValue>(t).ok());
+    let mut body = serde_json::to_vec(&event)
+        .map_err(|e| PubSubError::InvalidRequest(format!("cannot encode envelope: {e}")))?;
+    // Splice the data in as raw JSON so its bytes survive unchanged.
+    body.pop(); // the closing brace
+    match (json_data, text) {
+        (Some(raw), _) => {
+            body.extend_from_slice(b",\"data\":");
+            body.extend_from_slice(raw.get().as_bytes());
+        }
+        (None, Some(text)) if fields.content_type.is_none_or(|ct| ct.starts_with("text/")) => {
+            body.extend_from_slice(b",\"data\":");
+            body.extend_from_slice(&serde_json::to_vec(text).expect("string encodes"));
+        }
+        _ => {
+            body.extend_from_slice(b",\"data_base64\":");
+            let encoded = base64::engine::general_purpose::STANDARD.encode(data);
+            body.extend_from_slice(&serde_json::to_vec(&encoded).expect("string encodes"));
+        }
+    }
+    body.push(b'}');
+    Ok(body)
+}
+
+/// An envelope taken apart.
+pub struct Decoded {
+    pub envelope: Value,
+    pub data: Vec<u8>,
+    pub content_type: Option<String>,
+    pub id: Option<String>,
+}
+
+/// Unwraps an envelope produced by [`encode`] (or any structured CloudEvent).
+pub fn decode(payload: &[u8]) -> Result<Decoded> {
+    let broken = |why: String| PubSubError::InvalidRequest(format!("malformed CloudEvent: {why}"));
+    // Keep `data` as raw JSON so its bytes come back exactly as published.
+    #[derive(serde::Deserialize)]
+    struct Raw<'a> {
+        #[serde(borrow)]
+        data: Option<&'a serde_json::value::RawValue>,
+        data_base64: Option<String>,
+    }
+    let text = std::str::from_utf8(payload).map_err(|e| broken(e.to_string()))?;
+    let raw: Raw<'_> = serde_json::from_str(text).map_err(|e| broken(e.to_string()))?;
+    let envelope: Value = serde_json::from_str(text).map_err(|e| broken(e.to_string()))?;
+    if envelope.get("specversion").and_then(Value::as_str) != Some("1.0") {
+        return Err(broken("specversion is not \"1.0\"".into()));
+    }
+    let content_type = envelope
+        .get("datacontenttype")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let data = match (raw.data, raw.data_base64) {
+        (_, Some(b64)) => base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|e| broken(format!("data_base64: {e}")))?,
+        (Some(raw), None) => match serde_json::from_str::<String>(raw.get()) {
+            Ok(text) if !is_json(content_type.as_deref()) => text.into_bytes(),
+            _ => raw.get().as_bytes().to_vec(),
+        },
+        (None, None) => Vec::new(),
+    };
+    Ok(Decoded {
+        id: envelope.get("id").and_then(Value::as_str).map(str::to_string),
+        envelope,
+        data,
+        content_type,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn fields(content_type: Option<&str>) -> EnvelopeFields<'_> {
+        EnvelopeFields {
+            id: "id-1",
+            source: "app",
+            topic: "t",
+            pubsub_name: "ps",
+            traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            content_type,
+            expiration: None,
+            time: "2026-01-01T00:00:00Z",
+        }
+    }
+
+    #[test]
+    fn json_data_is_embedded_as_json() {
+        let body = encode(&fields(Some("application/json")), br#"{"a": [1, 2]}"#).unwrap();
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["data"]["a"][1], 2);
+        assert_eq!(value["specversion"], "1.0");
+        assert_eq!(value["type"], EVENT_TYPE);
+        assert_eq!(decode(&body).unwrap().data, br#"{"a": [1, 2]}"#);
+    }
+
+    #[test]
+    fn binary_data_goes_to_data_base64() {
+        let body = encode(&fields(Some("application/octet-stream")), &[0, 159, 146, 150]).unwrap();
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert!(value.get("data").is_none());
+        assert_eq!(value["data_base64"], "AJ+Slg==");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+        #[test]
+        fn any_bytes_survive(data in proptest::collection::vec(any::<u8>(), 0..300),
+                             ct in proptest::option::of(prop_oneof![
+                                 Just("application/json"), Just("text/plain"),
+                                 Just("application/octet-stream"), Just("application/cloudevents+json")])) {
+            let body = encode(&fields(ct), &data).unwrap();
+            let decoded = decode(&body).unwrap();
+            prop_assert_eq!(decoded.data, data);
+            prop_assert_eq!(decoded.content_type.as_deref(), ct);
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! The shared runtime layer: what a Dapr sidecar adds on top of any component.
+//!
+//! Applications talk to a [`Runtime`]. It validates requests, wraps payloads in
+//! CloudEvents, stamps a `traceparent` on every message, and emulates every feature
+//! the component does not declare native: bulk publish (bounded-parallel fallback,
+//! `batchPublishKeepOrder`), bulk subscribe batching, retries and dead letters, TTL
+//! and delayed delivery. Features declared unsupported are refused with
+//! [`PubSubError::Unsupported`].
+
+mod bulk;
+pub mod controls;
+mod delivery;
+pub mod envelope;
+pub mod trace;
+mod types;
+
+pub use delivery::SubscriptionHandle;
+pub use types::*;
+
+use crate::capability::{Capabilities, Feature, Support};
+use crate::component::{Component, ConsumerSpec};
+use crate::error::{PubSubError, Result};
+use crate::message::{Metadata, MessageId, OutgoingMessage};
+use controls::{keys, Controls};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// Settings of the runtime layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeOptions {
+    /// Entries published at once by the bulk publish fallback (Dapr: 100).
+    pub bulk_publish_concurrency: usize,
+    /// Emulate every emulatable feature even where the component is native
+    /// (to compare both paths).
+    pub force_emulation: bool,
+    /// The CloudEvent `source`.
+    pub app_id: String,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            bulk_publish_concurrency: 100,
+            force_emulation: false,
+            app_id: "pubsub-conformance".into(),
+        }
+    }
+}
+
+/// The application-facing pub/sub API over one component.
+#[derive(Clone)]
+pub struct Runtime {
+    name: String,
+    component: Arc<dyn Component>,
+    capabilities: Capabilities,
+    options: RuntimeOptions,
+}
+
+impl Runtime {
+    /// A runtime over `component`, known to applications as pub/sub `name`.
+    pub fn new(name: impl Into<String>, component: Arc<dyn Component>) -> Self {
+        Runtime::with_options(name, component, RuntimeOptions::default())
+    }
+
+    /// A runtime with explicit options.
+    pub fn with_options(
+        name: impl Into<String>,
+        component: Arc<dyn Component>,
+        options: RuntimeOptions,
+    ) -> Self {
+        let capabilities = component.capabilities();
+        Runtime {
+            name: name.into(),
+            component,
+            capabilities,
+            options,
+        }
+    }
+
+    /// The pub/sub name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The component underneath.
+    pub fn component(&self) -> &Arc<dyn Component> {
+        &self.component
+    }
+
+    /// What the component declares.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    /// How a feature is provided to applications through this runtime.
+    pub fn mode(&self, feature: Feature) -> Support {
+        match self.capabilities.support(feature) {
+            Support::Native if self.options.force_emulation && emulatable(feature) => {
+                Support::Emulated
+            }
+            other => other,
+        }
+    }
+
+    fn require(&self, feature: Feature) -> Result<Support> {
+        match self.mode(feature) {
+            Support::Unsupported => Err(PubSubError::unsupported(self.component.kind(), feature.name())),
+            mode => Ok(mode),
+        }
+    }
+
+    /// Publishes one message.
+    pub async fn publish(&self, request: PublishRequest) -> Result<MessageId> {
+        controls::validate_topic(&request.topic)?;
+        let message = self.prepare(
+            &request.topic,
+            request.data,
+            request.content_type,
+            request.metadata,
+        )?;
+        self.component.publish(message).await
+    }
+
+    /// Turns application data and metadata into the wire message.
+    fn prepare(
+        &self,
+        topic: &str,
+        data: Vec<u8>,
+        content_type: Option<String>,
+        metadata: Metadata,
+    ) -> Result<OutgoingMessage> {
+        let now = SystemTime::now();
+        let Controls {
+            raw_payload,
+            ttl,
+            deliver_at,
+            partition_key,
+            traceparent,
+        } = controls::parse_controls(&metadata, now)?;
+        let ttl_mode = match ttl {
+            Some(_) => Some(self.require(Feature::Ttl)?),
+            None => None,
+        };
+        let delay_mode = match deliver_at {
+            Some(_) => Some(self.require(Feature::DelayedDelivery)?),
+            None => None,
+        };
+        let traceparent = traceparent.unwrap_or_else(trace::new_traceparent);
+        let expires_at = ttl.map(|ttl| now + ttl);
+        let expiration = expires_at.map(controls::format_time);
+
+        let mut wire = metadata;
+        wire.insert(controls::HEADER_TRACEPARENT.into(), traceparent.clone());
+        if ttl_mode == Some(Support::Emulated) {
+            wire.insert(
+                controls::HEADER_EXPIRATION.into(),
+                expiration.clone().expect("ttl set"),
+            );
+        }
+        if delay_mode == Some(Support::Emulated) {
+            wire.insert(
+                controls::HEADER_DELIVER_AT.into(),
+                controls::format_time(deliver_at.expect("delay set")),
+            );
+        }
+        let (payload, wire_content_type) = if raw_payload {
+            (data, content_type)
+        } else {
+            wire.insert(controls::HEADER_ENVELOPE.into(), "cloudevents".into());
+            let id = uuid::Uuid::new_v4().to_string();
+            let fields = envelope::EnvelopeFields {
+                id: &id,
+                source: &self.options.app_id,
+                topic,
+                pubsub_name: &self.name,
+                traceparent: &traceparent,
+                content_type: content_type.as_deref(),
+                expiration: expiration.as_deref(),
+                time: &controls::format_time(now),
+            };
+            (
+                envelope::encode(&fields, &data)?,
+                Some(envelope::CLOUDEVENTS_CONTENT_TYPE.to_string()),
+            )
+        };
+        Ok(OutgoingMessage {
+            topic: topic.to_string(),
+            payload,
+            content_type: wire_content_type,
+            metadata: wire,
+            partition_key,
+            expires_at: (ttl_mode == Some(Support::Native)).then_some(expires_at).flatten(),
+            deliver_at: (delay_mode == Some(Support::Native))
+                .then_some(deliver_at)
+                .flatten(),
+        })
+    }
+
+    /// Publishes a bulk request; see [`BulkPublishRequest`] and CONTRACT.md section 2.
+    pub async fn bulk_publish(&self, request: BulkPublishRequest) -> Result<BulkPublishResponse> {
+        bulk::publish(self, request).await
+    }
+
+    /// Starts delivering to `handler`; stops when the handle is stopped or dropped.
+    pub async fn subscribe(
+        &self,
+        subscription: Subscription,
+        handler: Handler,
+    ) -> Result<SubscriptionHandle> {
+        self.validate_subscription(&subscription, &handler)?;
+        let native = |feature| self.mode(feature) == Support::Native;
+        let spec = ConsumerSpec {
+            topics: subscription.topics.clone(),
+            group: subscription.group.clone(),
+            start: subscription.start,
+            max_deliveries: native(Feature::DeadLetter).then_some(subscription.max_deliveries),
+            dead_letter_topic: subscription
+                .dead_letter_topic
+                .clone()
+                .filter(|_| native(Feature::DeadLetter)),
+            receiver_delay: subscription
+                .receiver_delay
+                .filter(|_| native(Feature::DelayedDelivery)),
+        };
+        let consumer = self.component.consumer(spec).await?;
+        Ok(delivery::start(self.clone(), subscription, handler, consumer))
+    }
+
+    fn validate_subscription(&self, subscription: &Subscription, handler: &Handler) -> Result<()> {
+        match &subscription.topics {
+            crate::TopicSelector::Single(t) => controls::validate_topic(t)?,
+            crate::TopicSelector::List(ts) => {
+                if ts.is_empty() {
+                    return Err(PubSubError::InvalidRequest("subscription lists no topic".into()));
+                }
+                ts.iter().try_for_each(|t| controls::validate_topic(t))?;
+            }
+            crate::TopicSelector::Pattern(p) => {
+                controls::validate_topic(&p.replace('*', "x"))?;
+            }
+        }
+        if subscription.group.is_empty() {
+            return Err(PubSubError::InvalidRequest("subscription group is empty".into()));
+        }
+        if subscription.topics.is_multi_topic() {
+            self.require(Feature::MultiTopic)?;
+        }
+        if subscription.max_deliveries == 0 {
+            return Err(PubSubError::InvalidRequest(
+                "subscription maxDeliveries must be at least 1".into(),
+            ));
+        }
+        if let Some(dlq) = &subscription.dead_letter_topic {
+            controls::validate_topic(dlq)?;
+            if subscription.topics.matches(dlq) {
+                return Err(PubSubError::InvalidRequest(format!(
+                    "dead-letter topic '{dlq}' is one of the subscribed topics"
+                )));
+            }
+            self.require(Feature::DeadLetter)?;
+        }
+        if subscription.receiver_delay.is_some() {
+            self.require(Feature::DelayedDelivery)?;
+        }
+        match (handler, &subscription.bulk) {
+            (Handler::Bulk(_), Some(bulk)) if bulk.max_messages_count == 0 => Err(
+                PubSubError::InvalidRequest("bulkSubscribe maxMessagesCount must be at least 1".into()),
+            ),
+            (Handler::Bulk(_), Some(bulk)) if bulk.max_await_duration.is_zero() => Err(
+                PubSubError::InvalidRequest("bulkSubscribe maxAwaitDurationMs must be above 0".into()),
+            ),
+            (Handler::Single(_), Some(_)) => Err(PubSubError::InvalidRequest(
+                "bulkSubscribe is enabled but the handler takes single messages".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Features the runtime can do on top of any component.
+fn emulatable(feature: Feature) -> bool {
+    matches!(
+        feature,
+        Feature::BulkPublish
+            | Feature::BulkSubscribe
+            | Feature::Ttl
+            | Feature::DeadLetter
+            | Feature::DelayedDelivery
+    )
+}
+
+/// Request metadata keys that apply to the request, not to entries.
+const REQUEST_ONLY_KEYS: [&str; 2] = [keys::KEEP_ORDER, keys::MAX_BULK_PUB_BYTES];
