@@ -1,1 +1,149 @@
+//! The versioned result model of a certification run, and its renderers.
+//!
+//! `report.json` is a [`RunReport`] serialised with serde; [`SCHEMA_VERSION`] changes
+//! whenever a field changes meaning, so that older results can be refused or merged
+//! knowingly.
 
+mod summary;
+
+pub use summary::summary_table;
+
+use serde::{Deserialize, Serialize};
+
+/// The version of the JSON result format.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One certification run over one or more components.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub schema_version: u32,
+    pub suite_version: String,
+    /// RFC 3339.
+    pub started_at: String,
+    /// RFC 3339.
+    pub finished_at: String,
+    pub machine: Machine,
+    pub components: Vec<ComponentReport>,
+}
+
+impl RunReport {
+    /// True when any cell is FAIL, ERROR or FLAKY (the CLI exits non-zero).
+    pub fn has_failures(&self) -> bool {
+        self.components
+            .iter()
+            .flat_map(|c| &c.cases)
+            .any(|case| matches!(case.status, Status::Fail | Status::Error | Status::Flaky))
+    }
+}
+
+/// Where the run happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub hostname: String,
+    pub os: String,
+    pub arch: String,
+    pub cpus: usize,
+}
+
+/// The results of one component.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComponentReport {
+    /// The definition's `metadata.name`.
+    pub name: String,
+    /// `spec.type` without `pubsub.`.
+    pub component_type: String,
+    /// The definition file.
+    pub definition: String,
+    pub provisioning: Provisioning,
+    /// The capability declaration, as declared.
+    pub capabilities: serde_json::Value,
+    pub cases: Vec<CaseResult>,
+}
+
+impl ComponentReport {
+    /// How many cells have the given status.
+    pub fn count(&self, status: Status) -> usize {
+        self.cases.iter().filter(|c| c.status == status).count()
+    }
+}
+
+/// How the broker behind a component was obtained.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provisioning {
+    /// `in-process`, `local-process`, `external` or `container`.
+    pub kind: String,
+    /// Where it was reached, when it has an address.
+    pub endpoint: Option<String>,
+    /// The broker and its version as the component reported it.
+    pub broker_version: Option<String>,
+    /// Why it could not be provisioned, and how to get one.
+    pub problem: Option<String>,
+}
+
+/// The verdict of one cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    Pass,
+    Fail,
+    Unsupported,
+    NotProvisioned,
+    Error,
+    Flaky,
+}
+
+impl Status {
+    /// The label shown in tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Fail => "FAIL",
+            Status::Unsupported => "UNSUPPORTED",
+            Status::NotProvisioned => "NOT PROVISIONED",
+            Status::Error => "ERROR",
+            Status::Flaky => "FLAKY",
+        }
+    }
+}
+
+/// How a passing feature was provided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Native,
+    Emulated,
+}
+
+/// One cell: a case run against a component.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaseResult {
+    pub id: String,
+    pub family: String,
+    /// `core`, `feature` or `certification`.
+    pub level: String,
+    /// The capability the case needs, if any.
+    pub feature: Option<String>,
+    pub must: String,
+    pub status: Status,
+    /// For PASS and FLAKY: native or emulated.
+    pub mode: Option<Mode>,
+    pub duration_ms: u64,
+    /// The time bound the case ran under.
+    pub bound_ms: u64,
+    /// How many times it ran (more than one only after a failure).
+    pub attempts: u32,
+    pub evidence: Evidence,
+}
+
+/// Why a cell has its verdict.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Evidence {
+    /// What the checker found wrong (empty for PASS).
+    pub findings: Vec<String>,
+    /// Allowed but noteworthy (e.g. over-reported bulk failures).
+    pub warnings: Vec<String>,
+    /// Facts worth reading: the unsupported error seen, the reason a case could not run.
+    pub notes: Vec<String>,
+    /// An excerpt of the recorded history.
+    pub history: Vec<String>,
+}

@@ -1,1 +1,24 @@
+//! pubsub-conformance: the conformance and certification suite for pub/sub components.
+//!
+//! The flow: [`provision`] a broker, build the component from its YAML
+//! ([`pubsub_components::registry`]), run each [`catalogue`] case ([`runner`]) which
+//! records a [`history`], [`checker`] judges it, and the verdict with its evidence goes
+//! into a [`pubsub_reports::RunReport`].
+//!
+//! Third-party component authors run the whole catalogue from a test file with
+//! [`harness::run_catalogue`].
 
+pub mod cases;
+pub mod catalogue;
+pub mod certify;
+pub mod checker;
+pub mod context;
+pub mod harness;
+pub mod history;
+pub mod outcome;
+pub mod provision;
+pub mod runner;
+pub mod spans;
+
+pub use pubsub_components as components;
+pub use pubsub_reports as reports;

@@ -10,6 +10,7 @@ use futures::StreamExt;
 use std::collections::HashSet;
 
 pub(super) async fn publish(runtime: &Runtime, request: BulkPublishRequest) -> Result<BulkPublishResponse> {
+    runtime.require(Feature::BulkPublish)?;
     super::controls::validate_topic(&request.topic)?;
     validate_entry_ids(&request)?;
     if request.entries.is_empty() {

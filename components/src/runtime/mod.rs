@@ -262,6 +262,9 @@ impl Runtime {
         if subscription.receiver_delay.is_some() {
             self.require(Feature::DelayedDelivery)?;
         }
+        if matches!(handler, Handler::Bulk(_)) {
+            self.require(Feature::BulkSubscribe)?;
+        }
         match (handler, &subscription.bulk) {
             (Handler::Bulk(_), Some(bulk)) if bulk.max_messages_count == 0 => Err(
                 PubSubError::InvalidRequest("bulkSubscribe maxMessagesCount must be at least 1".into()),

@@ -1,0 +1,355 @@
+//! Bulk publish: per-entry status, partial failures, entry ids, metadata merge,
+//! `batchPublishKeepOrder`, size limits.
+
+use super::generate;
+use crate::catalogue::{Bound, Case, Level};
+use crate::context::CaseContext;
+use crate::history::KEY;
+use crate::outcome::{CaseError, CaseRun, Context, Outcome};
+use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest, Subscription};
+use pubsub_components::{ErrorKind, Feature, Metadata};
+
+const FEATURE: &[Feature] = &[Feature::BulkPublish];
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            id: "bulk-publish.all-success",
+            must: "A bulk publish whose entries all succeed MUST answer with no failed entries (HTTP 204), and every entry MUST be delivered.",
+            requires: FEATURE,
+            level: Level::Feature,
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(all_success(ctx)),
+        },
+        Case {
+            id: "bulk-publish.fidelity",
+            must: "Payload bytes, content type and metadata MUST survive bulk publish -> delivery unchanged, with and without the envelope.",
+            requires: FEATURE,
+            level: Level::Feature,
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(super::basics::fidelity(ctx, true)),
+        },
+        Case {
+            id: "bulk-publish.partial-failure",
+            must: "When some entries fail (here: over the declared maximum message size) the response MUST list them (HTTP 500) and MUST NOT report a failed entry as successful: every entry reported successful is delivered.",
+            requires: FEATURE,
+            level: Level::Feature,
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(partial_failure(ctx)),
+        },
+        Case {
+            id: "bulk-publish.status-mapping",
+            must: "For random bulk requests with random failing entries, in parallel and ordered mode, every entry reported successful MUST be delivered.",
+            requires: FEATURE,
+            level: Level::Feature,
+            bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
+            run: |ctx| Box::pin(status_mapping(ctx)),
+        },
+        Case {
+            id: "bulk-publish.entry-ids",
+            must: "A bulk request with a missing, empty or duplicate entryId MUST be rejected whole with an error naming the entry, publishing nothing; an empty entry list MUST succeed as a no-op.",
+            requires: FEATURE,
+            level: Level::Feature,
+            bound: Bound::new("delivery bound + redelivery bound", |c| c.delivery_bound + c.redelivery_bound),
+            run: |ctx| Box::pin(entry_ids(ctx)),
+        },
+        Case {
+            id: "bulk-publish.metadata-merge",
+            must: "Request metadata MUST apply to every entry, and an entry's own metadata MUST override it key by key.",
+            requires: FEATURE,
+            level: Level::Feature,
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(metadata_merge(ctx)),
+        },
+        Case {
+            id: "bulk-publish.keep-order",
+            must: "With batchPublishKeepOrder=true entries MUST be delivered in request order, and after the first failed entry no later entry may be published; all of them MUST be reported failed.",
+            requires: &[Feature::Ordering],
+            level: Level::Feature,
+            bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
+            run: |ctx| Box::pin(keep_order(ctx)),
+        },
+        Case {
+            id: "bulk-publish.size-limit",
+            must: "A bulk request over maxBulkPubBytes MUST be rejected with a clear error or split, never silently truncated: every entry is either delivered or reported failed.",
+            requires: FEATURE,
+            level: Level::Feature,
+            bound: Bound::new("delivery bound + redelivery bound", |c| c.delivery_bound + c.redelivery_bound),
+            run: |ctx| Box::pin(size_limit(ctx)),
+        },
+    ]
+}
+
+/// An entry tagged with `key` (also its entry id).
+fn entry(key: &str) -> BulkPublishEntry {
+    let mut metadata = Metadata::new();
+    metadata.insert(KEY.into(), key.into());
+    BulkPublishEntry {
+        entry_id: key.into(),
+        event: key.as_bytes().to_vec(),
+        content_type: Some("text/plain".into()),
+        metadata,
+    }
+}
+
+/// An entry the broker must refuse: a raw payload one byte over the declared maximum.
+fn oversize(ctx: &CaseContext, key: &str) -> Result<BulkPublishEntry, CaseError> {
+    let max = ctx.caps.max_message_bytes.ok_or_else(|| {
+        CaseError::Harness("cannot induce an entry failure: the component declares no maximum message size".into())
+    })?;
+    let mut entry = entry(key);
+    entry.event = vec![b'x'; max + 1];
+    entry.content_type = Some("application/octet-stream".into());
+    entry.metadata.insert("rawPayload".into(), "true".into());
+    Ok(entry)
+}
+
+fn request(topic: &str, entries: Vec<BulkPublishEntry>) -> BulkPublishRequest {
+    BulkPublishRequest {
+        topic: topic.into(),
+        entries,
+        metadata: Metadata::new(),
+    }
+}
+
+async fn all_success(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = ctx
+        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .await?;
+    let keys: Vec<String> = (0..100).map(|i| format!("e-{i}")).collect();
+    let response = ctx
+        .bulk_publish(request(&topic, keys.iter().map(|k| entry(k)).collect()))
+        .await
+        .doing("bulk publishing 100 entries")?;
+    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    subscription.stop().await;
+    let mut outcome = ctx.check(&ctx.expectation());
+    outcome.expect(response.failed_entries.is_empty() && response.http_status() == 204, || {
+        format!("valid entries reported failed: {:?}", response.failed_entries)
+    });
+    Ok(outcome)
+}
+
+async fn partial_failure(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let mut entries = Vec::new();
+    for i in 0..20 {
+        let key = format!("e-{i}");
+        entries.push(if i % 4 == 1 { oversize(&ctx, &key)? } else { entry(&key) });
+    }
+    let subscription = ctx
+        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .await?;
+    let response = ctx
+        .bulk_publish(request(&topic, entries))
+        .await
+        .doing("bulk publishing with oversize entries")?;
+    let reported_ok: Vec<String> = (0..20)
+        .map(|i| format!("e-{i}"))
+        .filter(|k| !response.failed(k))
+        .collect();
+    ctx.recorder.wait_for_keys(&reported_ok, ctx.delivery_deadline()).await;
+    subscription.stop().await;
+    let mut outcome = ctx.check(&ctx.expectation());
+    if response.failed_entries.is_empty() {
+        outcome.warn("no entry failed: the broker accepted payloads over its declared maximum size");
+    } else {
+        outcome.expect(response.http_status() == 500, || "failures present but status is not 500".into());
+        outcome.note(format!("{} entries reported failed: {:?}", response.failed_entries.len(), response.failed_entries.iter().map(|f| &f.entry_id).collect::<Vec<_>>()));
+    }
+    Ok(outcome)
+}
+
+async fn status_mapping(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = ctx
+        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .await?;
+    let strategy = (proptest::collection::vec(proptest::bool::weighted(0.3), 1..30), proptest::bool::ANY);
+    let mut expected = Vec::new();
+    for (r, (failing, keep_order)) in generate(strategy, ctx.seed(), 8).into_iter().enumerate() {
+        let mut entries = Vec::new();
+        for (i, fail) in failing.iter().enumerate() {
+            let key = format!("r{r}-e{i}");
+            entries.push(if *fail { oversize(&ctx, &key)? } else { entry(&key) });
+        }
+        let mut req = request(&topic, entries);
+        if keep_order {
+            req.metadata.insert("batchPublishKeepOrder".into(), "true".into());
+        }
+        let response = ctx.bulk_publish(req).await.doing(&format!("bulk request {r}"))?;
+        expected.extend(
+            (0..failing.len())
+                .map(|i| format!("r{r}-e{i}"))
+                .filter(|k| !response.failed(k)),
+        );
+    }
+    ctx.recorder.wait_for_keys(&expected, ctx.delivery_deadline()).await;
+    subscription.stop().await;
+    let mut outcome = ctx.check(&ctx.expectation());
+    outcome.note(format!("8 generated requests (seed {}), {} entries reported successful", ctx.seed(), expected.len()));
+    Ok(outcome)
+}
+
+async fn entry_ids(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = ctx
+        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .await?;
+    let mut blank = entry("bad-1");
+    blank.entry_id = "   ".into();
+    let mut missing = entry("bad-3");
+    missing.entry_id = String::new();
+    let attempts = vec![
+        ("missing entryId", vec![entry("bad-0"), missing], "index 1"),
+        ("blank entryId", vec![blank, entry("bad-2")], "index 0"),
+        ("duplicate entryId", vec![entry("bad-4"), entry("bad-5"), entry("bad-4")], "bad-4"),
+    ];
+    let mut outcome = Outcome::new();
+    for (what, entries, named) in attempts {
+        match ctx.runtime.bulk_publish(request(&topic, entries)).await {
+            Ok(response) => {
+                outcome.fail(format!("{what}: accepted ({} failed entries) instead of rejected whole", response.failed_entries.len()));
+            }
+            Err(e) if e.kind() != ErrorKind::InvalidRequest || !e.to_string().contains(named) => {
+                outcome.fail(format!("{what}: the error is not an InvalidRequest naming {named}: {e}"));
+            }
+            Err(e) => {
+                outcome.note(format!("{what}: {e}"));
+            }
+        }
+    }
+    match ctx.runtime.bulk_publish(request(&topic, Vec::new())).await {
+        Ok(response) if response.failed_entries.is_empty() => {}
+        other => {
+            outcome.fail(format!("an empty entry list must be a no-op success, got {other:?}"));
+        }
+    }
+    let sentinel = ctx.publish_numbered(&topic, "ok", 1).await?;
+    ctx.recorder.wait_for_keys(&sentinel, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_until(ctx.quiet_window(), |h| h.delivered_keys().iter().any(|k| k.starts_with("bad-")))
+        .await;
+    subscription.stop().await;
+    Ok(outcome.merge(ctx.check(&ctx.expectation())))
+}
+
+async fn metadata_merge(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = ctx
+        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .await?;
+    let mut overriding = entry("e-1");
+    overriding.metadata.insert("app-b".into(), "entry-b".into());
+    let own_map = entry("e-2");
+    let mut no_map = entry("e-3");
+    no_map.metadata.clear();
+    let mut req = request(&topic, vec![overriding, own_map, no_map]);
+    req.metadata.insert("app-a".into(), "request-a".into());
+    req.metadata.insert("app-b".into(), "request-b".into());
+    // The entry without a map of its own gets its key from the request metadata.
+    req.metadata.insert(KEY.into(), "e-3".into());
+    let response = ctx.bulk_publish(req).await.doing("bulk publishing with request metadata")?;
+    let keys: Vec<String> = ["e-1", "e-2", "e-3"].map(String::from).to_vec();
+    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    subscription.stop().await;
+    let mut outcome = ctx.check(&ctx.expectation());
+    outcome.expect(response.failed_entries.is_empty(), || format!("entries failed: {:?}", response.failed_entries));
+    let expected = [("e-1", "entry-b"), ("e-2", "request-b"), ("e-3", "request-b")];
+    for event in ctx.recorder.events() {
+        let key = super::key_of(&event).to_string();
+        let Some((_, b)) = expected.iter().find(|(k, _)| *k == key) else { continue };
+        let a_value = event.metadata.get("app-a").map(String::as_str);
+        let b_value = event.metadata.get("app-b").map(String::as_str);
+        outcome.expect(a_value == Some("request-a") && b_value == Some(*b), || {
+            format!("{key}: app-a={a_value:?} app-b={b_value:?}, expected app-a=request-a app-b={b}")
+        });
+    }
+    Ok(outcome)
+}
+
+async fn keep_order(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    const FAILING: usize = 12;
+    let mut entries = Vec::new();
+    for i in 0..30 {
+        let key = format!("e-{i:02}");
+        entries.push(if i == FAILING { oversize(&ctx, &key)? } else { entry(&key) });
+    }
+    let subscription = ctx
+        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .await?;
+    let mut req = request(&topic, entries);
+    req.metadata.insert("batchPublishKeepOrder".into(), "true".into());
+    let response = ctx.bulk_publish(req).await.doing("bulk publishing in order")?;
+    let before: Vec<String> = (0..FAILING).map(|i| format!("e-{i:02}")).collect();
+    ctx.recorder.wait_for_keys(&before, ctx.delivery_deadline()).await;
+    // Later entries must not have been published: give them the time a delivery takes.
+    ctx.recorder
+        .wait_until(ctx.quiet_window(), |h| (FAILING + 1..30).any(|i| h.delivery_count(&format!("e-{i:02}")) > 0))
+        .await;
+    subscription.stop().await;
+    let mut expectation = ctx.expectation();
+    expectation.ordering = Some(ctx.caps.ordering);
+    expectation.note_over_reported = false;
+    let mut outcome = ctx.check(&expectation);
+    let history = ctx.recorder.history();
+    for i in FAILING..30 {
+        let key = format!("e-{i:02}");
+        outcome.expect(response.failed(&key), || format!("{key} (at or after the first failure) was reported published"));
+        if i > FAILING {
+            outcome.expect(history.delivery_count(&key) == 0, || format!("{key} was published after the first failed entry"));
+        }
+    }
+    Ok(outcome)
+}
+
+async fn size_limit(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = ctx
+        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .await?;
+    let entries: Vec<BulkPublishEntry> = (0..10)
+        .map(|i| {
+            let mut e = entry(&format!("big-{i}"));
+            e.event = vec![b'a' + i as u8; 1000];
+            e.metadata.insert("rawPayload".into(), "true".into());
+            e
+        })
+        .collect();
+    let mut req = request(&topic, entries);
+    req.metadata.insert("maxBulkPubBytes".into(), "4000".into());
+    let mut outcome = Outcome::new();
+    let keys: Vec<String> = (0..10).map(|i| format!("big-{i}")).collect();
+    match ctx.bulk_publish(req).await {
+        Err(e) if e.kind() == ErrorKind::InvalidRequest && e.to_string().contains("maxBulkPubBytes") => {
+            outcome.note(format!("rejected: {e}"));
+        }
+        Err(e) => {
+            outcome.fail(format!("rejected without naming maxBulkPubBytes as an InvalidRequest: {e}"));
+        }
+        Ok(response) => {
+            outcome.note(format!("accepted (split), {} failed entries", response.failed_entries.len()));
+            let ok: Vec<String> = keys.iter().filter(|k| !response.failed(k)).cloned().collect();
+            ctx.recorder.wait_for_keys(&ok, ctx.delivery_deadline()).await;
+        }
+    }
+    let sentinel = ctx.publish_numbered(&topic, "ok", 1).await?;
+    ctx.recorder.wait_for_keys(&sentinel, ctx.delivery_deadline()).await;
+    subscription.stop().await;
+    let mut expectation = ctx.expectation();
+    expectation.note_over_reported = true;
+    let checked = ctx.check(&expectation);
+    // A rejected request publishes nothing: any delivery of it is a half-publish.
+    let history = ctx.recorder.history();
+    let half: Vec<&String> = keys.iter().filter(|k| history.delivery_count(k) > 0).collect();
+    if outcome.notes.first().is_some_and(|n| n.starts_with("rejected")) {
+        outcome.expect(half.is_empty(), || format!("the rejected request was half-published: {half:?}"));
+    }
+    let events = ctx.recorder.events();
+    for event in events.iter().filter(|e| super::key_of(e).starts_with("big-")) {
+        outcome.expect(event.data.len() == 1000, || format!("{} truncated to {} bytes", super::key_of(event), event.data.len()));
+    }
+    Ok(outcome.merge(checked))
+}

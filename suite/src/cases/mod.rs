@@ -1,0 +1,159 @@
+//! The case bodies, one module per family. Each module's `cases()` lists its cases
+//! as catalogue data; [`all`] gathers them.
+
+mod basics;
+mod bulk_publish;
+mod bulk_subscribe;
+mod certification;
+mod delay;
+mod multi_topic;
+mod ordering;
+mod partitions;
+mod retry;
+mod tracing_cases;
+mod ttl;
+
+use crate::catalogue::Case;
+use crate::history::KEY;
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use pubsub_components::runtime::Event;
+use pubsub_components::{Capabilities, Metadata};
+
+/// Every case of every family.
+pub fn all() -> Vec<Case> {
+    [
+        basics::cases(),
+        bulk_publish::cases(),
+        bulk_subscribe::cases(),
+        retry::cases(),
+        ttl::cases(),
+        ordering::cases(),
+        delay::cases(),
+        multi_topic::cases(),
+        partitions::cases(),
+        tracing_cases::cases(),
+        certification::cases(),
+    ]
+    .concat()
+}
+
+/// `count` values drawn from `strategy` with a generator seeded by `seed`: the same
+/// values on every run with the same seed.
+pub fn generate<S: Strategy>(strategy: S, seed: u64, count: usize) -> Vec<S::Value> {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+    );
+    (0..count)
+        .map(|_| strategy.new_tree(&mut runner).expect("strategy generates").current())
+        .collect()
+}
+
+/// The case key a delivered event carries.
+pub fn key_of(event: &Event) -> &str {
+    event.metadata.get(KEY).map(String::as_str).unwrap_or("")
+}
+
+/// One message whose payload, content type and metadata must survive unchanged.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub key: String,
+    pub data: Vec<u8>,
+    pub content_type: Option<String>,
+    /// Everything the app sets, including `pcs-key` and `rawPayload`.
+    pub metadata: Metadata,
+}
+
+/// Fixed edge cases (binary, empty, unicode, JSON, large) in both envelope modes, plus
+/// `random` generated samples.
+pub fn samples(caps: &Capabilities, seed: u64, random: usize) -> Vec<Sample> {
+    let large = caps.max_message_bytes.map_or(256 * 1024, |max| (max / 3).min(256 * 1024));
+    let fixed: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
+        ("binary", (0..=255u8).collect(), Some("application/octet-stream")),
+        ("empty", Vec::new(), Some("application/octet-stream")),
+        ("unicode", "héllo wörld ✓ 日本語 🚀".as_bytes().to_vec(), Some("text/plain; charset=utf-8")),
+        ("json", br#"{"order": 17, "items": ["a", "b"], "nested": {"x": null}}"#.to_vec(), Some("application/json")),
+        ("large", (0..large).map(|i| (i * 31 % 251) as u8).collect(), Some("application/octet-stream")),
+        ("untyped", b"no content type".to_vec(), None),
+    ];
+    let mut out = Vec::new();
+    for raw in [false, true] {
+        for (label, data, content_type) in &fixed {
+            let key = format!("{label}-{}", if raw { "raw" } else { "ce" });
+            let mut metadata = Metadata::new();
+            metadata.insert(KEY.into(), key.clone());
+            metadata.insert("app-label".into(), format!("{label} ✓ value"));
+            if raw {
+                metadata.insert("rawPayload".into(), "true".into());
+            }
+            out.push(Sample {
+                key,
+                data: data.clone(),
+                content_type: content_type.map(str::to_string),
+                metadata,
+            });
+        }
+    }
+    let strategy = (
+        proptest::collection::vec(proptest::num::u8::ANY, 0..2048),
+        proptest::option::of(proptest::sample::select(vec![
+            "application/octet-stream",
+            "application/json",
+            "text/plain",
+            "application/x-custom+proto",
+        ])),
+        proptest::collection::btree_map("app-[a-z][a-zA-Z0-9_.]{0,12}", "[^\\p{Cc}]{0,24}", 0..4),
+        proptest::bool::ANY,
+    );
+    for (i, (data, content_type, mut metadata, raw)) in
+        generate(strategy, seed, random).into_iter().enumerate()
+    {
+        let key = format!("random-{i}");
+        metadata.insert(KEY.into(), key.clone());
+        if raw {
+            metadata.insert("rawPayload".into(), "true".into());
+        }
+        out.push(Sample {
+            key,
+            data,
+            content_type: content_type.map(str::to_string),
+            metadata,
+        });
+    }
+    out
+}
+
+/// Compares a delivered event with its sample; returns what differs.
+pub fn fidelity_problems(sample: &Sample, event: &Event) -> Vec<String> {
+    let mut problems = Vec::new();
+    if event.data != sample.data {
+        let first_diff = event
+            .data
+            .iter()
+            .zip(&sample.data)
+            .position(|(a, b)| a != b)
+            .unwrap_or(event.data.len().min(sample.data.len()));
+        problems.push(format!(
+            "{}: payload differs ({} bytes published, {} delivered, first difference at byte {first_diff})",
+            sample.key,
+            sample.data.len(),
+            event.data.len()
+        ));
+    }
+    if event.content_type != sample.content_type {
+        problems.push(format!(
+            "{}: content type {:?} published, {:?} delivered",
+            sample.key, sample.content_type, event.content_type
+        ));
+    }
+    if event.metadata != sample.metadata {
+        problems.push(format!(
+            "{}: metadata {:?} published, {:?} delivered",
+            sample.key, sample.metadata, event.metadata
+        ));
+    }
+    problems
+}

@@ -1,0 +1,143 @@
+//! The conformance catalogue: every case as data (id, MUST statement, capability,
+//! level, time bound) read alike by the runner, `list`, the test harness and reports.
+
+use crate::cases;
+use crate::context::CaseContext;
+use crate::outcome::CaseRun;
+use futures::future::BoxFuture;
+use pubsub_components::{Capabilities, Feature};
+use serde::Serialize;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// How demanding a case is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Every component must pass it.
+    Core,
+    /// Required when the component declares the feature.
+    Feature,
+    /// Behaviour under faults and load.
+    Certification,
+}
+
+impl Level {
+    /// The lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Core => "core",
+            Level::Feature => "feature",
+            Level::Certification => "certification",
+        }
+    }
+
+    /// Parses `core`, `feature` or `certification`.
+    pub fn parse(text: &str) -> Option<Level> {
+        [Level::Core, Level::Feature, Level::Certification]
+            .into_iter()
+            .find(|l| l.name() == text)
+    }
+}
+
+/// A case's time bound, derived from what the component declares.
+#[derive(Clone, Copy)]
+pub struct Bound {
+    /// How it is derived, for `list` and the report.
+    pub rule: &'static str,
+    pub compute: fn(&Capabilities) -> Duration,
+}
+
+impl Bound {
+    /// A bound computed from the capabilities.
+    pub const fn new(rule: &'static str, compute: fn(&Capabilities) -> Duration) -> Self {
+        Bound { rule, compute }
+    }
+
+    /// The bound for a component.
+    pub fn for_caps(&self, caps: &Capabilities) -> Duration {
+        (self.compute)(caps)
+    }
+}
+
+/// The body of a case.
+pub type CaseFn = fn(CaseContext) -> BoxFuture<'static, CaseRun>;
+
+/// One conformance case.
+#[derive(Clone)]
+pub struct Case {
+    /// Stable id, `family.name`.
+    pub id: &'static str,
+    /// What a conformant component MUST do.
+    pub must: &'static str,
+    /// The capabilities it needs; when one is declared unsupported the case checks
+    /// that using it is refused clearly instead.
+    pub requires: &'static [Feature],
+    pub level: Level,
+    pub bound: Bound,
+    pub run: CaseFn,
+}
+
+impl Case {
+    /// The family: the id up to the first dot.
+    pub fn family(&self) -> &'static str {
+        self.id.split('.').next().unwrap_or(self.id)
+    }
+
+    /// The capabilities it needs, as text (`-` for none).
+    pub fn requirement(&self) -> String {
+        if self.requires.is_empty() {
+            return "-".into();
+        }
+        self.requires.iter().map(|f| f.name()).collect::<Vec<_>>().join("+")
+    }
+}
+
+static CATALOGUE: LazyLock<Vec<Case>> = LazyLock::new(|| {
+    let mut all = cases::all();
+    all.sort_by_key(|c| c.id);
+    all
+});
+
+/// Every case, sorted by id.
+pub fn catalogue() -> &'static [Case] {
+    &CATALOGUE
+}
+
+/// The case with this id.
+pub fn find(id: &str) -> Option<&'static Case> {
+    catalogue().iter().find(|c| c.id == id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn ids_are_unique_well_formed_and_stated() {
+        let mut seen = HashSet::new();
+        for case in catalogue() {
+            assert!(seen.insert(case.id), "duplicate id {}", case.id);
+            assert!(
+                case.id.contains('.')
+                    && case.id.chars().all(|c| c.is_ascii_lowercase() || c == '.' || c == '-'),
+                "malformed id {}",
+                case.id
+            );
+            assert!(case.must.contains("MUST"), "{} has no MUST statement", case.id);
+        }
+    }
+
+    #[test]
+    fn every_contract_section_has_cases() {
+        let families: HashSet<&str> = catalogue().iter().map(Case::family).collect();
+        for family in [
+            "publish", "envelope", "subscribe", "bulk-publish", "bulk-subscribe", "retry",
+            "dead-letter", "ttl", "ordering", "delay", "multi-topic", "message-id",
+            "partitions", "tracing", "certification",
+        ] {
+            assert!(families.contains(family), "no case in family {family}");
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! `certify`: definitions -> provisioning -> runtime -> every selected case -> report.
+
+use crate::catalogue::{catalogue, Case, Level};
+use crate::provision::{self, NotProvisioned};
+use crate::runner::{run_case, RunOptions};
+use anyhow::{bail, Context as _};
+use globset::{Glob, GlobMatcher};
+use pubsub_components::config::ComponentDefinition;
+use pubsub_components::runtime::Runtime;
+use pubsub_components::Component;
+use pubsub_reports::{
+    CaseResult, ComponentReport, Evidence, Machine, Provisioning, RunReport, Status,
+    SCHEMA_VERSION,
+};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// Which cases and components a run covers.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// Component names (`metadata.name`); empty means every definition.
+    pub components: Vec<String>,
+    /// A glob over case ids, e.g. `bulk-*`.
+    pub case_glob: Option<String>,
+    /// Cases up to and including this level.
+    pub level: Option<Level>,
+}
+
+impl Selection {
+    /// The cases selected, in catalogue order.
+    pub fn cases(&self) -> anyhow::Result<Vec<&'static Case>> {
+        let matcher: Option<GlobMatcher> = match &self.case_glob {
+            Some(glob) => Some(
+                Glob::new(glob)
+                    .with_context(|| format!("--case '{glob}' is not a valid glob"))?
+                    .compile_matcher(),
+            ),
+            None => None,
+        };
+        let cases: Vec<&Case> = catalogue()
+            .iter()
+            .filter(|c| matcher.as_ref().is_none_or(|m| m.is_match(c.id)))
+            .filter(|c| self.level.is_none_or(|l| c.level <= l))
+            .collect();
+        if cases.is_empty() {
+            bail!("no case matches --case {:?} and --level {:?}; see `list`", self.case_glob, self.level.map(Level::name));
+        }
+        Ok(cases)
+    }
+}
+
+/// Reads every `*.yaml` definition in `dir`, sorted by file name.
+pub fn load_definitions(dir: &Path) -> anyhow::Result<Vec<ComponentDefinition>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read the fixtures directory {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    paths.sort();
+    let mut definitions = Vec::new();
+    for path in paths {
+        definitions.push(ComponentDefinition::from_file(&path)?);
+    }
+    Ok(definitions)
+}
+
+/// The definitions a selection names, failing on names that have none.
+pub fn select_definitions(
+    all: Vec<ComponentDefinition>,
+    names: &[String],
+    dir: &Path,
+) -> anyhow::Result<Vec<ComponentDefinition>> {
+    if names.is_empty() {
+        return Ok(all);
+    }
+    let known: Vec<String> = all.iter().map(|d| d.name.clone()).collect();
+    let mut chosen = Vec::new();
+    for name in names {
+        match all.iter().find(|d| &d.name == name) {
+            Some(d) => chosen.push(d.clone()),
+            None => bail!(
+                "no component named '{name}' in {}; known: {}",
+                dir.display(),
+                known.join(", ")
+            ),
+        }
+    }
+    Ok(chosen)
+}
+
+/// Certifies each definition against the selected cases; `progress` hears each step.
+pub async fn certify(
+    definitions: &[ComponentDefinition],
+    cases: &[&Case],
+    options: &RunOptions,
+    progress: &mut dyn FnMut(&str),
+) -> RunReport {
+    let started_at = now_text();
+    let mut components = Vec::new();
+    for definition in definitions {
+        let order = provision::auto_order(&definition.component_type);
+        progress(&format!("{}: provisioning (pubsub.{})", definition.name, definition.component_type));
+        let report = match provision::provision(definition, &order).await {
+            Ok(provisioned) => {
+                let broker_version = provisioned.component.broker_version().await.ok();
+                let provisioning = Provisioning {
+                    kind: provisioned.kind.to_string(),
+                    endpoint: provisioned.endpoint.clone(),
+                    broker_version,
+                    problem: None,
+                };
+                let results =
+                    run_cases(definition, provisioned.component.clone(), cases, options, progress).await;
+                component_report(definition, provisioned.component.as_ref(), provisioning, results)
+            }
+            Err(reasons) => not_provisioned(definition, cases, &reasons),
+        };
+        components.push(report);
+    }
+    RunReport {
+        schema_version: SCHEMA_VERSION,
+        suite_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at,
+        finished_at: now_text(),
+        machine: machine(),
+        components,
+    }
+}
+
+async fn run_cases(
+    definition: &ComponentDefinition,
+    component: std::sync::Arc<dyn Component>,
+    cases: &[&Case],
+    options: &RunOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Vec<CaseResult> {
+    let runtime = Runtime::new(definition.name.clone(), component);
+    let mut results = Vec::new();
+    for (index, case) in cases.iter().enumerate() {
+        let result = run_case(case, &runtime, options).await;
+        progress(&format!(
+            "{}: [{}/{}] {} {} ({} ms)",
+            definition.name,
+            index + 1,
+            cases.len(),
+            case.id,
+            result.status.label(),
+            result.duration_ms
+        ));
+        results.push(result);
+    }
+    results
+}
+
+fn component_report(
+    definition: &ComponentDefinition,
+    component: &dyn Component,
+    provisioning: Provisioning,
+    cases: Vec<CaseResult>,
+) -> ComponentReport {
+    ComponentReport {
+        name: definition.name.clone(),
+        component_type: definition.component_type.clone(),
+        definition: definition.source.display().to_string(),
+        provisioning,
+        capabilities: serde_json::to_value(component.capabilities()).unwrap_or_default(),
+        cases,
+    }
+}
+
+fn not_provisioned(
+    definition: &ComponentDefinition,
+    cases: &[&Case],
+    reasons: &[NotProvisioned],
+) -> ComponentReport {
+    let notes: Vec<String> = reasons.iter().map(ToString::to_string).collect();
+    ComponentReport {
+        name: definition.name.clone(),
+        component_type: definition.component_type.clone(),
+        definition: definition.source.display().to_string(),
+        provisioning: Provisioning {
+            kind: "none".into(),
+            endpoint: None,
+            broker_version: None,
+            problem: Some(notes.join("; ")),
+        },
+        capabilities: serde_json::Value::Null,
+        cases: cases
+            .iter()
+            .map(|case| CaseResult {
+                id: case.id.to_string(),
+                family: case.family().to_string(),
+                level: case.level.name().to_string(),
+                feature: (!case.requires.is_empty()).then(|| case.requirement()),
+                must: case.must.to_string(),
+                status: Status::NotProvisioned,
+                mode: None,
+                duration_ms: 0,
+                bound_ms: 0,
+                attempts: 0,
+                evidence: Evidence {
+                    notes: notes.clone(),
+                    ..Evidence::default()
+                },
+            })
+            .collect(),
+    }
+}
+
+fn now_text() -> String {
+    pubsub_components::runtime::controls::format_time(SystemTime::now())
+}
+
+fn machine() -> Machine {
+    Machine {
+        hostname: std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into()),
+        os: std::env::consts::OS.to_string(),
+        arch: std::env::consts::ARCH.to_string(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}

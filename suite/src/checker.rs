@@ -1,0 +1,331 @@
+//! Judges delivery from a recorded history, in the manner of Jepsen's queue checkers:
+//! lost, unexpected, duplicated, out of declared order, early and late.
+
+use crate::history::{History, Record};
+use crate::outcome::Outcome;
+use pubsub_components::{DeliveryGuarantee, OrderingScope};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, SystemTime};
+
+/// How many examples of each kind a finding lists.
+const EXAMPLES: usize = 8;
+
+/// What the history is judged against.
+#[derive(Debug, Clone)]
+pub struct Expectation {
+    pub guarantee: DeliveryGuarantee,
+    /// The ordering scope to check, if any.
+    pub ordering: Option<OrderingScope>,
+    /// Keys left out of the ordering check (e.g. retried on purpose).
+    pub unordered_keys: BTreeSet<String>,
+    /// Due-time checks for delayed messages.
+    pub timing: Option<Timing>,
+    /// Whether a failed publish that was delivered anyway is only a warning (bulk
+    /// over-reported failures) rather than nothing worth noting.
+    pub note_over_reported: bool,
+}
+
+/// Tolerances of the due-time check.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// How early a delivery may be (declared clock tolerance).
+    pub early_tolerance: Duration,
+    /// How late a delivery may be (declared delay precision).
+    pub late_precision: Duration,
+}
+
+impl Expectation {
+    /// Delivery only: nothing lost, nothing unexpected, duplicates per the guarantee.
+    pub fn delivery(guarantee: DeliveryGuarantee) -> Self {
+        Expectation {
+            guarantee,
+            ordering: None,
+            unordered_keys: BTreeSet::new(),
+            timing: None,
+            note_over_reported: true,
+        }
+    }
+}
+
+/// Everything the checker found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Findings {
+    pub lost: Vec<String>,
+    pub unexpected: Vec<String>,
+    pub duplicated: Vec<(String, usize)>,
+    pub reordered: Vec<String>,
+    pub early: Vec<String>,
+    pub late: Vec<String>,
+    pub over_reported: Vec<String>,
+    pub published_ok: usize,
+    pub delivered: usize,
+}
+
+fn examples(items: &[String]) -> String {
+    let shown: Vec<&str> = items.iter().take(EXAMPLES).map(String::as_str).collect();
+    let more = items.len().saturating_sub(EXAMPLES);
+    if more > 0 {
+        format!("{} (+{more} more)", shown.join(", "))
+    } else {
+        shown.join(", ")
+    }
+}
+
+impl Findings {
+    /// Turns the findings into an outcome: what the guarantee forbids fails the case.
+    pub fn outcome(&self, expectation: &Expectation) -> Outcome {
+        let mut outcome = Outcome::new();
+        outcome.note(format!(
+            "{} publishes acknowledged, {} deliveries recorded",
+            self.published_ok, self.delivered
+        ));
+        if !self.lost.is_empty() {
+            outcome.fail(format!(
+                "lost: {} acknowledged publishes were never delivered: {}",
+                self.lost.len(),
+                examples(&self.lost)
+            ));
+        }
+        if !self.unexpected.is_empty() {
+            outcome.fail(format!(
+                "unexpected: {} deliveries of messages never published: {}",
+                self.unexpected.len(),
+                examples(&self.unexpected)
+            ));
+        }
+        if !self.duplicated.is_empty() {
+            let listed: Vec<String> = self
+                .duplicated
+                .iter()
+                .map(|(k, n)| format!("{k} x{n}"))
+                .collect();
+            let text = format!(
+                "duplicated: {} messages delivered more than once: {}",
+                listed.len(),
+                examples(&listed)
+            );
+            if expectation.guarantee == DeliveryGuarantee::ExactlyOnce {
+                outcome.fail(format!("{text} (the component claims exactly-once)"));
+            } else {
+                outcome.warn(format!("{text} (allowed: at-least-once)"));
+            }
+        }
+        if !self.reordered.is_empty() {
+            outcome.fail(format!(
+                "reordered: {} deliveries out of {:?} order: {}",
+                self.reordered.len(),
+                expectation.ordering.unwrap_or(OrderingScope::None),
+                examples(&self.reordered)
+            ));
+        }
+        if !self.early.is_empty() {
+            outcome.fail(format!(
+                "early: {} messages delivered before their due time: {}",
+                self.early.len(),
+                examples(&self.early)
+            ));
+        }
+        if !self.late.is_empty() {
+            outcome.fail(format!(
+                "late: {} messages delivered after their due time plus the declared precision: {}",
+                self.late.len(),
+                examples(&self.late)
+            ));
+        }
+        if !self.over_reported.is_empty() && expectation.note_over_reported {
+            outcome.warn(format!(
+                "over-reported failure: {} entries reported failed were delivered (allowed; the app retries): {}",
+                self.over_reported.len(),
+                examples(&self.over_reported)
+            ));
+        }
+        outcome
+    }
+}
+
+struct Publish {
+    index: usize,
+    ok: bool,
+    partition_key: Option<String>,
+    due: Option<SystemTime>,
+}
+
+/// Checks `history` against `expectation`.
+pub fn check(history: &History, expectation: &Expectation) -> Findings {
+    let mut published: HashMap<&str, Publish> = HashMap::new();
+    for record in &history.records {
+        if let Record::Published { key, outcome, partition_key, due, .. } = record {
+            let index = published.len();
+            let entry = published.entry(key.as_str()).or_insert(Publish {
+                index,
+                ok: false,
+                partition_key: partition_key.clone(),
+                due: *due,
+            });
+            entry.ok |= outcome.is_ok();
+        }
+    }
+    let mut findings = Findings {
+        published_ok: published.values().filter(|p| p.ok).count(),
+        ..Findings::default()
+    };
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    // scope -> (publish index, key) of the latest first delivery seen
+    let mut last_in_scope: HashMap<String, (usize, &str)> = HashMap::new();
+    for record in &history.records {
+        let Record::Delivered { key, topic, id, at, .. } = record else {
+            continue;
+        };
+        findings.delivered += 1;
+        let Some(key) = key.as_deref() else {
+            findings
+                .unexpected
+                .push(format!("{id} from {topic} (no key: metadata lost?)"));
+            continue;
+        };
+        let Some(publish) = published.get(key) else {
+            findings.unexpected.push(format!("{key} ({id})"));
+            continue;
+        };
+        let count = counts.entry(key).or_insert(0);
+        *count += 1;
+        if *count > 1 {
+            continue;
+        }
+        if !publish.ok {
+            findings.over_reported.push(key.to_string());
+        }
+        if let (Some(timing), Some(due)) = (expectation.timing, publish.due) {
+            if *at + timing.early_tolerance < due {
+                let early = due.duration_since(*at).unwrap_or_default();
+                findings.early.push(format!("{key} by {early:?}"));
+            } else if let Ok(late) = at.duration_since(due + timing.late_precision) {
+                if !late.is_zero() {
+                    findings.late.push(format!("{key} by {late:?} beyond the precision"));
+                }
+            }
+        }
+        let scope = match expectation.ordering {
+            None | Some(OrderingScope::None) => None,
+            Some(_) if expectation.unordered_keys.contains(key) => None,
+            Some(OrderingScope::PerTopic) => Some(topic.clone()),
+            Some(OrderingScope::PerPartition) => Some(id.owner().unwrap_or_else(|| topic.clone())),
+            Some(OrderingScope::PerKey) => Some(
+                publish
+                    .partition_key
+                    .clone()
+                    .unwrap_or_else(|| format!("{topic} (no key)")),
+            ),
+        };
+        if let Some(scope) = scope {
+            if let Some((previous, previous_key)) = last_in_scope.get(&scope) {
+                if *previous > publish.index {
+                    findings.reordered.push(format!(
+                        "in {scope}: {key} (published #{}) after {previous_key} (published #{previous})",
+                        publish.index
+                    ));
+                    continue;
+                }
+            }
+            last_in_scope.insert(scope, (publish.index, key));
+        }
+    }
+    for (key, publish) in &published {
+        if publish.ok && !counts.contains_key(key) {
+            findings.lost.push(key.to_string());
+        }
+    }
+    findings.lost.sort_by_key(|k| published[k.as_str()].index);
+    findings.duplicated = counts
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(k, n)| (k.to_string(), n))
+        .collect();
+    findings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pubsub_components::MessageId;
+
+    fn published(key: &str, ok: bool) -> Record {
+        Record::Published {
+            key: key.into(),
+            topic: "t".into(),
+            at: SystemTime::now(),
+            outcome: if ok { Ok(None) } else { Err("refused".into()) },
+            partition_key: None,
+            due: None,
+        }
+    }
+
+    fn delivered(key: &str, partition: u32) -> Record {
+        Record::Delivered {
+            key: Some(key.into()),
+            topic: "t".into(),
+            id: MessageId::new("t", Some(partition), 0),
+            at: SystemTime::now(),
+            attempt: 1,
+            batch: None,
+            subscriber: "s".into(),
+        }
+    }
+
+    #[test]
+    fn finds_lost_unexpected_duplicated_and_reordered() {
+        let history = History {
+            records: vec![
+                published("a", true),
+                published("b", true),
+                published("c", true),
+                published("d", false),
+                delivered("b", 0),
+                delivered("a", 0),
+                delivered("a", 0),
+                delivered("x", 0),
+                delivered("d", 0),
+            ],
+        };
+        let mut expectation = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
+        expectation.ordering = Some(OrderingScope::PerPartition);
+        let findings = check(&history, &expectation);
+        assert_eq!(findings.lost, vec!["c"]);
+        assert_eq!(findings.unexpected, vec!["x (t#0@0)"]);
+        assert_eq!(findings.duplicated, vec![("a".to_string(), 2)]);
+        assert_eq!(findings.reordered.len(), 1);
+        assert!(findings.reordered[0].contains("a (published #0) after b"));
+        assert_eq!(findings.over_reported, vec!["d"]);
+        let outcome = findings.outcome(&expectation);
+        assert_eq!(outcome.findings.len(), 3, "{:?}", outcome.findings);
+        assert_eq!(outcome.warnings.len(), 2, "{:?}", outcome.warnings);
+    }
+
+    #[test]
+    fn duplicates_fail_only_under_exactly_once() {
+        let history = History {
+            records: vec![published("a", true), delivered("a", 0), delivered("a", 0)],
+        };
+        let once = Expectation::delivery(DeliveryGuarantee::ExactlyOnce);
+        assert!(!check(&history, &once).outcome(&once).passed());
+        let least = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
+        assert!(check(&history, &least).outcome(&least).passed());
+    }
+
+    #[test]
+    fn order_is_judged_per_scope() {
+        let history = History {
+            records: vec![
+                published("a", true),
+                published("b", true),
+                delivered("b", 1),
+                delivered("a", 0),
+            ],
+        };
+        let mut expectation = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
+        expectation.ordering = Some(OrderingScope::PerPartition);
+        assert!(check(&history, &expectation).reordered.is_empty());
+        expectation.ordering = Some(OrderingScope::PerTopic);
+        assert_eq!(check(&history, &expectation).reordered.len(), 1);
+    }
+}

@@ -1,0 +1,191 @@
+//! What a case body gets: the runtime under test, fresh names, deadlines derived from
+//! the case's bound, a recorder, and helpers that publish while recording.
+
+use crate::checker::{check, Expectation};
+use crate::history::{Recorder, KEY};
+use crate::outcome::{CaseError, Context, Outcome};
+use pubsub_components::runtime::{
+    BulkPublishRequest, BulkPublishResponse, Handler, PublishRequest, Runtime, Subscription,
+    SubscriptionHandle,
+};
+use pubsub_components::{Capabilities, MessageId, PubSubError};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+/// The environment of one run of one case.
+pub struct CaseContext {
+    pub runtime: Runtime,
+    pub caps: Capabilities,
+    pub recorder: Recorder,
+    prefix: String,
+    deadline: Instant,
+    seed: u64,
+}
+
+impl CaseContext {
+    /// A context whose names are unique to this run and whose waits end by `bound`.
+    pub fn new(runtime: Runtime, case_id: &str, bound: Duration, seed: u64) -> Self {
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        CaseContext {
+            caps: runtime.capabilities().clone(),
+            runtime,
+            recorder: Recorder::new(),
+            prefix: format!("pcs-{}-{}", &run[..8], case_id.replace('.', "-")),
+            deadline: Instant::now() + bound,
+            seed,
+        }
+    }
+
+    /// A fresh topic name.
+    pub fn topic(&self, label: &str) -> String {
+        format!("{}-{label}", self.prefix)
+    }
+
+    /// A fresh consumer-group name.
+    pub fn group(&self, label: &str) -> String {
+        format!("{}-g-{label}", self.prefix)
+    }
+
+    /// The seed for generated inputs (reported in the notes).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The end of the case's bound.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Now plus `wait`, but never past the case's bound.
+    pub fn within(&self, wait: Duration) -> Instant {
+        (Instant::now() + wait).min(self.deadline)
+    }
+
+    /// The deadline for messages published now to be delivered.
+    pub fn delivery_deadline(&self) -> Instant {
+        self.within(self.caps.delivery_bound)
+    }
+
+    /// How long a message that must not arrive is waited for after a sentinel that
+    /// was published later arrived: the declared redelivery bound.
+    pub fn quiet_window(&self) -> Instant {
+        self.within(self.caps.redelivery_bound)
+    }
+
+    /// The delivery expectation matching the declared guarantee.
+    pub fn expectation(&self) -> Expectation {
+        Expectation::delivery(self.caps.delivery)
+    }
+
+    /// Checks the recorded history and attaches an excerpt of it.
+    pub fn check(&self, expectation: &Expectation) -> Outcome {
+        let history = self.recorder.history();
+        check(&history, expectation)
+            .outcome(expectation)
+            .with_history(&history)
+    }
+
+    /// A message for `topic` tagged with `key`, with the key as its payload.
+    pub fn message(&self, topic: &str, key: &str) -> PublishRequest {
+        PublishRequest::new(topic, key.as_bytes().to_vec())
+            .with_content_type("text/plain")
+            .with_metadata(KEY, key)
+    }
+
+    /// Subscribes, failing the case when the component refuses.
+    pub async fn subscribe(
+        &self,
+        subscription: Subscription,
+        handler: Handler,
+    ) -> Result<SubscriptionHandle, CaseError> {
+        let what = format!("subscribing to {}", subscription.topics.describe());
+        self.runtime.subscribe(subscription, handler).await.doing(&what)
+    }
+
+    /// Publishes and records the attempt; returns the outcome.
+    pub async fn publish(&self, request: PublishRequest) -> Result<MessageId, PubSubError> {
+        let key = request.metadata.get(KEY).cloned().unwrap_or_default();
+        let topic = request.topic.clone();
+        let partition_key = request.metadata.get("partitionKey").cloned();
+        let due = due_time(&request.metadata);
+        let result = self.runtime.publish(request).await;
+        self.recorder.published(
+            &key,
+            &topic,
+            result.as_ref().map(|id| Some(id.clone())).map_err(|e| e.to_string()),
+            partition_key.as_deref(),
+            due,
+        );
+        result
+    }
+
+    /// Publishes `count` messages `{label}-{i}` one after the other; a refused publish
+    /// fails the case. Returns the keys.
+    pub async fn publish_numbered(
+        &self,
+        topic: &str,
+        label: &str,
+        count: usize,
+    ) -> Result<Vec<String>, CaseError> {
+        let mut keys = Vec::with_capacity(count);
+        for i in 0..count {
+            let key = format!("{label}-{i}");
+            self.publish(self.message(topic, &key))
+                .await
+                .doing(&format!("publishing {key} to {topic}"))?;
+            keys.push(key);
+        }
+        Ok(keys)
+    }
+
+    /// Bulk-publishes and records each entry's reported outcome (entries carry their
+    /// key in metadata `pcs-key`).
+    pub async fn bulk_publish(
+        &self,
+        request: BulkPublishRequest,
+    ) -> Result<BulkPublishResponse, PubSubError> {
+        let entries: Vec<(String, String, Option<String>)> = request
+            .entries
+            .iter()
+            .map(|e| {
+                (
+                    e.entry_id.clone(),
+                    e.metadata
+                        .get(KEY)
+                        .or(request.metadata.get(KEY))
+                        .cloned()
+                        .unwrap_or_default(),
+                    e.metadata
+                        .get("partitionKey")
+                        .or(request.metadata.get("partitionKey"))
+                        .cloned(),
+                )
+            })
+            .collect();
+        let topic = request.topic.clone();
+        let result = self.runtime.bulk_publish(request).await;
+        for (entry_id, key, partition_key) in entries {
+            let outcome = match &result {
+                Ok(response) => match response.failed_entries.iter().find(|f| f.entry_id == entry_id) {
+                    Some(failed) => Err(failed.error.clone()),
+                    None => Ok(None),
+                },
+                Err(e) => Err(format!("request rejected: {e}")),
+            };
+            self.recorder
+                .published(&key, &topic, outcome, partition_key.as_deref(), None);
+        }
+        result
+    }
+}
+
+/// The due time a request's metadata asks for, as the suite computes it.
+fn due_time(metadata: &pubsub_components::Metadata) -> Option<SystemTime> {
+    if let Some(at) = metadata.get("deliverAt") {
+        return pubsub_components::runtime::controls::parse_time(at);
+    }
+    metadata
+        .get("deliverAfter")
+        .and_then(|d| humantime::parse_duration(d).ok())
+        .map(|d| SystemTime::now() + d)
+}

@@ -1,0 +1,358 @@
+//! The recorded history of a case: every publish attempt with its outcome and every
+//! delivery with its time and id. Recorders are the handlers that write it.
+
+use async_trait::async_trait;
+use pubsub_components::runtime::{
+    Batch, BulkHandler, EntryStatus, Event, Handler, MessageHandler, Status,
+};
+use pubsub_components::MessageId;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// The metadata key carrying a case's message key (`m-17`).
+pub const KEY: &str = "pcs-key";
+
+/// One recorded event.
+#[derive(Debug, Clone)]
+pub enum Record {
+    Published {
+        key: String,
+        topic: String,
+        at: SystemTime,
+        /// The id, or the error text.
+        outcome: Result<Option<MessageId>, String>,
+        /// The partition key, for per-key ordering.
+        partition_key: Option<String>,
+        /// When the message is due (delayed delivery).
+        due: Option<SystemTime>,
+    },
+    Delivered {
+        key: Option<String>,
+        topic: String,
+        id: MessageId,
+        at: SystemTime,
+        attempt: u32,
+        /// The batch it came in, for bulk subscriptions.
+        batch: Option<String>,
+        subscriber: String,
+    },
+    Batch {
+        id: String,
+        topic: String,
+        at: SystemTime,
+        size: usize,
+        subscriber: String,
+    },
+    Note(String),
+}
+
+/// All records of a case, in the order they happened.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    pub records: Vec<Record>,
+}
+
+fn millis(at: SystemTime) -> String {
+    let ms = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    format!("{}.{:03}", (ms / 1000) % 100_000, ms % 1000)
+}
+
+impl Record {
+    /// One line for evidence.
+    pub fn line(&self) -> String {
+        match self {
+            Record::Published { key, topic, at, outcome, partition_key, due } => {
+                let result = match outcome {
+                    Ok(Some(id)) => format!("ok {id}"),
+                    Ok(None) => "ok".into(),
+                    Err(e) => format!("FAILED {e}"),
+                };
+                let key_part = partition_key.as_ref().map(|k| format!(" key={k}")).unwrap_or_default();
+                let due_part = due.map(|d| format!(" due={}", millis(d))).unwrap_or_default();
+                format!("{} publish {key} -> {topic}{key_part}{due_part}: {result}", millis(*at))
+            }
+            Record::Delivered { key, topic, id, at, attempt, batch, subscriber } => {
+                let batch = batch.as_ref().map(|b| format!(" batch={}", &b[..8.min(b.len())])).unwrap_or_default();
+                format!(
+                    "{} deliver {} from {topic} id={id} attempt={attempt}{batch} to {subscriber}",
+                    millis(*at),
+                    key.as_deref().unwrap_or("(no key)")
+                )
+            }
+            Record::Batch { id, topic, at, size, subscriber } => format!(
+                "{} batch {} of {size} from {topic} to {subscriber}",
+                millis(*at),
+                &id[..8.min(id.len())]
+            ),
+            Record::Note(note) => format!("note: {note}"),
+        }
+    }
+}
+
+impl History {
+    /// At most `max` lines: the first and last records.
+    pub fn excerpt(&self, max: usize) -> Vec<String> {
+        let lines: Vec<String> = self.records.iter().map(Record::line).collect();
+        if lines.len() <= max {
+            return lines;
+        }
+        let head = max / 2;
+        let tail = max - head - 1;
+        let mut out = lines[..head].to_vec();
+        out.push(format!("... {} records omitted ...", lines.len() - head - tail));
+        out.extend_from_slice(&lines[lines.len() - tail..]);
+        out
+    }
+
+    /// Deliveries of `key`.
+    pub fn deliveries_of<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a Record> + 'a {
+        self.records
+            .iter()
+            .filter(move |r| matches!(r, Record::Delivered { key: Some(k), .. } if k == key))
+    }
+
+    /// How many times `key` was delivered.
+    pub fn delivery_count(&self, key: &str) -> usize {
+        self.deliveries_of(key).count()
+    }
+
+    /// Distinct keys delivered at least once.
+    pub fn delivered_keys(&self) -> std::collections::BTreeSet<String> {
+        self.records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Delivered { key: Some(k), .. } => Some(k.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The batches recorded.
+    pub fn batches(&self) -> impl Iterator<Item = (&String, &String, SystemTime, usize)> {
+        self.records.iter().filter_map(|r| match r {
+            Record::Batch { id, topic, at, size, .. } => Some((id, topic, *at, *size)),
+            _ => None,
+        })
+    }
+}
+
+type Script = dyn Fn(&Event) -> Status + Send + Sync;
+
+struct Shared {
+    history: Mutex<History>,
+    events: Mutex<Vec<Event>>,
+    changed: Notify,
+}
+
+/// A shared history with handlers that record into it. Clones share it.
+#[derive(Clone)]
+pub struct Recorder {
+    shared: Arc<Shared>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder::new()
+    }
+}
+
+impl Recorder {
+    /// An empty history.
+    pub fn new() -> Self {
+        Recorder {
+            shared: Arc::new(Shared {
+                history: Mutex::new(History::default()),
+                events: Mutex::new(Vec::new()),
+                changed: Notify::new(),
+            }),
+        }
+    }
+
+    fn push(&self, record: Record) {
+        self.shared
+            .history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .records
+            .push(record);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Records a publish attempt.
+    pub fn published(
+        &self,
+        key: &str,
+        topic: &str,
+        outcome: Result<Option<MessageId>, String>,
+        partition_key: Option<&str>,
+        due: Option<SystemTime>,
+    ) {
+        self.push(Record::Published {
+            key: key.to_string(),
+            topic: topic.to_string(),
+            at: SystemTime::now(),
+            outcome,
+            partition_key: partition_key.map(str::to_string),
+            due,
+        });
+    }
+
+    /// Records a note.
+    pub fn note(&self, note: impl Into<String>) {
+        self.push(Record::Note(note.into()));
+    }
+
+    /// Records a delivery of `event` to `subscriber`.
+    pub fn delivered(&self, event: &Event, subscriber: &str, batch: Option<&str>) {
+        self.shared
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event.clone());
+        self.push(Record::Delivered {
+            key: event.metadata.get(KEY).cloned(),
+            topic: event.topic.clone(),
+            id: event.message_id.clone(),
+            at: SystemTime::now(),
+            attempt: event.attempt,
+            batch: batch.map(str::to_string),
+            subscriber: subscriber.to_string(),
+        });
+    }
+
+    /// A copy of the history so far.
+    pub fn history(&self) -> History {
+        self.shared
+            .history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Every event delivered so far, in order.
+    pub fn events(&self) -> Vec<Event> {
+        self.shared
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Waits, until `deadline` at the latest, for `done` to hold; returns whether it did.
+    pub async fn wait_until(&self, deadline: Instant, done: impl Fn(&History) -> bool) -> bool {
+        loop {
+            let notified = self.shared.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if done(&self.shared.history.lock().unwrap_or_else(|p| p.into_inner())) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return done(&self.history());
+            }
+        }
+    }
+
+    /// Waits until every key in `keys` was delivered at least once.
+    pub async fn wait_for_keys(&self, keys: &[String], deadline: Instant) -> bool {
+        self.wait_until(deadline, |h| {
+            let delivered = h.delivered_keys();
+            keys.iter().all(|k| delivered.contains(k))
+        })
+        .await
+    }
+
+    /// A single-message handler that records each delivery and answers SUCCESS.
+    pub fn handler(&self, subscriber: &str) -> Handler {
+        self.scripted(subscriber, |_| Status::Success)
+    }
+
+    /// A single-message handler that records each delivery and answers `script(event)`.
+    pub fn scripted(
+        &self,
+        subscriber: &str,
+        script: impl Fn(&Event) -> Status + Send + Sync + 'static,
+    ) -> Handler {
+        Handler::Single(Arc::new(RecordingHandler {
+            recorder: self.clone(),
+            subscriber: subscriber.to_string(),
+            script: Box::new(script),
+        }))
+    }
+
+    /// A bulk handler that records each batch and answers `script(event)` per entry
+    /// (`None` leaves the entry out of the answer); an `Err` from `fail_batch` fails
+    /// the whole batch.
+    pub fn bulk(
+        &self,
+        subscriber: &str,
+        script: impl Fn(&Event) -> Option<Status> + Send + Sync + 'static,
+        fail_batch: impl Fn(&Batch) -> Option<String> + Send + Sync + 'static,
+    ) -> Handler {
+        Handler::Bulk(Arc::new(RecordingBulkHandler {
+            recorder: self.clone(),
+            subscriber: subscriber.to_string(),
+            script: Box::new(script),
+            fail_batch: Box::new(fail_batch),
+        }))
+    }
+}
+
+struct RecordingHandler {
+    recorder: Recorder,
+    subscriber: String,
+    script: Box<Script>,
+}
+
+#[async_trait]
+impl MessageHandler for RecordingHandler {
+    async fn handle(&self, event: Event) -> Result<Status, String> {
+        self.recorder.delivered(&event, &self.subscriber, None);
+        Ok((self.script)(&event))
+    }
+}
+
+type EntryScript = dyn Fn(&Event) -> Option<Status> + Send + Sync;
+type BatchScript = dyn Fn(&Batch) -> Option<String> + Send + Sync;
+
+struct RecordingBulkHandler {
+    recorder: Recorder,
+    subscriber: String,
+    script: Box<EntryScript>,
+    fail_batch: Box<BatchScript>,
+}
+
+#[async_trait]
+impl BulkHandler for RecordingBulkHandler {
+    async fn handle(&self, batch: Batch) -> Result<Vec<EntryStatus>, String> {
+        self.recorder.push(Record::Batch {
+            id: batch.id.clone(),
+            topic: batch.topic.clone(),
+            at: SystemTime::now(),
+            size: batch.entries.len(),
+            subscriber: self.subscriber.clone(),
+        });
+        for entry in &batch.entries {
+            self.recorder
+                .delivered(&entry.event, &self.subscriber, Some(&batch.id));
+        }
+        match (self.fail_batch)(&batch) {
+            Some(error) => Err(error),
+            None => Ok(batch
+                .entries
+                .iter()
+                .filter_map(|entry| {
+                    (self.script)(&entry.event).map(|status| EntryStatus {
+                        entry_id: entry.entry_id.clone(),
+                        status,
+                    })
+                })
+                .collect()),
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! What a case returns: findings (FAIL when any), warnings, notes and a history excerpt.
+
+use crate::history::History;
+use pubsub_components::PubSubError;
+
+/// The result of one run of a case body.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub findings: Vec<String>,
+    pub warnings: Vec<String>,
+    pub notes: Vec<String>,
+    pub history: Vec<String>,
+}
+
+impl Outcome {
+    /// An outcome with nothing found yet.
+    pub fn new() -> Self {
+        Outcome::default()
+    }
+
+    /// Records `finding` unless `ok`.
+    pub fn expect(&mut self, ok: bool, finding: impl FnOnce() -> String) -> &mut Self {
+        if !ok {
+            self.findings.push(finding());
+        }
+        self
+    }
+
+    /// Records a finding.
+    pub fn fail(&mut self, finding: impl Into<String>) -> &mut Self {
+        self.findings.push(finding.into());
+        self
+    }
+
+    /// Records a warning (does not fail the case).
+    pub fn warn(&mut self, warning: impl Into<String>) -> &mut Self {
+        self.warnings.push(warning.into());
+        self
+    }
+
+    /// Records a note.
+    pub fn note(&mut self, note: impl Into<String>) -> &mut Self {
+        self.notes.push(note.into());
+        self
+    }
+
+    /// Attaches an excerpt of `history` (most relevant lines first).
+    pub fn with_history(mut self, history: &History) -> Self {
+        self.history = history.excerpt(40);
+        self
+    }
+
+    /// Adds the findings of a delivery check.
+    pub fn merge(mut self, other: Outcome) -> Self {
+        self.findings.extend(other.findings);
+        self.warnings.extend(other.warnings);
+        self.notes.extend(other.notes);
+        if self.history.is_empty() {
+            self.history = other.history;
+        }
+        self
+    }
+
+    /// True when nothing was found.
+    pub fn passed(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+/// A case that stopped early.
+#[derive(Debug, Clone)]
+pub enum CaseError {
+    /// The component did something the contract forbids (a FAIL).
+    Component(String),
+    /// The suite itself could not run the case (an ERROR), with the reason.
+    Harness(String),
+}
+
+impl std::fmt::Display for CaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CaseError::Component(m) | CaseError::Harness(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Adds what the case was doing to a component error.
+pub trait Context<T> {
+    /// Turns an error into a component failure described by `doing`.
+    fn doing(self, doing: &str) -> Result<T, CaseError>;
+}
+
+impl<T> Context<T> for Result<T, PubSubError> {
+    fn doing(self, doing: &str) -> Result<T, CaseError> {
+        self.map_err(|e| CaseError::Component(format!("{doing}: {e}")))
+    }
+}
+
+/// The result type of case bodies.
+pub type CaseRun = Result<Outcome, CaseError>;

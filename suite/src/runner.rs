@@ -1,0 +1,241 @@
+//! Runs a case against a runtime: capability gate, time bound, panic capture,
+//! retry-to-detect-flakiness, and the verdict with its evidence.
+
+use crate::catalogue::Case;
+use crate::context::CaseContext;
+use crate::outcome::{CaseError, Outcome};
+use futures::FutureExt;
+use pubsub_components::runtime::{
+    BulkPublishEntry, BulkPublishRequest, PublishRequest, Runtime, Subscription,
+};
+use pubsub_components::{ConsumerSpec, ErrorKind, Feature, MessageId, PubSubError, Support, TopicSelector};
+use pubsub_reports::{CaseResult, Evidence, Mode, Status};
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+/// How cases are run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Extra runs after a FAIL; a later PASS makes the cell FLAKY.
+    pub retries: u32,
+    /// The seed for generated inputs; `None` derives one from the case id.
+    pub seed: Option<u64>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { retries: 1, seed: None }
+    }
+}
+
+/// A stable seed per case id, so generated inputs are the same on every run.
+pub fn default_seed(case_id: &str) -> u64 {
+    case_id
+        .bytes()
+        .fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+}
+
+enum Attempt {
+    Passed(Outcome),
+    Failed(Outcome),
+    Errored(String),
+}
+
+/// Runs one case and returns its cell.
+pub async fn run_case(case: &Case, runtime: &Runtime, options: &RunOptions) -> CaseResult {
+    let started = Instant::now();
+    let bound = case.bound.for_caps(runtime.capabilities());
+    let seed = options.seed.unwrap_or_else(|| default_seed(case.id));
+    let mut result = CaseResult {
+        id: case.id.to_string(),
+        family: case.family().to_string(),
+        level: case.level.name().to_string(),
+        feature: (!case.requires.is_empty()).then(|| case.requirement()),
+        must: case.must.to_string(),
+        status: Status::Error,
+        mode: None,
+        duration_ms: 0,
+        bound_ms: bound.as_millis() as u64,
+        attempts: 0,
+        evidence: Evidence::default(),
+    };
+    let modes: Vec<(Feature, Support)> = case.requires.iter().map(|f| (*f, runtime.mode(*f))).collect();
+    let unsupported = modes.iter().find(|(_, m)| *m == Support::Unsupported).map(|(f, _)| *f);
+    let emulated = modes.iter().any(|(_, m)| *m == Support::Emulated);
+    let mode = match unsupported {
+        Some(feature) => {
+            result.attempts = 1;
+            match probe_unsupported(feature, runtime, case.id).await {
+                Ok(note) => {
+                    result.status = Status::Unsupported;
+                    result.evidence.notes.push(note);
+                }
+                Err(finding) => {
+                    result.status = Status::Fail;
+                    result.evidence.findings.push(finding);
+                }
+            }
+            result.duration_ms = started.elapsed().as_millis() as u64;
+            return result;
+        }
+        None if emulated => Mode::Emulated,
+        None => Mode::Native,
+    };
+
+    let mut first_failure: Option<Outcome> = None;
+    for attempt in 0..=options.retries {
+        result.attempts = attempt + 1;
+        match run_once(case, runtime, bound, seed).await {
+            Attempt::Passed(outcome) => {
+                result.mode = Some(mode);
+                match first_failure {
+                    None => {
+                        result.status = Status::Pass;
+                        result.evidence = evidence(outcome);
+                    }
+                    Some(failure) => {
+                        result.status = Status::Flaky;
+                        result.evidence = evidence(failure);
+                        result
+                            .evidence
+                            .notes
+                            .push(format!("passed on attempt {}; the findings are from attempt 1", attempt + 1));
+                    }
+                }
+                break;
+            }
+            Attempt::Failed(outcome) => {
+                result.status = Status::Fail;
+                result.evidence = evidence(outcome.clone());
+                first_failure.get_or_insert(outcome);
+            }
+            Attempt::Errored(message) => {
+                result.status = Status::Error;
+                result.evidence = Evidence {
+                    notes: vec![message],
+                    ..Evidence::default()
+                };
+                break;
+            }
+        }
+    }
+    result
+        .evidence
+        .notes
+        .push(format!("seed {seed}; bound {bound:?} ({})", case.bound.rule));
+    result.duration_ms = started.elapsed().as_millis() as u64;
+    result
+}
+
+fn evidence(outcome: Outcome) -> Evidence {
+    Evidence {
+        findings: outcome.findings,
+        warnings: outcome.warnings,
+        notes: outcome.notes,
+        history: outcome.history,
+    }
+}
+
+async fn run_once(case: &Case, runtime: &Runtime, bound: Duration, seed: u64) -> Attempt {
+    let context = CaseContext::new(runtime.clone(), case.id, bound, seed);
+    let recorder = context.recorder.clone();
+    let body = AssertUnwindSafe((case.run)(context)).catch_unwind();
+    // A little slack past the bound lets a case report its own findings at its deadline.
+    match tokio::time::timeout(bound + Duration::from_millis(500), body).await {
+        Err(_) => {
+            let mut outcome = Outcome::new()
+                .with_history(&recorder.history());
+            outcome.fail(format!("did not finish within its bound of {bound:?} ({})", case.bound.rule));
+            Attempt::Failed(outcome)
+        }
+        Ok(Err(panic)) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Attempt::Errored(format!("the case panicked (a suite defect): {message}"))
+        }
+        Ok(Ok(Ok(outcome))) if outcome.passed() => Attempt::Passed(outcome),
+        Ok(Ok(Ok(outcome))) => Attempt::Failed(outcome),
+        Ok(Ok(Err(CaseError::Component(message)))) => {
+            let mut outcome = Outcome::new().with_history(&recorder.history());
+            outcome.fail(message);
+            Attempt::Failed(outcome)
+        }
+        Ok(Ok(Err(CaseError::Harness(message)))) => Attempt::Errored(message),
+    }
+}
+
+/// Checks that using a feature declared unsupported gives a clear `Unsupported` error.
+async fn probe_unsupported(feature: Feature, runtime: &Runtime, case_id: &str) -> Result<String, String> {
+    let names = CaseContext::new(runtime.clone(), case_id, Duration::from_secs(5), 0);
+    let topic = names.topic("probe");
+    let group = names.group("probe");
+    let outcome: Result<(), PubSubError> = match feature {
+        Feature::Ordering => {
+            return Ok("declared ordering: none; ordering has no API to refuse, so no ordering is checked".into())
+        }
+        Feature::BulkPublish => runtime
+            .bulk_publish(BulkPublishRequest {
+                topic,
+                entries: vec![BulkPublishEntry { entry_id: "1".into(), event: b"x".to_vec(), ..Default::default() }],
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        Feature::BulkSubscribe => {
+            let mut subscription = Subscription::new(topic, group);
+            subscription.bulk = Some(Default::default());
+            let handler = names.recorder.bulk("probe", |_| None, |_| None);
+            runtime.subscribe(subscription, handler).await.map(drop)
+        }
+        Feature::Ttl => runtime
+            .publish(PublishRequest::new(topic, "x").with_metadata("ttlInSeconds", "60"))
+            .await
+            .map(drop),
+        Feature::DelayedDelivery => runtime
+            .publish(PublishRequest::new(topic, "x").with_metadata("deliverAfter", "1s"))
+            .await
+            .map(drop),
+        Feature::DeadLetter => {
+            let mut subscription = Subscription::new(topic.clone(), group);
+            subscription.dead_letter_topic = Some(format!("{topic}-dlq"));
+            runtime.subscribe(subscription, names.recorder.handler("probe")).await.map(drop)
+        }
+        Feature::MultiTopic => {
+            let selector = TopicSelector::List(vec![topic.clone(), format!("{topic}-b")]);
+            runtime
+                .subscribe(Subscription::selecting(selector, group), names.recorder.handler("probe"))
+                .await
+                .map(drop)
+        }
+        Feature::Seek => match runtime
+            .component()
+            .consumer(ConsumerSpec::new(TopicSelector::Single(topic.clone()), group))
+            .await
+        {
+            Ok(consumer) => {
+                let result = consumer.seek(&MessageId::new(topic, None, 0)).await;
+                let _ = consumer.close().await;
+                result
+            }
+            Err(e) => Err(e),
+        },
+        Feature::Partitions => runtime.component().update_partitions(&topic, 2).await,
+    };
+    match outcome {
+        Err(e) if e.kind() == ErrorKind::Unsupported => {
+            Ok(format!("declared unsupported; using it is refused clearly: {e}"))
+        }
+        Err(e) => Err(format!(
+            "{} is declared unsupported, but using it failed with a {:?} error instead of Unsupported: {e}",
+            feature.name(),
+            e.kind()
+        )),
+        Ok(()) => Err(format!(
+            "{} is declared unsupported, but using it was accepted without an error",
+            feature.name()
+        )),
+    }
+}
