@@ -156,7 +156,10 @@ pub trait Component: Send + Sync + 'static {
 
     /// Native bulk publish: one result per message, in order. Only called when the
     /// component declares `bulk_publish` native.
-    async fn publish_batch(&self, messages: Vec<OutgoingMessage>) -> Result<Vec<Result<MessageId>>> {
+    async fn publish_batch(
+        &self,
+        messages: Vec<OutgoingMessage>,
+    ) -> Result<Vec<Result<MessageId>>> {
         let _ = messages;
         Err(PubSubError::unsupported(self.kind(), "native bulk publish"))
     }

@@ -92,17 +92,30 @@ impl ComponentDefinition {
             error(&at, e.to_string())
         })?;
         if raw.api_version != "dapr.io/v1alpha1" {
-            return Err(error("apiVersion", format!("expected 'dapr.io/v1alpha1', got '{}'", raw.api_version)));
+            return Err(error(
+                "apiVersion",
+                format!("expected 'dapr.io/v1alpha1', got '{}'", raw.api_version),
+            ));
         }
         if raw.kind != "Component" {
-            return Err(error("kind", format!("expected 'Component', got '{}'", raw.kind)));
+            return Err(error(
+                "kind",
+                format!("expected 'Component', got '{}'", raw.kind),
+            ));
         }
         if raw.metadata.name.is_empty()
-            || !raw.metadata.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            || !raw
+                .metadata
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
         {
             return Err(error(
                 "metadata.name",
-                format!("'{}' must be non-empty letters, digits and '-'", raw.metadata.name),
+                format!(
+                    "'{}' must be non-empty letters, digits and '-'",
+                    raw.metadata.name
+                ),
             ));
         }
         let component_type = raw
@@ -113,7 +126,10 @@ impl ComponentDefinition {
             .ok_or_else(|| {
                 error(
                     "spec.type",
-                    format!("expected 'pubsub.<name>', got '{}'", raw.spec.component_type),
+                    format!(
+                        "expected 'pubsub.<name>', got '{}'",
+                        raw.spec.component_type
+                    ),
                 )
             })?
             .to_string();
@@ -125,7 +141,10 @@ impl ComponentDefinition {
                 serde_yaml::Value::Number(n) => n.to_string(),
                 serde_yaml::Value::Bool(b) => b.to_string(),
                 other => {
-                    return Err(error(&field, format!("value must be a string, number or boolean, got {other:?}")))
+                    return Err(error(
+                        &field,
+                        format!("value must be a string, number or boolean, got {other:?}"),
+                    ))
                 }
             };
             if metadata.insert(item.name.clone(), value).is_some() {
@@ -193,7 +212,10 @@ mod tests {
         let def = ComponentDefinition::parse(GOOD, Path::new("memory.yaml")).unwrap();
         assert_eq!(def.name, "memory");
         assert_eq!(def.component_type, "in-memory");
-        assert_eq!(def.value::<usize>("maxMessageBytes", "bytes").unwrap(), Some(1024));
+        assert_eq!(
+            def.value::<usize>("maxMessageBytes", "bytes").unwrap(),
+            Some(1024)
+        );
     }
 
     #[rstest]
@@ -213,9 +235,19 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_field() {
-        let def = ComponentDefinition::parse(&GOOD.replace("1024", "lots"), Path::new("m.yaml")).unwrap();
-        let err = def.value::<usize>("maxMessageBytes", "a number of bytes").unwrap_err();
-        assert_eq!(err.to_string(), "m.yaml: spec.metadata (maxMessageBytes): expected a number of bytes, got 'lots'");
-        assert!(def.check_known(&["other"]).unwrap_err().to_string().contains("maxMessageBytes"));
+        let def =
+            ComponentDefinition::parse(&GOOD.replace("1024", "lots"), Path::new("m.yaml")).unwrap();
+        let err = def
+            .value::<usize>("maxMessageBytes", "a number of bytes")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "m.yaml: spec.metadata (maxMessageBytes): expected a number of bytes, got 'lots'"
+        );
+        assert!(def
+            .check_known(&["other"])
+            .unwrap_err()
+            .to_string()
+            .contains("maxMessageBytes"));
     }
 }

@@ -23,4 +23,4 @@ pub use component::{
     TopicSelector,
 };
 pub use error::{ErrorKind, PubSubError, Result};
-pub use message::{Metadata, MessageId, OutgoingMessage, ReceivedMessage};
+pub use message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};

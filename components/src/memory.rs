@@ -13,7 +13,7 @@ use crate::component::{
     TopicSelector,
 };
 use crate::error::{PubSubError, Result};
-use crate::message::{Metadata, MessageId, OutgoingMessage, ReceivedMessage};
+use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -229,7 +229,10 @@ impl Component for MemoryComponent {
         Ok(id)
     }
 
-    async fn publish_batch(&self, messages: Vec<OutgoingMessage>) -> Result<Vec<Result<MessageId>>> {
+    async fn publish_batch(
+        &self,
+        messages: Vec<OutgoingMessage>,
+    ) -> Result<Vec<Result<MessageId>>> {
         let results = {
             let mut state = self.broker.lock();
             messages
@@ -295,7 +298,9 @@ impl Component for MemoryComponent {
             }
             Some(_) => Ok(()),
             None => {
-                state.topics.insert(topic.to_string(), Topic::new(partitions));
+                state
+                    .topics
+                    .insert(topic.to_string(), Topic::new(partitions));
                 Ok(())
             }
         }
@@ -314,9 +319,7 @@ impl Component for MemoryComponent {
                     "topic '{topic}' has {current} partitions; the count can only increase, not become {partitions}"
                 )));
             }
-            entry
-                .partitions
-                .resize_with(partitions as usize, Vec::new);
+            entry.partitions.resize_with(partitions as usize, Vec::new);
             entry.version += 1;
             let update = PartitionUpdate {
                 version: entry.version,
@@ -369,7 +372,11 @@ impl MemoryConsumer {
 
     /// Hands out up to `max` deliverable messages (of `only_topic` when given), and
     /// the earliest future redelivery time.
-    fn take(&self, max: usize, only_topic: Option<&str>) -> (Vec<ReceivedMessage>, Option<Instant>) {
+    fn take(
+        &self,
+        max: usize,
+        only_topic: Option<&str>,
+    ) -> (Vec<ReceivedMessage>, Option<Instant>) {
         let now = Instant::now();
         let mut state = self.broker.lock();
         let mut covered = state.covered(&self.spec.topics);

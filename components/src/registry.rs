@@ -14,7 +14,10 @@ pub fn build(definition: &ComponentDefinition) -> Result<Arc<dyn Component>, Con
         "in-memory" => Ok(Arc::new(memory(definition)?)),
         other => Err(definition.error(
             "spec.type",
-            format!("unknown type 'pubsub.{other}'; known: {}", KNOWN_TYPES.join(", ")),
+            format!(
+                "unknown type 'pubsub.{other}'; known: {}",
+                KNOWN_TYPES.join(", ")
+            ),
         )),
     }
 }

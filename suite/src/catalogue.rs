@@ -89,7 +89,11 @@ impl Case {
         if self.requires.is_empty() {
             return "-".into();
         }
-        self.requires.iter().map(|f| f.name()).collect::<Vec<_>>().join("+")
+        self.requires
+            .iter()
+            .map(|f| f.name())
+            .collect::<Vec<_>>()
+            .join("+")
     }
 }
 
@@ -121,11 +125,18 @@ mod tests {
             assert!(seen.insert(case.id), "duplicate id {}", case.id);
             assert!(
                 case.id.contains('.')
-                    && case.id.chars().all(|c| c.is_ascii_lowercase() || c == '.' || c == '-'),
+                    && case
+                        .id
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c == '.' || c == '-'),
                 "malformed id {}",
                 case.id
             );
-            assert!(case.must.contains("MUST"), "{} has no MUST statement", case.id);
+            assert!(
+                case.must.contains("MUST"),
+                "{} has no MUST statement",
+                case.id
+            );
         }
     }
 
@@ -133,9 +144,21 @@ mod tests {
     fn every_contract_section_has_cases() {
         let families: HashSet<&str> = catalogue().iter().map(Case::family).collect();
         for family in [
-            "publish", "envelope", "subscribe", "bulk-publish", "bulk-subscribe", "retry",
-            "dead-letter", "ttl", "ordering", "delay", "multi-topic", "message-id",
-            "partitions", "tracing", "certification",
+            "publish",
+            "envelope",
+            "subscribe",
+            "bulk-publish",
+            "bulk-subscribe",
+            "retry",
+            "dead-letter",
+            "ttl",
+            "ordering",
+            "delay",
+            "multi-topic",
+            "message-id",
+            "partitions",
+            "tracing",
+            "certification",
         ] {
             assert!(families.contains(family), "no case in family {family}");
         }

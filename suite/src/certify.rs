@@ -9,8 +9,7 @@ use pubsub_components::config::ComponentDefinition;
 use pubsub_components::runtime::Runtime;
 use pubsub_components::Component;
 use pubsub_reports::{
-    CaseResult, ComponentReport, Evidence, Machine, Provisioning, RunReport, Status,
-    SCHEMA_VERSION,
+    CaseResult, ComponentReport, Evidence, Machine, Provisioning, RunReport, Status, SCHEMA_VERSION,
 };
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -43,7 +42,11 @@ impl Selection {
             .filter(|c| self.level.is_none_or(|l| c.level <= l))
             .collect();
         if cases.is_empty() {
-            bail!("no case matches --case {:?} and --level {:?}; see `list`", self.case_glob, self.level.map(Level::name));
+            bail!(
+                "no case matches --case {:?} and --level {:?}; see `list`",
+                self.case_glob,
+                self.level.map(Level::name)
+            );
         }
         Ok(cases)
     }
@@ -99,7 +102,10 @@ pub async fn certify(
     let mut components = Vec::new();
     for definition in definitions {
         let order = provision::auto_order(&definition.component_type);
-        progress(&format!("{}: provisioning (pubsub.{})", definition.name, definition.component_type));
+        progress(&format!(
+            "{}: provisioning (pubsub.{})",
+            definition.name, definition.component_type
+        ));
         let report = match provision::provision(definition, &order).await {
             Ok(provisioned) => {
                 let broker_version = provisioned.component.broker_version().await.ok();
@@ -109,9 +115,20 @@ pub async fn certify(
                     broker_version,
                     problem: None,
                 };
-                let results =
-                    run_cases(definition, provisioned.component.clone(), cases, options, progress).await;
-                component_report(definition, provisioned.component.as_ref(), provisioning, results)
+                let results = run_cases(
+                    definition,
+                    provisioned.component.clone(),
+                    cases,
+                    options,
+                    progress,
+                )
+                .await;
+                component_report(
+                    definition,
+                    provisioned.component.as_ref(),
+                    provisioning,
+                    results,
+                )
             }
             Err(reasons) => not_provisioned(definition, cases, &reasons),
         };

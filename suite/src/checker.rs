@@ -154,7 +154,14 @@ struct Publish {
 pub fn check(history: &History, expectation: &Expectation) -> Findings {
     let mut published: HashMap<&str, Publish> = HashMap::new();
     for record in &history.records {
-        if let Record::Published { key, outcome, partition_key, due, .. } = record {
+        if let Record::Published {
+            key,
+            outcome,
+            partition_key,
+            due,
+            ..
+        } = record
+        {
             let index = published.len();
             let entry = published.entry(key.as_str()).or_insert(Publish {
                 index,
@@ -173,7 +180,10 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
     // scope -> (publish index, key) of the latest first delivery seen
     let mut last_in_scope: HashMap<String, (usize, &str)> = HashMap::new();
     for record in &history.records {
-        let Record::Delivered { key, topic, id, at, .. } = record else {
+        let Record::Delivered {
+            key, topic, id, at, ..
+        } = record
+        else {
             continue;
         };
         findings.delivered += 1;
@@ -201,7 +211,9 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
                 findings.early.push(format!("{key} by {early:?}"));
             } else if let Ok(late) = at.duration_since(due + timing.late_precision) {
                 if !late.is_zero() {
-                    findings.late.push(format!("{key} by {late:?} beyond the precision"));
+                    findings
+                        .late
+                        .push(format!("{key} by {late:?} beyond the precision"));
                 }
             }
         }

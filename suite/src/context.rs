@@ -99,7 +99,10 @@ impl CaseContext {
         handler: Handler,
     ) -> Result<SubscriptionHandle, CaseError> {
         let what = format!("subscribing to {}", subscription.topics.describe());
-        self.runtime.subscribe(subscription, handler).await.doing(&what)
+        self.runtime
+            .subscribe(subscription, handler)
+            .await
+            .doing(&what)
     }
 
     /// Publishes and records the attempt; returns the outcome.
@@ -112,7 +115,10 @@ impl CaseContext {
         self.recorder.published(
             &key,
             &topic,
-            result.as_ref().map(|id| Some(id.clone())).map_err(|e| e.to_string()),
+            result
+                .as_ref()
+                .map(|id| Some(id.clone()))
+                .map_err(|e| e.to_string()),
             partition_key.as_deref(),
             due,
         );
@@ -166,7 +172,11 @@ impl CaseContext {
         let result = self.runtime.bulk_publish(request).await;
         for (entry_id, key, partition_key) in entries {
             let outcome = match &result {
-                Ok(response) => match response.failed_entries.iter().find(|f| f.entry_id == entry_id) {
+                Ok(response) => match response
+                    .failed_entries
+                    .iter()
+                    .find(|f| f.entry_id == entry_id)
+                {
                     Some(failed) => Err(failed.error.clone()),
                     None => Ok(None),
                 },

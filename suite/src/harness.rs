@@ -47,7 +47,9 @@ where
                     .build()
                     .map_err(|e| Failed::from(format!("cannot start tokio: {e}")))?;
                 let result = tokio.block_on(async {
-                    let component = build().await.map_err(|e| Failed::from(format!("cannot build the component: {e}")))?;
+                    let component = build()
+                        .await
+                        .map_err(|e| Failed::from(format!("cannot build the component: {e}")))?;
                     let runtime = Runtime::new(name, component);
                     Ok::<_, Failed>(run_case(case, &runtime, &RunOptions::default()).await)
                 })?;
@@ -81,7 +83,11 @@ pub fn run_fixture(name: &str) -> ! {
                 Ok(provisioned) => Ok(provisioned.component),
                 Err(reasons) => Err(format!(
                     "NOT PROVISIONED: {}",
-                    reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+                    reasons
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
                 )),
             }
         }
@@ -94,7 +100,11 @@ fn verdict(result: &CaseResult) -> Result<(), Failed> {
     match result.status {
         Status::Pass => Ok(()),
         Status::Unsupported => {
-            println!("{}: UNSUPPORTED ({})", result.id, result.evidence.notes.join("; "));
+            println!(
+                "{}: UNSUPPORTED ({})",
+                result.id,
+                result.evidence.notes.join("; ")
+            );
             Ok(())
         }
         _ => Err(Failed::from(describe(result))),
@@ -103,7 +113,12 @@ fn verdict(result: &CaseResult) -> Result<(), Failed> {
 
 /// The evidence of a cell as text.
 pub fn describe(result: &CaseResult) -> String {
-    let mut text = format!("{} {}\nMUST: {}\n", result.status.label(), result.id, result.must);
+    let mut text = format!(
+        "{} {}\nMUST: {}\n",
+        result.status.label(),
+        result.id,
+        result.must
+    );
     for (title, lines) in [
         ("findings", &result.evidence.findings),
         ("warnings", &result.evidence.warnings),

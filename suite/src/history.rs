@@ -66,25 +66,57 @@ impl Record {
     /// One line for evidence.
     pub fn line(&self) -> String {
         match self {
-            Record::Published { key, topic, at, outcome, partition_key, due } => {
+            Record::Published {
+                key,
+                topic,
+                at,
+                outcome,
+                partition_key,
+                due,
+            } => {
                 let result = match outcome {
                     Ok(Some(id)) => format!("ok {id}"),
                     Ok(None) => "ok".into(),
                     Err(e) => format!("FAILED {e}"),
                 };
-                let key_part = partition_key.as_ref().map(|k| format!(" key={k}")).unwrap_or_default();
-                let due_part = due.map(|d| format!(" due={}", millis(d))).unwrap_or_default();
-                format!("{} publish {key} -> {topic}{key_part}{due_part}: {result}", millis(*at))
+                let key_part = partition_key
+                    .as_ref()
+                    .map(|k| format!(" key={k}"))
+                    .unwrap_or_default();
+                let due_part = due
+                    .map(|d| format!(" due={}", millis(d)))
+                    .unwrap_or_default();
+                format!(
+                    "{} publish {key} -> {topic}{key_part}{due_part}: {result}",
+                    millis(*at)
+                )
             }
-            Record::Delivered { key, topic, id, at, attempt, batch, subscriber } => {
-                let batch = batch.as_ref().map(|b| format!(" batch={}", &b[..8.min(b.len())])).unwrap_or_default();
+            Record::Delivered {
+                key,
+                topic,
+                id,
+                at,
+                attempt,
+                batch,
+                subscriber,
+            } => {
+                let batch = batch
+                    .as_ref()
+                    .map(|b| format!(" batch={}", &b[..8.min(b.len())]))
+                    .unwrap_or_default();
                 format!(
                     "{} deliver {} from {topic} id={id} attempt={attempt}{batch} to {subscriber}",
                     millis(*at),
                     key.as_deref().unwrap_or("(no key)")
                 )
             }
-            Record::Batch { id, topic, at, size, subscriber } => format!(
+            Record::Batch {
+                id,
+                topic,
+                at,
+                size,
+                subscriber,
+            } => format!(
                 "{} batch {} of {size} from {topic} to {subscriber}",
                 millis(*at),
                 &id[..8.min(id.len())]
@@ -104,7 +136,10 @@ impl History {
         let head = max / 2;
         let tail = max - head - 1;
         let mut out = lines[..head].to_vec();
-        out.push(format!("... {} records omitted ...", lines.len() - head - tail));
+        out.push(format!(
+            "... {} records omitted ...",
+            lines.len() - head - tail
+        ));
         out.extend_from_slice(&lines[lines.len() - tail..]);
         out
     }
@@ -135,7 +170,13 @@ impl History {
     /// The batches recorded.
     pub fn batches(&self) -> impl Iterator<Item = (&String, &String, SystemTime, usize)> {
         self.records.iter().filter_map(|r| match r {
-            Record::Batch { id, topic, at, size, .. } => Some((id, topic, *at, *size)),
+            Record::Batch {
+                id,
+                topic,
+                at,
+                size,
+                ..
+            } => Some((id, topic, *at, *size)),
             _ => None,
         })
     }
@@ -249,7 +290,13 @@ impl Recorder {
             let notified = self.shared.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if done(&self.shared.history.lock().unwrap_or_else(|p| p.into_inner())) {
+            if done(
+                &self
+                    .shared
+                    .history
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()),
+            ) {
                 return true;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {

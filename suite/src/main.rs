@@ -11,7 +11,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "pubsub-conformance", version, about = "Conformance and certification suite for pub/sub components")]
+#[command(
+    name = "pubsub-conformance",
+    version,
+    about = "Conformance and certification suite for pub/sub components"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -58,7 +62,8 @@ enum ListFormat {
 }
 
 fn parse_level(text: &str) -> Result<Level, String> {
-    Level::parse(text).ok_or_else(|| format!("'{text}' is not a level; use core, feature or certification"))
+    Level::parse(text)
+        .ok_or_else(|| format!("'{text}' is not a level; use core, feature or certification"))
 }
 
 fn main() -> ExitCode {
@@ -84,17 +89,36 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             list(format)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Certify { components, case, level, out, fixtures, retries, seed } => {
-            let selection = Selection { components, case_glob: case, level };
+        Command::Certify {
+            components,
+            case,
+            level,
+            out,
+            fixtures,
+            retries,
+            seed,
+        } => {
+            let selection = Selection {
+                components,
+                case_glob: case,
+                level,
+            };
             let cases = selection.cases()?;
-            let definitions = select_definitions(load_definitions(&fixtures)?, &selection.components, &fixtures)?;
+            let definitions = select_definitions(
+                load_definitions(&fixtures)?,
+                &selection.components,
+                &fixtures,
+            )?;
             let options = RunOptions { retries, seed };
             let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             let started = Instant::now();
             let interactive = std::io::stderr().is_terminal();
             let mut progress = |line: &str| {
                 if interactive {
-                    eprint!("\r\x1b[2K[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+                    eprint!(
+                        "\r\x1b[2K[{:>5.1}s] {line}",
+                        started.elapsed().as_secs_f64()
+                    );
                 } else {
                     eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
                 }
@@ -103,13 +127,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if interactive {
                 eprintln!();
             }
-            std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+            std::fs::create_dir_all(&out)
+                .with_context(|| format!("cannot create {}", out.display()))?;
             let path = out.join("report.json");
             let json = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
-            std::fs::write(&path, json).with_context(|| format!("cannot write {}", path.display()))?;
+            std::fs::write(&path, json)
+                .with_context(|| format!("cannot write {}", path.display()))?;
             print!("{}", pubsub_conformance::reports::summary_table(&report));
             println!("report: {}", path.display());
-            Ok(if report.has_failures() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(if report.has_failures() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
     }
 }
@@ -119,13 +149,26 @@ fn list(format: ListFormat) -> anyhow::Result<()> {
     match format {
         ListFormat::Text => {
             for case in catalogue() {
-                println!("{:<40} {:<13} {:<17} {}", case.id, case.level.name(), feature(case), case.must);
+                println!(
+                    "{:<40} {:<13} {:<17} {}",
+                    case.id,
+                    case.level.name(),
+                    feature(case),
+                    case.must
+                );
             }
         }
         ListFormat::Markdown => {
             println!("| id | level | capability | bound | MUST |\n|---|---|---|---|---|");
             for case in catalogue() {
-                println!("| `{}` | {} | {} | {} | {} |", case.id, case.level.name(), feature(case), case.bound.rule, case.must);
+                println!(
+                    "| `{}` | {} | {} | {} | {} |",
+                    case.id,
+                    case.level.name(),
+                    feature(case),
+                    case.bound.rule,
+                    case.must
+                );
             }
         }
         ListFormat::Json => {

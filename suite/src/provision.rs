@@ -63,7 +63,10 @@ pub trait Provisioner: Send + Sync {
     fn kind(&self) -> ProvisionKind;
 
     /// Obtains the broker for `definition` and builds the component on it.
-    async fn provision(&self, definition: &ComponentDefinition) -> Result<Provisioned, NotProvisioned>;
+    async fn provision(
+        &self,
+        definition: &ComponentDefinition,
+    ) -> Result<Provisioned, NotProvisioned>;
 }
 
 /// Builds components that need no broker at all.
@@ -75,7 +78,10 @@ impl Provisioner for InProcess {
         ProvisionKind::InProcess
     }
 
-    async fn provision(&self, definition: &ComponentDefinition) -> Result<Provisioned, NotProvisioned> {
+    async fn provision(
+        &self,
+        definition: &ComponentDefinition,
+    ) -> Result<Provisioned, NotProvisioned> {
         if definition.component_type != "in-memory" {
             return Err(NotProvisioned {
                 kind: self.kind(),
@@ -120,7 +126,10 @@ pub async fn provision(
     if reasons.is_empty() {
         reasons.push(NotProvisioned {
             kind: ProvisionKind::External,
-            reason: format!("no provisioner knows type pubsub.{}", definition.component_type),
+            reason: format!(
+                "no provisioner knows type pubsub.{}",
+                definition.component_type
+            ),
             hint: "see README: adding a component".into(),
         });
     }
@@ -155,8 +164,16 @@ mod tests {
             .await
             .err()
             .unwrap();
-        assert!(reasons[0].reason.contains("carrier-pigeon"), "{:?}", reasons);
-        let in_process = InProcess.provision(&definition("redis-streams")).await.err().unwrap();
+        assert!(
+            reasons[0].reason.contains("carrier-pigeon"),
+            "{:?}",
+            reasons
+        );
+        let in_process = InProcess
+            .provision(&definition("redis-streams"))
+            .await
+            .err()
+            .unwrap();
         assert!(in_process.to_string().contains("needs a broker"));
     }
 }

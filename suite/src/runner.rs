@@ -8,7 +8,9 @@ use futures::FutureExt;
 use pubsub_components::runtime::{
     BulkPublishEntry, BulkPublishRequest, PublishRequest, Runtime, Subscription,
 };
-use pubsub_components::{ConsumerSpec, ErrorKind, Feature, MessageId, PubSubError, Support, TopicSelector};
+use pubsub_components::{
+    ConsumerSpec, ErrorKind, Feature, MessageId, PubSubError, Support, TopicSelector,
+};
 use pubsub_reports::{CaseResult, Evidence, Mode, Status};
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
@@ -24,15 +26,18 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { retries: 1, seed: None }
+        RunOptions {
+            retries: 1,
+            seed: None,
+        }
     }
 }
 
 /// A stable seed per case id, so generated inputs are the same on every run.
 pub fn default_seed(case_id: &str) -> u64 {
-    case_id
-        .bytes()
-        .fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+    case_id.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
 }
 
 enum Attempt {
@@ -59,8 +64,15 @@ pub async fn run_case(case: &Case, runtime: &Runtime, options: &RunOptions) -> C
         attempts: 0,
         evidence: Evidence::default(),
     };
-    let modes: Vec<(Feature, Support)> = case.requires.iter().map(|f| (*f, runtime.mode(*f))).collect();
-    let unsupported = modes.iter().find(|(_, m)| *m == Support::Unsupported).map(|(f, _)| *f);
+    let modes: Vec<(Feature, Support)> = case
+        .requires
+        .iter()
+        .map(|f| (*f, runtime.mode(*f)))
+        .collect();
+    let unsupported = modes
+        .iter()
+        .find(|(_, m)| *m == Support::Unsupported)
+        .map(|(f, _)| *f);
     let emulated = modes.iter().any(|(_, m)| *m == Support::Emulated);
     let mode = match unsupported {
         Some(feature) => {
@@ -96,10 +108,10 @@ pub async fn run_case(case: &Case, runtime: &Runtime, options: &RunOptions) -> C
                     Some(failure) => {
                         result.status = Status::Flaky;
                         result.evidence = evidence(failure);
-                        result
-                            .evidence
-                            .notes
-                            .push(format!("passed on attempt {}; the findings are from attempt 1", attempt + 1));
+                        result.evidence.notes.push(format!(
+                            "passed on attempt {}; the findings are from attempt 1",
+                            attempt + 1
+                        ));
                     }
                 }
                 break;
@@ -119,10 +131,10 @@ pub async fn run_case(case: &Case, runtime: &Runtime, options: &RunOptions) -> C
             }
         }
     }
-    result
-        .evidence
-        .notes
-        .push(format!("seed {seed}; bound {bound:?} ({})", case.bound.rule));
+    result.evidence.notes.push(format!(
+        "seed {seed}; bound {bound:?} ({})",
+        case.bound.rule
+    ));
     result.duration_ms = started.elapsed().as_millis() as u64;
     result
 }
@@ -143,9 +155,11 @@ async fn run_once(case: &Case, runtime: &Runtime, bound: Duration, seed: u64) ->
     // A little slack past the bound lets a case report its own findings at its deadline.
     match tokio::time::timeout(bound + Duration::from_millis(500), body).await {
         Err(_) => {
-            let mut outcome = Outcome::new()
-                .with_history(&recorder.history());
-            outcome.fail(format!("did not finish within its bound of {bound:?} ({})", case.bound.rule));
+            let mut outcome = Outcome::new().with_history(&recorder.history());
+            outcome.fail(format!(
+                "did not finish within its bound of {bound:?} ({})",
+                case.bound.rule
+            ));
             Attempt::Failed(outcome)
         }
         Ok(Err(panic)) => {
@@ -168,62 +182,81 @@ async fn run_once(case: &Case, runtime: &Runtime, bound: Duration, seed: u64) ->
 }
 
 /// Checks that using a feature declared unsupported gives a clear `Unsupported` error.
-async fn probe_unsupported(feature: Feature, runtime: &Runtime, case_id: &str) -> Result<String, String> {
+async fn probe_unsupported(
+    feature: Feature,
+    runtime: &Runtime,
+    case_id: &str,
+) -> Result<String, String> {
     let names = CaseContext::new(runtime.clone(), case_id, Duration::from_secs(5), 0);
     let topic = names.topic("probe");
     let group = names.group("probe");
-    let outcome: Result<(), PubSubError> = match feature {
-        Feature::Ordering => {
-            return Ok("declared ordering: none; ordering has no API to refuse, so no ordering is checked".into())
-        }
-        Feature::BulkPublish => runtime
-            .bulk_publish(BulkPublishRequest {
-                topic,
-                entries: vec![BulkPublishEntry { entry_id: "1".into(), event: b"x".to_vec(), ..Default::default() }],
-                ..Default::default()
-            })
-            .await
-            .map(drop),
-        Feature::BulkSubscribe => {
-            let mut subscription = Subscription::new(topic, group);
-            subscription.bulk = Some(Default::default());
-            let handler = names.recorder.bulk("probe", |_| None, |_| None);
-            runtime.subscribe(subscription, handler).await.map(drop)
-        }
-        Feature::Ttl => runtime
-            .publish(PublishRequest::new(topic, "x").with_metadata("ttlInSeconds", "60"))
-            .await
-            .map(drop),
-        Feature::DelayedDelivery => runtime
-            .publish(PublishRequest::new(topic, "x").with_metadata("deliverAfter", "1s"))
-            .await
-            .map(drop),
-        Feature::DeadLetter => {
-            let mut subscription = Subscription::new(topic.clone(), group);
-            subscription.dead_letter_topic = Some(format!("{topic}-dlq"));
-            runtime.subscribe(subscription, names.recorder.handler("probe")).await.map(drop)
-        }
-        Feature::MultiTopic => {
-            let selector = TopicSelector::List(vec![topic.clone(), format!("{topic}-b")]);
-            runtime
-                .subscribe(Subscription::selecting(selector, group), names.recorder.handler("probe"))
+    let outcome: Result<(), PubSubError> =
+        match feature {
+            Feature::Ordering => return Ok(
+                "declared ordering: none; ordering has no API to refuse, so no ordering is checked"
+                    .into(),
+            ),
+            Feature::BulkPublish => runtime
+                .bulk_publish(BulkPublishRequest {
+                    topic,
+                    entries: vec![BulkPublishEntry {
+                        entry_id: "1".into(),
+                        event: b"x".to_vec(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
                 .await
-                .map(drop)
-        }
-        Feature::Seek => match runtime
-            .component()
-            .consumer(ConsumerSpec::new(TopicSelector::Single(topic.clone()), group))
-            .await
-        {
-            Ok(consumer) => {
-                let result = consumer.seek(&MessageId::new(topic, None, 0)).await;
-                let _ = consumer.close().await;
-                result
+                .map(drop),
+            Feature::BulkSubscribe => {
+                let mut subscription = Subscription::new(topic, group);
+                subscription.bulk = Some(Default::default());
+                let handler = names.recorder.bulk("probe", |_| None, |_| None);
+                runtime.subscribe(subscription, handler).await.map(drop)
             }
-            Err(e) => Err(e),
-        },
-        Feature::Partitions => runtime.component().update_partitions(&topic, 2).await,
-    };
+            Feature::Ttl => runtime
+                .publish(PublishRequest::new(topic, "x").with_metadata("ttlInSeconds", "60"))
+                .await
+                .map(drop),
+            Feature::DelayedDelivery => runtime
+                .publish(PublishRequest::new(topic, "x").with_metadata("deliverAfter", "1s"))
+                .await
+                .map(drop),
+            Feature::DeadLetter => {
+                let mut subscription = Subscription::new(topic.clone(), group);
+                subscription.dead_letter_topic = Some(format!("{topic}-dlq"));
+                runtime
+                    .subscribe(subscription, names.recorder.handler("probe"))
+                    .await
+                    .map(drop)
+            }
+            Feature::MultiTopic => {
+                let selector = TopicSelector::List(vec![topic.clone(), format!("{topic}-b")]);
+                runtime
+                    .subscribe(
+                        Subscription::selecting(selector, group),
+                        names.recorder.handler("probe"),
+                    )
+                    .await
+                    .map(drop)
+            }
+            Feature::Seek => match runtime
+                .component()
+                .consumer(ConsumerSpec::new(
+                    TopicSelector::Single(topic.clone()),
+                    group,
+                ))
+                .await
+            {
+                Ok(consumer) => {
+                    let result = consumer.seek(&MessageId::new(topic, None, 0)).await;
+                    let _ = consumer.close().await;
+                    result
+                }
+                Err(e) => Err(e),
+            },
+            Feature::Partitions => runtime.component().update_partitions(&topic, 2).await,
+        };
     match outcome {
         Err(e) if e.kind() == ErrorKind::Unsupported => {
             Ok(format!("declared unsupported; using it is refused clearly: {e}"))

@@ -9,7 +9,10 @@ use crate::message::{MessageId, OutgoingMessage};
 use futures::StreamExt;
 use std::collections::HashSet;
 
-pub(super) async fn publish(runtime: &Runtime, request: BulkPublishRequest) -> Result<BulkPublishResponse> {
+pub(super) async fn publish(
+    runtime: &Runtime,
+    request: BulkPublishRequest,
+) -> Result<BulkPublishResponse> {
     runtime.require(Feature::BulkPublish)?;
     super::controls::validate_topic(&request.topic)?;
     validate_entry_ids(&request)?;
@@ -98,7 +101,10 @@ fn validate_entry_ids(request: &BulkPublishRequest) -> Result<()> {
 
 /// Sequential publishing; after the first failure nothing more is published and the
 /// rest is reported failed, so a retry from the first failed entry keeps order.
-async fn publish_in_order(runtime: &Runtime, messages: Vec<OutgoingMessage>) -> Vec<Result<MessageId>> {
+async fn publish_in_order(
+    runtime: &Runtime,
+    messages: Vec<OutgoingMessage>,
+) -> Vec<Result<MessageId>> {
     let mut results = Vec::with_capacity(messages.len());
     let mut first_failure: Option<usize> = None;
     for (index, message) in messages.into_iter().enumerate() {
@@ -117,7 +123,10 @@ async fn publish_in_order(runtime: &Runtime, messages: Vec<OutgoingMessage>) -> 
     results
 }
 
-async fn publish_native(runtime: &Runtime, messages: Vec<OutgoingMessage>) -> Vec<Result<MessageId>> {
+async fn publish_native(
+    runtime: &Runtime,
+    messages: Vec<OutgoingMessage>,
+) -> Vec<Result<MessageId>> {
     let count = messages.len();
     match runtime.component.publish_batch(messages).await {
         Ok(results) if results.len() == count => results,
@@ -127,13 +136,18 @@ async fn publish_native(runtime: &Runtime, messages: Vec<OutgoingMessage>) -> Ve
                 "component answered {} statuses for {count} entries; outcome unknown",
                 results.len()
             );
-            (0..count).map(|_| Err(PubSubError::broker("bulk publish", &why))).collect()
+            (0..count)
+                .map(|_| Err(PubSubError::broker("bulk publish", &why)))
+                .collect()
         }
         Err(e) => (0..count).map(|_| Err(e.clone())).collect(),
     }
 }
 
-async fn publish_parallel(runtime: &Runtime, messages: Vec<OutgoingMessage>) -> Vec<Result<MessageId>> {
+async fn publish_parallel(
+    runtime: &Runtime,
+    messages: Vec<OutgoingMessage>,
+) -> Vec<Result<MessageId>> {
     let component = runtime.component.clone();
     futures::stream::iter(messages)
         .map(|message| {

@@ -93,7 +93,9 @@ pub fn format_time(at: SystemTime) -> String {
 
 /// Parses an RFC 3339 time with any offset.
 pub fn parse_time(text: &str) -> Option<SystemTime> {
-    OffsetDateTime::parse(text, &Rfc3339).ok().map(SystemTime::from)
+    OffsetDateTime::parse(text, &Rfc3339)
+        .ok()
+        .map(SystemTime::from)
 }
 
 /// Checks keys and values, and reads the control keys.
@@ -101,15 +103,16 @@ pub fn parse_controls(metadata: &Metadata, now: SystemTime) -> Result<Controls> 
     let mut controls = Controls::default();
     for (key, value) in metadata {
         if key.is_empty() {
-            return Err(PubSubError::InvalidRequest("metadata has an empty key".into()));
+            return Err(PubSubError::InvalidRequest(
+                "metadata has an empty key".into(),
+            ));
         }
         if key.starts_with(RESERVED_PREFIX) {
             return Err(PubSubError::InvalidRequest(format!(
                 "metadata key '{key}' uses the prefix '{RESERVED_PREFIX}', which is reserved for the runtime"
             )));
         }
-        if key.chars().any(char::is_control) || value.chars().any(|c| c.is_control() && c != '\t')
-        {
+        if key.chars().any(char::is_control) || value.chars().any(|c| c.is_control() && c != '\t') {
             return Err(PubSubError::InvalidRequest(format!(
                 "metadata '{key}' contains a control character"
             )));
@@ -125,8 +128,9 @@ pub fn parse_controls(metadata: &Metadata, now: SystemTime) -> Result<Controls> 
                 controls.ttl = Some(Duration::from_secs(seconds));
             }
             keys::DELIVER_AT => {
-                let at = parse_time(value)
-                    .ok_or_else(|| invalid(key, value, "an RFC 3339 time such as 2026-01-02T15:04:05Z"))?;
+                let at = parse_time(value).ok_or_else(|| {
+                    invalid(key, value, "an RFC 3339 time such as 2026-01-02T15:04:05Z")
+                })?;
                 controls.deliver_at = Some(at);
             }
             keys::DELIVER_AFTER => {
@@ -140,7 +144,11 @@ pub fn parse_controls(metadata: &Metadata, now: SystemTime) -> Result<Controls> 
             keys::PARTITION_KEY => controls.partition_key = Some(value.clone()),
             keys::TRACEPARENT => {
                 if !super::trace::is_valid_traceparent(value) {
-                    return Err(invalid(key, value, "a W3C traceparent like 00-<32 hex>-<16 hex>-<2 hex>"));
+                    return Err(invalid(
+                        key,
+                        value,
+                        "a W3C traceparent like 00-<32 hex>-<16 hex>-<2 hex>",
+                    ));
                 }
                 controls.traceparent = Some(value.clone());
             }
@@ -161,7 +169,10 @@ mod tests {
     use rstest::rstest;
 
     fn md(pairs: &[(&str, &str)]) -> Metadata {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[rstest]
@@ -185,7 +196,12 @@ mod tests {
     fn controls_are_read() {
         let now = SystemTime::now();
         let c = parse_controls(
-            &md(&[("ttlInSeconds", "30"), ("deliverAfter", "2s"), ("rawPayload", "true"), ("partitionKey", "k")]),
+            &md(&[
+                ("ttlInSeconds", "30"),
+                ("deliverAfter", "2s"),
+                ("rawPayload", "true"),
+                ("partitionKey", "k"),
+            ]),
             now,
         )
         .unwrap();

@@ -154,7 +154,14 @@ impl Delivery {
 
     async fn fetch(&self, wait: Duration) -> Result<Vec<ReceivedMessage>> {
         if self.is_bulk() && self.bulk_native {
-            let max_await = self.bulk.max_await_duration.min(wait.max(Duration::from_millis(1)));
+            // A held delayed message may be due before the batch wait ends.
+            let max_await = match self.held.first_key_value() {
+                Some(_) => self
+                    .bulk
+                    .max_await_duration
+                    .min(wait.max(Duration::from_millis(1))),
+                None => self.bulk.max_await_duration,
+            };
             self.consumer
                 .receive_batch(self.bulk.max_messages_count, max_await)
                 .await
@@ -346,13 +353,17 @@ impl Delivery {
                 })
                 .collect(),
         };
-        let statuses: HashMap<String, Status> = match handler.handle(batch).instrument(batch_span).await {
-            Ok(statuses) => statuses.into_iter().map(|s| (s.entry_id, s.status)).collect(),
-            Err(e) => {
-                warn!(error = %e, "bulk handler failed; retrying the whole batch");
-                HashMap::new()
-            }
-        };
+        let statuses: HashMap<String, Status> =
+            match handler.handle(batch).instrument(batch_span).await {
+                Ok(statuses) => statuses
+                    .into_iter()
+                    .map(|s| (s.entry_id, s.status))
+                    .collect(),
+                Err(e) => {
+                    warn!(error = %e, "bulk handler failed; retrying the whole batch");
+                    HashMap::new()
+                }
+            };
         for (message, _) in &entries {
             let status = statuses
                 .get(&message.id.to_string())
@@ -366,13 +377,18 @@ impl Delivery {
         match status {
             Status::Success => self.ack(message).await,
             Status::Drop => self.give_up(message, "dropped").await,
-            Status::Retry if !self.dead_letter_native
-                && message.attempt >= self.subscription.max_deliveries =>
+            Status::Retry
+                if !self.dead_letter_native
+                    && message.attempt >= self.subscription.max_deliveries =>
             {
                 self.give_up(message, "maxDeliveries").await
             }
             Status::Retry => {
-                if let Err(e) = self.consumer.nack(&message.id, self.subscription.retry_delay).await {
+                if let Err(e) = self
+                    .consumer
+                    .nack(&message.id, self.subscription.retry_delay)
+                    .await
+                {
                     warn!(id = %message.id, error = %e, "nack failed");
                 }
             }
@@ -417,7 +433,10 @@ impl Delivery {
             Err(e) => {
                 // Never lose it: leave it to be redelivered and dead-lettered again.
                 warn!(id = %message.id, error = %e, "dead-lettering failed; will retry");
-                let _ = self.consumer.nack(&message.id, self.subscription.retry_delay).await;
+                let _ = self
+                    .consumer
+                    .nack(&message.id, self.subscription.retry_delay)
+                    .await;
             }
         }
     }

@@ -115,7 +115,10 @@ pub fn decode(payload: &[u8]) -> Result<Decoded> {
         (None, None) => Vec::new(),
     };
     Ok(Decoded {
-        id: envelope.get("id").and_then(Value::as_str).map(str::to_string),
+        id: envelope
+            .get("id")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         envelope,
         data,
         content_type,
@@ -152,7 +155,11 @@ mod tests {
 
     #[test]
     fn binary_data_goes_to_data_base64() {
-        let body = encode(&fields(Some("application/octet-stream")), &[0, 159, 146, 150]).unwrap();
+        let body = encode(
+            &fields(Some("application/octet-stream")),
+            &[0, 159, 146, 150],
+        )
+        .unwrap();
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert!(value.get("data").is_none());
         assert_eq!(value["data_base64"], "AJ+Slg==");

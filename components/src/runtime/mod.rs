@@ -20,7 +20,7 @@ pub use types::*;
 use crate::capability::{Capabilities, Feature, Support};
 use crate::component::{Component, ConsumerSpec};
 use crate::error::{PubSubError, Result};
-use crate::message::{Metadata, MessageId, OutgoingMessage};
+use crate::message::{MessageId, Metadata, OutgoingMessage};
 use controls::{keys, Controls};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -104,7 +104,10 @@ impl Runtime {
 
     fn require(&self, feature: Feature) -> Result<Support> {
         match self.mode(feature) {
-            Support::Unsupported => Err(PubSubError::unsupported(self.component.kind(), feature.name())),
+            Support::Unsupported => Err(PubSubError::unsupported(
+                self.component.kind(),
+                feature.name(),
+            )),
             mode => Ok(mode),
         }
     }
@@ -189,7 +192,9 @@ impl Runtime {
             content_type: wire_content_type,
             metadata: wire,
             partition_key,
-            expires_at: (ttl_mode == Some(Support::Native)).then_some(expires_at).flatten(),
+            expires_at: (ttl_mode == Some(Support::Native))
+                .then_some(expires_at)
+                .flatten(),
             deliver_at: (delay_mode == Some(Support::Native))
                 .then_some(deliver_at)
                 .flatten(),
@@ -223,7 +228,12 @@ impl Runtime {
                 .filter(|_| native(Feature::DelayedDelivery)),
         };
         let consumer = self.component.consumer(spec).await?;
-        Ok(delivery::start(self.clone(), subscription, handler, consumer))
+        Ok(delivery::start(
+            self.clone(),
+            subscription,
+            handler,
+            consumer,
+        ))
     }
 
     fn validate_subscription(&self, subscription: &Subscription, handler: &Handler) -> Result<()> {
@@ -231,7 +241,9 @@ impl Runtime {
             crate::TopicSelector::Single(t) => controls::validate_topic(t)?,
             crate::TopicSelector::List(ts) => {
                 if ts.is_empty() {
-                    return Err(PubSubError::InvalidRequest("subscription lists no topic".into()));
+                    return Err(PubSubError::InvalidRequest(
+                        "subscription lists no topic".into(),
+                    ));
                 }
                 ts.iter().try_for_each(|t| controls::validate_topic(t))?;
             }
@@ -240,7 +252,9 @@ impl Runtime {
             }
         }
         if subscription.group.is_empty() {
-            return Err(PubSubError::InvalidRequest("subscription group is empty".into()));
+            return Err(PubSubError::InvalidRequest(
+                "subscription group is empty".into(),
+            ));
         }
         if subscription.topics.is_multi_topic() {
             self.require(Feature::MultiTopic)?;
@@ -266,12 +280,16 @@ impl Runtime {
             self.require(Feature::BulkSubscribe)?;
         }
         match (handler, &subscription.bulk) {
-            (Handler::Bulk(_), Some(bulk)) if bulk.max_messages_count == 0 => Err(
-                PubSubError::InvalidRequest("bulkSubscribe maxMessagesCount must be at least 1".into()),
-            ),
-            (Handler::Bulk(_), Some(bulk)) if bulk.max_await_duration.is_zero() => Err(
-                PubSubError::InvalidRequest("bulkSubscribe maxAwaitDurationMs must be above 0".into()),
-            ),
+            (Handler::Bulk(_), Some(bulk)) if bulk.max_messages_count == 0 => {
+                Err(PubSubError::InvalidRequest(
+                    "bulkSubscribe maxMessagesCount must be at least 1".into(),
+                ))
+            }
+            (Handler::Bulk(_), Some(bulk)) if bulk.max_await_duration.is_zero() => {
+                Err(PubSubError::InvalidRequest(
+                    "bulkSubscribe maxAwaitDurationMs must be above 0".into(),
+                ))
+            }
             (Handler::Single(_), Some(_)) => Err(PubSubError::InvalidRequest(
                 "bulkSubscribe is enabled but the handler takes single messages".into(),
             )),

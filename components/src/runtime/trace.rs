@@ -14,7 +14,9 @@ pub fn new_traceparent() -> String {
 pub fn is_valid_traceparent(value: &str) -> bool {
     let parts: Vec<&str> = value.split('-').collect();
     let hex = |s: &str, len: usize| {
-        s.len() == len && s.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+        s.len() == len
+            && s.chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
     };
     parts.len() == 4
         && parts[0] == "00"

@@ -1,7 +1,7 @@
 //! The application-facing request, event and handler types of the runtime layer.
 
 use crate::component::{StartPosition, TopicSelector};
-use crate::message::{Metadata, MessageId};
+use crate::message::{MessageId, Metadata};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

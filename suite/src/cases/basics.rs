@@ -84,10 +84,15 @@ pub fn cases() -> Vec<Case> {
 async fn delivery(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
     let keys = ctx.publish_numbered(&topic, "m", 50).await?;
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     subscription.stop().await;
     Ok(ctx.check(&ctx.expectation()))
 }
@@ -97,7 +102,10 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
     let topic = ctx.topic("t");
     let samples = samples(&ctx.caps, ctx.seed(), 12);
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
     if bulk {
         let request = pubsub_components::runtime::BulkPublishRequest {
@@ -113,7 +121,10 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
                 .collect(),
             metadata: Default::default(),
         };
-        let response = ctx.bulk_publish(request).await.doing("bulk publishing the samples")?;
+        let response = ctx
+            .bulk_publish(request)
+            .await
+            .doing("bulk publishing the samples")?;
         if !response.failed_entries.is_empty() {
             return Err(CaseError::Component(format!(
                 "bulk publish of valid samples reported failures: {:?}",
@@ -134,7 +145,9 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
         }
     }
     let keys: Vec<String> = samples.iter().map(|s| s.key.clone()).collect();
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     subscription.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
     let events = ctx.recorder.events();
@@ -150,19 +163,59 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
 async fn invalid_requests(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
-    let bad = |key: &str| PublishRequest::new(&topic, key.as_bytes().to_vec()).with_metadata(KEY, key);
+    let bad =
+        |key: &str| PublishRequest::new(&topic, key.as_bytes().to_vec()).with_metadata(KEY, key);
     let attempts: Vec<(&str, PublishRequest, &str)> = vec![
-        ("empty topic", PublishRequest::new("", "x").with_metadata(KEY, "bad-0"), "topic"),
-        ("topic with '#'", PublishRequest::new(format!("{topic}#1"), "x").with_metadata(KEY, "bad-1"), "topic"),
-        ("reserved metadata key", bad("bad-2").with_metadata("x-rt-envelope", "forged"), "x-rt-envelope"),
-        ("ttlInSeconds=soon", bad("bad-3").with_metadata("ttlInSeconds", "soon"), "ttlInSeconds"),
-        ("deliverAt=tomorrow", bad("bad-4").with_metadata("deliverAt", "tomorrow"), "deliverAt"),
-        ("deliverAfter=5 parsecs", bad("bad-5").with_metadata("deliverAfter", "5 parsecs"), "deliverAfter"),
-        ("rawPayload=maybe", bad("bad-6").with_metadata("rawPayload", "maybe"), "rawPayload"),
-        ("malformed traceparent", bad("bad-7").with_metadata("traceparent", "00-xyz"), "traceparent"),
-        ("control character in metadata", bad("bad-8").with_metadata("app-note", "a\u{7}b"), "control character"),
+        (
+            "empty topic",
+            PublishRequest::new("", "x").with_metadata(KEY, "bad-0"),
+            "topic",
+        ),
+        (
+            "topic with '#'",
+            PublishRequest::new(format!("{topic}#1"), "x").with_metadata(KEY, "bad-1"),
+            "topic",
+        ),
+        (
+            "reserved metadata key",
+            bad("bad-2").with_metadata("x-rt-envelope", "forged"),
+            "x-rt-envelope",
+        ),
+        (
+            "ttlInSeconds=soon",
+            bad("bad-3").with_metadata("ttlInSeconds", "soon"),
+            "ttlInSeconds",
+        ),
+        (
+            "deliverAt=tomorrow",
+            bad("bad-4").with_metadata("deliverAt", "tomorrow"),
+            "deliverAt",
+        ),
+        (
+            "deliverAfter=5 parsecs",
+            bad("bad-5").with_metadata("deliverAfter", "5 parsecs"),
+            "deliverAfter",
+        ),
+        (
+            "rawPayload=maybe",
+            bad("bad-6").with_metadata("rawPayload", "maybe"),
+            "rawPayload",
+        ),
+        (
+            "malformed traceparent",
+            bad("bad-7").with_metadata("traceparent", "00-xyz"),
+            "traceparent",
+        ),
+        (
+            "control character in metadata",
+            bad("bad-8").with_metadata("app-note", "a\u{7}b"),
+            "control character",
+        ),
     ];
     let mut outcome = Outcome::new();
     for (what, request, named) in attempts {
@@ -171,7 +224,10 @@ async fn invalid_requests(ctx: CaseContext) -> CaseRun {
                 outcome.fail(format!("{what}: accepted (id {id}) instead of refused"));
             }
             Err(e) if e.kind() != ErrorKind::InvalidRequest => {
-                outcome.fail(format!("{what}: refused with a {:?} error, not InvalidRequest: {e}", e.kind()));
+                outcome.fail(format!(
+                    "{what}: refused with a {:?} error, not InvalidRequest: {e}",
+                    e.kind()
+                ));
             }
             Err(e) if !e.to_string().contains(named) => {
                 outcome.fail(format!("{what}: the error does not name '{named}': {e}"));
@@ -182,11 +238,15 @@ async fn invalid_requests(ctx: CaseContext) -> CaseRun {
         }
     }
     let sentinel = ctx.publish_numbered(&topic, "ok", 1).await?;
-    ctx.recorder.wait_for_keys(&sentinel, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&sentinel, ctx.delivery_deadline())
+        .await;
     if ctx.caps.ordering == OrderingScope::None {
         // Without ordering, a refused-but-published message could trail the sentinel.
         ctx.recorder
-            .wait_until(ctx.quiet_window(), |h| h.delivered_keys().iter().any(|k| k.starts_with("bad-")))
+            .wait_until(ctx.quiet_window(), |h| {
+                h.delivered_keys().iter().any(|k| k.starts_with("bad-"))
+            })
             .await;
     }
     subscription.stop().await;
@@ -196,7 +256,10 @@ async fn invalid_requests(ctx: CaseContext) -> CaseRun {
 async fn cloudevents(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
     let payloads: Vec<(&str, Vec<u8>, &str)> = vec![
         ("json", br#"{"n":1,"s":"x"}"#.to_vec(), "application/json"),
@@ -207,10 +270,14 @@ async fn cloudevents(ctx: CaseContext) -> CaseRun {
         let request = PublishRequest::new(&topic, data.clone())
             .with_content_type(content_type)
             .with_metadata(KEY, *key);
-        ctx.publish(request).await.doing(&format!("publishing {key}"))?;
+        ctx.publish(request)
+            .await
+            .doing(&format!("publishing {key}"))?;
     }
     let keys: Vec<String> = payloads.iter().map(|p| p.0.to_string()).collect();
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     subscription.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
     for event in ctx.recorder.events() {
@@ -220,14 +287,23 @@ async fn cloudevents(ctx: CaseContext) -> CaseRun {
             continue;
         };
         let field = |name: &str| ce.get(name).and_then(|v| v.as_str()).map(str::to_string);
-        let (_, data, content_type) = payloads.iter().find(|p| p.0 == key).cloned().unwrap_or_default();
+        let (_, data, content_type) = payloads
+            .iter()
+            .find(|p| p.0 == key)
+            .cloned()
+            .unwrap_or_default();
         let mut expect_field = |name: &str, expected: Option<&str>| {
             let actual = field(name);
             let ok = match expected {
                 Some(value) => actual.as_deref() == Some(value),
                 None => actual.as_deref().is_some_and(|v| !v.is_empty()),
             };
-            outcome.expect(ok, || format!("{key}: envelope field '{name}' is {actual:?}, expected {}", expected.unwrap_or("non-empty")));
+            outcome.expect(ok, || {
+                format!(
+                    "{key}: envelope field '{name}' is {actual:?}, expected {}",
+                    expected.unwrap_or("non-empty")
+                )
+            });
         };
         expect_field("specversion", Some("1.0"));
         expect_field("id", None);
@@ -244,11 +320,19 @@ async fn cloudevents(ctx: CaseContext) -> CaseRun {
         match key.as_str() {
             "json" => {
                 let expected: serde_json::Value = serde_json::from_slice(&data).unwrap_or_default();
-                outcome.expect(ce.get("data") == Some(&expected), || format!("json: `data` is {:?}, expected the JSON {expected}", ce.get("data")));
+                outcome.expect(ce.get("data") == Some(&expected), || {
+                    format!(
+                        "json: `data` is {:?}, expected the JSON {expected}",
+                        ce.get("data")
+                    )
+                });
             }
             "binary" => {
-                let decoded = field("data_base64").and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
-                outcome.expect(decoded.as_deref() == Some(&data[..]), || format!("binary: `data_base64` is {:?}", field("data_base64")));
+                let decoded = field("data_base64")
+                    .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
+                outcome.expect(decoded.as_deref() == Some(&data[..]), || {
+                    format!("binary: `data_base64` is {:?}", field("data_base64"))
+                });
             }
             _ => {}
         }
@@ -259,23 +343,38 @@ async fn cloudevents(ctx: CaseContext) -> CaseRun {
 async fn raw_payload(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
     let data = vec![0xff, 0x00, b'{', 0x80, 0x7f];
     let request = PublishRequest::new(&topic, data.clone())
         .with_content_type("application/x-protobuf")
         .with_metadata("rawPayload", "true")
         .with_metadata(KEY, "raw-0");
-    ctx.publish(request).await.doing("publishing a raw payload")?;
-    ctx.recorder.wait_for_keys(&["raw-0".into()], ctx.delivery_deadline()).await;
+    ctx.publish(request)
+        .await
+        .doing("publishing a raw payload")?;
+    ctx.recorder
+        .wait_for_keys(&["raw-0".into()], ctx.delivery_deadline())
+        .await;
     subscription.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
     if let Some(event) = ctx.recorder.events().first() {
-        outcome.expect(event.cloud_event.is_none(), || "raw payload was delivered wrapped in an envelope".into());
-        outcome.expect(event.data == data, || format!("raw payload changed: {:?} published, {:?} delivered", data, event.data));
-        outcome.expect(event.content_type.as_deref() == Some("application/x-protobuf"), || {
-            format!("content type changed to {:?}", event.content_type)
+        outcome.expect(event.cloud_event.is_none(), || {
+            "raw payload was delivered wrapped in an envelope".into()
         });
+        outcome.expect(event.data == data, || {
+            format!(
+                "raw payload changed: {:?} published, {:?} delivered",
+                data, event.data
+            )
+        });
+        outcome.expect(
+            event.content_type.as_deref() == Some("application/x-protobuf"),
+            || format!("content type changed to {:?}", event.content_type),
+        );
     }
     Ok(outcome)
 }
@@ -284,21 +383,38 @@ async fn competing_consumers(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let group = ctx.group("shared");
     let first = ctx
-        .subscribe(Subscription::new(&topic, &group), ctx.recorder.handler("member-1"))
+        .subscribe(
+            Subscription::new(&topic, &group),
+            ctx.recorder.handler("member-1"),
+        )
         .await?;
     let second = ctx
-        .subscribe(Subscription::new(&topic, &group), ctx.recorder.handler("member-2"))
+        .subscribe(
+            Subscription::new(&topic, &group),
+            ctx.recorder.handler("member-2"),
+        )
         .await?;
     let keys = ctx.publish_numbered(&topic, "m", 100).await?;
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     first.stop().await;
     second.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
     let history = ctx.recorder.history();
     let mut first_deliveries: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for record in &history.records {
-        if let Record::Delivered { key: Some(key), attempt: 1, subscriber, .. } = record {
-            first_deliveries.entry(key.clone()).or_default().push(subscriber.clone());
+        if let Record::Delivered {
+            key: Some(key),
+            attempt: 1,
+            subscriber,
+            ..
+        } = record
+        {
+            first_deliveries
+                .entry(key.clone())
+                .or_default()
+                .push(subscriber.clone());
         }
     }
     let shared: Vec<String> = first_deliveries
@@ -307,20 +423,44 @@ async fn competing_consumers(ctx: CaseContext) -> CaseRun {
         .map(|(key, members)| format!("{key} to {}", members.join(" and ")))
         .collect();
     outcome.expect(shared.is_empty(), || {
-        format!("{} messages were first-delivered to more than one member of the group: {}", shared.len(), shared.iter().take(5).cloned().collect::<Vec<_>>().join(", "))
+        format!(
+            "{} messages were first-delivered to more than one member of the group: {}",
+            shared.len(),
+            shared
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     });
-    let per_member = |m: &str| first_deliveries.values().filter(|v| v.iter().any(|s| s == m)).count();
-    outcome.note(format!("member-1 got {}, member-2 got {}", per_member("member-1"), per_member("member-2")));
+    let per_member = |m: &str| {
+        first_deliveries
+            .values()
+            .filter(|v| v.iter().any(|s| s == m))
+            .count()
+    };
+    outcome.note(format!(
+        "member-1 got {}, member-2 got {}",
+        per_member("member-1"),
+        per_member("member-2")
+    ));
     Ok(outcome)
 }
 
 async fn fan_out(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let first = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("a")), ctx.recorder.handler("group-a"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("a")),
+            ctx.recorder.handler("group-a"),
+        )
         .await?;
     let second = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("b")), ctx.recorder.handler("group-b"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("b")),
+            ctx.recorder.handler("group-b"),
+        )
         .await?;
     let keys = ctx.publish_numbered(&topic, "m", 30).await?;
     let all: BTreeSet<String> = keys.iter().cloned().collect();
@@ -328,13 +468,19 @@ async fn fan_out(ctx: CaseContext) -> CaseRun {
         h.records
             .iter()
             .filter_map(|r| match r {
-                Record::Delivered { key: Some(k), subscriber, .. } if subscriber == who => Some(k.clone()),
+                Record::Delivered {
+                    key: Some(k),
+                    subscriber,
+                    ..
+                } if subscriber == who => Some(k.clone()),
                 _ => None,
             })
             .collect()
     };
     ctx.recorder
-        .wait_until(ctx.delivery_deadline(), |h| got(h, "group-a") == all && got(h, "group-b") == all)
+        .wait_until(ctx.delivery_deadline(), |h| {
+            got(h, "group-a") == all && got(h, "group-b") == all
+        })
         .await;
     first.stop().await;
     second.stop().await;
@@ -343,7 +489,9 @@ async fn fan_out(ctx: CaseContext) -> CaseRun {
     for who in ["group-a", "group-b"] {
         let delivered = got(&history, who);
         let missing: Vec<&String> = all.difference(&delivered).collect();
-        outcome.expect(missing.is_empty(), || format!("{who} missed {} messages: {missing:?}", missing.len()));
+        outcome.expect(missing.is_empty(), || {
+            format!("{who} missed {} messages: {missing:?}", missing.len())
+        });
     }
     Ok(outcome)
 }
@@ -358,7 +506,11 @@ async fn message_id_round_trip(ctx: CaseContext) -> CaseRun {
     );
     for (topic, partition, position) in generate(strategy, ctx.seed(), 256) {
         let partition = topic.as_ref().and(partition);
-        let id = MessageId { topic, partition, position };
+        let id = MessageId {
+            topic,
+            partition,
+            position,
+        };
         let text = id.to_string();
         match text.parse::<MessageId>() {
             Ok(back) if back == id => {}
@@ -372,20 +524,39 @@ async fn message_id_round_trip(ctx: CaseContext) -> CaseRun {
     let group = ctx.group("g");
     let keys = ctx.publish_numbered(&topic, "m", 5).await?;
     let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), &group);
-    let consumer = ctx.runtime.component().consumer(spec.clone()).await.doing("opening a consumer")?;
+    let consumer = ctx
+        .runtime
+        .component()
+        .consumer(spec.clone())
+        .await
+        .doing("opening a consumer")?;
     let mut received = Vec::new();
     while received.len() < keys.len() && tokio::time::Instant::now() < ctx.delivery_deadline() {
-        let wait = ctx.delivery_deadline().saturating_duration_since(tokio::time::Instant::now());
-        received.extend(consumer.receive(keys.len(), wait).await.doing("receiving")?);
+        let wait = ctx
+            .delivery_deadline()
+            .saturating_duration_since(tokio::time::Instant::now());
+        received.extend(
+            consumer
+                .receive(keys.len(), wait)
+                .await
+                .doing("receiving")?,
+        );
     }
-    outcome.expect(received.len() == keys.len(), || format!("received {} of {} messages", received.len(), keys.len()));
+    outcome.expect(received.len() == keys.len(), || {
+        format!("received {} of {} messages", received.len(), keys.len())
+    });
     for message in &received {
         outcome.expect(message.id.topic.as_deref() == Some(topic.as_str()), || {
-            format!("delivered id {} does not name its owner topic '{topic}'", message.id)
+            format!(
+                "delivered id {} does not name its owner topic '{topic}'",
+                message.id
+            )
         });
         let json = serde_json::to_string(&message.id).unwrap_or_default();
         let back: Option<MessageId> = serde_json::from_str(&json).ok();
-        outcome.expect(back.as_ref() == Some(&message.id), || format!("id {} -> {json} -> {back:?}", message.id));
+        outcome.expect(back.as_ref() == Some(&message.id), || {
+            format!("id {} -> {json} -> {back:?}", message.id)
+        });
         if let Some(back) = back {
             if let Err(e) = consumer.ack(&back).await {
                 outcome.fail(format!("ack of round-tripped id {back} refused: {e}"));
@@ -394,14 +565,29 @@ async fn message_id_round_trip(ctx: CaseContext) -> CaseRun {
     }
     let _ = consumer.close().await;
     // Acked through round-tripped ids: a new member of the group gets nothing back.
-    let again = ctx.runtime.component().consumer(spec).await.doing("reopening the consumer")?;
+    let again = ctx
+        .runtime
+        .component()
+        .consumer(spec)
+        .await
+        .doing("reopening the consumer")?;
     let redelivered = again
-        .receive(keys.len(), ctx.caps.redelivery_bound.min(Duration::from_secs(2)))
+        .receive(
+            keys.len(),
+            ctx.caps.redelivery_bound.min(Duration::from_secs(2)),
+        )
         .await
         .doing("receiving after acks")?;
     let _ = again.close().await;
     outcome.expect(redelivered.is_empty(), || {
-        format!("{} messages acked through round-tripped ids came back: {:?}", redelivered.len(), redelivered.iter().map(|m| m.id.to_string()).collect::<Vec<_>>())
+        format!(
+            "{} messages acked through round-tripped ids came back: {:?}",
+            redelivered.len(),
+            redelivered
+                .iter()
+                .map(|m| m.id.to_string())
+                .collect::<Vec<_>>()
+        )
     });
     Ok(outcome)
 }

@@ -95,7 +95,9 @@ fn entry(key: &str) -> BulkPublishEntry {
 /// An entry the broker must refuse: a raw payload one byte over the declared maximum.
 fn oversize(ctx: &CaseContext, key: &str) -> Result<BulkPublishEntry, CaseError> {
     let max = ctx.caps.max_message_bytes.ok_or_else(|| {
-        CaseError::Harness("cannot induce an entry failure: the component declares no maximum message size".into())
+        CaseError::Harness(
+            "cannot induce an entry failure: the component declares no maximum message size".into(),
+        )
     })?;
     let mut entry = entry(key);
     entry.event = vec![b'x'; max + 1];
@@ -115,19 +117,30 @@ fn request(topic: &str, entries: Vec<BulkPublishEntry>) -> BulkPublishRequest {
 async fn all_success(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
     let keys: Vec<String> = (0..100).map(|i| format!("e-{i}")).collect();
     let response = ctx
         .bulk_publish(request(&topic, keys.iter().map(|k| entry(k)).collect()))
         .await
         .doing("bulk publishing 100 entries")?;
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     subscription.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
-    outcome.expect(response.failed_entries.is_empty() && response.http_status() == 204, || {
-        format!("valid entries reported failed: {:?}", response.failed_entries)
-    });
+    outcome.expect(
+        response.failed_entries.is_empty() && response.http_status() == 204,
+        || {
+            format!(
+                "valid entries reported failed: {:?}",
+                response.failed_entries
+            )
+        },
+    );
     Ok(outcome)
 }
 
@@ -136,10 +149,17 @@ async fn partial_failure(ctx: CaseContext) -> CaseRun {
     let mut entries = Vec::new();
     for i in 0..20 {
         let key = format!("e-{i}");
-        entries.push(if i % 4 == 1 { oversize(&ctx, &key)? } else { entry(&key) });
+        entries.push(if i % 4 == 1 {
+            oversize(&ctx, &key)?
+        } else {
+            entry(&key)
+        });
     }
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
     let response = ctx
         .bulk_publish(request(&topic, entries))
@@ -149,14 +169,27 @@ async fn partial_failure(ctx: CaseContext) -> CaseRun {
         .map(|i| format!("e-{i}"))
         .filter(|k| !response.failed(k))
         .collect();
-    ctx.recorder.wait_for_keys(&reported_ok, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&reported_ok, ctx.delivery_deadline())
+        .await;
     subscription.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
     if response.failed_entries.is_empty() {
-        outcome.warn("no entry failed: the broker accepted payloads over its declared maximum size");
+        outcome
+            .warn("no entry failed: the broker accepted payloads over its declared maximum size");
     } else {
-        outcome.expect(response.http_status() == 500, || "failures present but status is not 500".into());
-        outcome.note(format!("{} entries reported failed: {:?}", response.failed_entries.len(), response.failed_entries.iter().map(|f| &f.entry_id).collect::<Vec<_>>()));
+        outcome.expect(response.http_status() == 500, || {
+            "failures present but status is not 500".into()
+        });
+        outcome.note(format!(
+            "{} entries reported failed: {:?}",
+            response.failed_entries.len(),
+            response
+                .failed_entries
+                .iter()
+                .map(|f| &f.entry_id)
+                .collect::<Vec<_>>()
+        ));
     }
     Ok(outcome)
 }
@@ -164,38 +197,61 @@ async fn partial_failure(ctx: CaseContext) -> CaseRun {
 async fn status_mapping(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
-    let strategy = (proptest::collection::vec(proptest::bool::weighted(0.3), 1..30), proptest::bool::ANY);
+    let strategy = (
+        proptest::collection::vec(proptest::bool::weighted(0.3), 1..30),
+        proptest::bool::ANY,
+    );
     let mut expected = Vec::new();
     for (r, (failing, keep_order)) in generate(strategy, ctx.seed(), 8).into_iter().enumerate() {
         let mut entries = Vec::new();
         for (i, fail) in failing.iter().enumerate() {
             let key = format!("r{r}-e{i}");
-            entries.push(if *fail { oversize(&ctx, &key)? } else { entry(&key) });
+            entries.push(if *fail {
+                oversize(&ctx, &key)?
+            } else {
+                entry(&key)
+            });
         }
         let mut req = request(&topic, entries);
         if keep_order {
-            req.metadata.insert("batchPublishKeepOrder".into(), "true".into());
+            req.metadata
+                .insert("batchPublishKeepOrder".into(), "true".into());
         }
-        let response = ctx.bulk_publish(req).await.doing(&format!("bulk request {r}"))?;
+        let response = ctx
+            .bulk_publish(req)
+            .await
+            .doing(&format!("bulk request {r}"))?;
         expected.extend(
             (0..failing.len())
                 .map(|i| format!("r{r}-e{i}"))
                 .filter(|k| !response.failed(k)),
         );
     }
-    ctx.recorder.wait_for_keys(&expected, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&expected, ctx.delivery_deadline())
+        .await;
     subscription.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
-    outcome.note(format!("8 generated requests (seed {}), {} entries reported successful", ctx.seed(), expected.len()));
+    outcome.note(format!(
+        "8 generated requests (seed {}), {} entries reported successful",
+        ctx.seed(),
+        expected.len()
+    ));
     Ok(outcome)
 }
 
 async fn entry_ids(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
     let mut blank = entry("bad-1");
     blank.entry_id = "   ".into();
@@ -204,16 +260,25 @@ async fn entry_ids(ctx: CaseContext) -> CaseRun {
     let attempts = vec![
         ("missing entryId", vec![entry("bad-0"), missing], "index 1"),
         ("blank entryId", vec![blank, entry("bad-2")], "index 0"),
-        ("duplicate entryId", vec![entry("bad-4"), entry("bad-5"), entry("bad-4")], "bad-4"),
+        (
+            "duplicate entryId",
+            vec![entry("bad-4"), entry("bad-5"), entry("bad-4")],
+            "bad-4",
+        ),
     ];
     let mut outcome = Outcome::new();
     for (what, entries, named) in attempts {
         match ctx.runtime.bulk_publish(request(&topic, entries)).await {
             Ok(response) => {
-                outcome.fail(format!("{what}: accepted ({} failed entries) instead of rejected whole", response.failed_entries.len()));
+                outcome.fail(format!(
+                    "{what}: accepted ({} failed entries) instead of rejected whole",
+                    response.failed_entries.len()
+                ));
             }
             Err(e) if e.kind() != ErrorKind::InvalidRequest || !e.to_string().contains(named) => {
-                outcome.fail(format!("{what}: the error is not an InvalidRequest naming {named}: {e}"));
+                outcome.fail(format!(
+                    "{what}: the error is not an InvalidRequest naming {named}: {e}"
+                ));
             }
             Err(e) => {
                 outcome.note(format!("{what}: {e}"));
@@ -223,13 +288,19 @@ async fn entry_ids(ctx: CaseContext) -> CaseRun {
     match ctx.runtime.bulk_publish(request(&topic, Vec::new())).await {
         Ok(response) if response.failed_entries.is_empty() => {}
         other => {
-            outcome.fail(format!("an empty entry list must be a no-op success, got {other:?}"));
+            outcome.fail(format!(
+                "an empty entry list must be a no-op success, got {other:?}"
+            ));
         }
     }
     let sentinel = ctx.publish_numbered(&topic, "ok", 1).await?;
-    ctx.recorder.wait_for_keys(&sentinel, ctx.delivery_deadline()).await;
     ctx.recorder
-        .wait_until(ctx.quiet_window(), |h| h.delivered_keys().iter().any(|k| k.starts_with("bad-")))
+        .wait_for_keys(&sentinel, ctx.delivery_deadline())
+        .await;
+    ctx.recorder
+        .wait_until(ctx.quiet_window(), |h| {
+            h.delivered_keys().iter().any(|k| k.starts_with("bad-"))
+        })
         .await;
     subscription.stop().await;
     Ok(outcome.merge(ctx.check(&ctx.expectation())))
@@ -238,7 +309,10 @@ async fn entry_ids(ctx: CaseContext) -> CaseRun {
 async fn metadata_merge(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
     let mut overriding = entry("e-1");
     overriding.metadata.insert("app-b".into(), "entry-b".into());
@@ -250,20 +324,35 @@ async fn metadata_merge(ctx: CaseContext) -> CaseRun {
     req.metadata.insert("app-b".into(), "request-b".into());
     // The entry without a map of its own gets its key from the request metadata.
     req.metadata.insert(KEY.into(), "e-3".into());
-    let response = ctx.bulk_publish(req).await.doing("bulk publishing with request metadata")?;
+    let response = ctx
+        .bulk_publish(req)
+        .await
+        .doing("bulk publishing with request metadata")?;
     let keys: Vec<String> = ["e-1", "e-2", "e-3"].map(String::from).to_vec();
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     subscription.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
-    outcome.expect(response.failed_entries.is_empty(), || format!("entries failed: {:?}", response.failed_entries));
-    let expected = [("e-1", "entry-b"), ("e-2", "request-b"), ("e-3", "request-b")];
+    outcome.expect(response.failed_entries.is_empty(), || {
+        format!("entries failed: {:?}", response.failed_entries)
+    });
+    let expected = [
+        ("e-1", "entry-b"),
+        ("e-2", "request-b"),
+        ("e-3", "request-b"),
+    ];
     for event in ctx.recorder.events() {
         let key = super::key_of(&event).to_string();
-        let Some((_, b)) = expected.iter().find(|(k, _)| *k == key) else { continue };
+        let Some((_, b)) = expected.iter().find(|(k, _)| *k == key) else {
+            continue;
+        };
         let a_value = event.metadata.get("app-a").map(String::as_str);
         let b_value = event.metadata.get("app-b").map(String::as_str);
         outcome.expect(a_value == Some("request-a") && b_value == Some(*b), || {
-            format!("{key}: app-a={a_value:?} app-b={b_value:?}, expected app-a=request-a app-b={b}")
+            format!(
+                "{key}: app-a={a_value:?} app-b={b_value:?}, expected app-a=request-a app-b={b}"
+            )
         });
     }
     Ok(outcome)
@@ -275,19 +364,34 @@ async fn keep_order(ctx: CaseContext) -> CaseRun {
     let mut entries = Vec::new();
     for i in 0..30 {
         let key = format!("e-{i:02}");
-        entries.push(if i == FAILING { oversize(&ctx, &key)? } else { entry(&key) });
+        entries.push(if i == FAILING {
+            oversize(&ctx, &key)?
+        } else {
+            entry(&key)
+        });
     }
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
     let mut req = request(&topic, entries);
-    req.metadata.insert("batchPublishKeepOrder".into(), "true".into());
-    let response = ctx.bulk_publish(req).await.doing("bulk publishing in order")?;
+    req.metadata
+        .insert("batchPublishKeepOrder".into(), "true".into());
+    let response = ctx
+        .bulk_publish(req)
+        .await
+        .doing("bulk publishing in order")?;
     let before: Vec<String> = (0..FAILING).map(|i| format!("e-{i:02}")).collect();
-    ctx.recorder.wait_for_keys(&before, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&before, ctx.delivery_deadline())
+        .await;
     // Later entries must not have been published: give them the time a delivery takes.
     ctx.recorder
-        .wait_until(ctx.quiet_window(), |h| (FAILING + 1..30).any(|i| h.delivery_count(&format!("e-{i:02}")) > 0))
+        .wait_until(ctx.quiet_window(), |h| {
+            (FAILING + 1..30).any(|i| h.delivery_count(&format!("e-{i:02}")) > 0)
+        })
         .await;
     subscription.stop().await;
     let mut expectation = ctx.expectation();
@@ -297,9 +401,13 @@ async fn keep_order(ctx: CaseContext) -> CaseRun {
     let history = ctx.recorder.history();
     for i in FAILING..30 {
         let key = format!("e-{i:02}");
-        outcome.expect(response.failed(&key), || format!("{key} (at or after the first failure) was reported published"));
+        outcome.expect(response.failed(&key), || {
+            format!("{key} (at or after the first failure) was reported published")
+        });
         if i > FAILING {
-            outcome.expect(history.delivery_count(&key) == 0, || format!("{key} was published after the first failed entry"));
+            outcome.expect(history.delivery_count(&key) == 0, || {
+                format!("{key} was published after the first failed entry")
+            });
         }
     }
     Ok(outcome)
@@ -308,7 +416,10 @@ async fn keep_order(ctx: CaseContext) -> CaseRun {
 async fn size_limit(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1"))
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
         .await?;
     let entries: Vec<BulkPublishEntry> = (0..10)
         .map(|i| {
@@ -323,33 +434,67 @@ async fn size_limit(ctx: CaseContext) -> CaseRun {
     let mut outcome = Outcome::new();
     let keys: Vec<String> = (0..10).map(|i| format!("big-{i}")).collect();
     match ctx.bulk_publish(req).await {
-        Err(e) if e.kind() == ErrorKind::InvalidRequest && e.to_string().contains("maxBulkPubBytes") => {
+        Err(e)
+            if e.kind() == ErrorKind::InvalidRequest
+                && e.to_string().contains("maxBulkPubBytes") =>
+        {
             outcome.note(format!("rejected: {e}"));
         }
         Err(e) => {
-            outcome.fail(format!("rejected without naming maxBulkPubBytes as an InvalidRequest: {e}"));
+            outcome.fail(format!(
+                "rejected without naming maxBulkPubBytes as an InvalidRequest: {e}"
+            ));
         }
         Ok(response) => {
-            outcome.note(format!("accepted (split), {} failed entries", response.failed_entries.len()));
-            let ok: Vec<String> = keys.iter().filter(|k| !response.failed(k)).cloned().collect();
-            ctx.recorder.wait_for_keys(&ok, ctx.delivery_deadline()).await;
+            outcome.note(format!(
+                "accepted (split), {} failed entries",
+                response.failed_entries.len()
+            ));
+            let ok: Vec<String> = keys
+                .iter()
+                .filter(|k| !response.failed(k))
+                .cloned()
+                .collect();
+            ctx.recorder
+                .wait_for_keys(&ok, ctx.delivery_deadline())
+                .await;
         }
     }
     let sentinel = ctx.publish_numbered(&topic, "ok", 1).await?;
-    ctx.recorder.wait_for_keys(&sentinel, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&sentinel, ctx.delivery_deadline())
+        .await;
     subscription.stop().await;
     let mut expectation = ctx.expectation();
     expectation.note_over_reported = true;
     let checked = ctx.check(&expectation);
     // A rejected request publishes nothing: any delivery of it is a half-publish.
     let history = ctx.recorder.history();
-    let half: Vec<&String> = keys.iter().filter(|k| history.delivery_count(k) > 0).collect();
-    if outcome.notes.first().is_some_and(|n| n.starts_with("rejected")) {
-        outcome.expect(half.is_empty(), || format!("the rejected request was half-published: {half:?}"));
+    let half: Vec<&String> = keys
+        .iter()
+        .filter(|k| history.delivery_count(k) > 0)
+        .collect();
+    if outcome
+        .notes
+        .first()
+        .is_some_and(|n| n.starts_with("rejected"))
+    {
+        outcome.expect(half.is_empty(), || {
+            format!("the rejected request was half-published: {half:?}")
+        });
     }
     let events = ctx.recorder.events();
-    for event in events.iter().filter(|e| super::key_of(e).starts_with("big-")) {
-        outcome.expect(event.data.len() == 1000, || format!("{} truncated to {} bytes", super::key_of(event), event.data.len()));
+    for event in events
+        .iter()
+        .filter(|e| super::key_of(e).starts_with("big-"))
+    {
+        outcome.expect(event.data.len() == 1000, || {
+            format!(
+                "{} truncated to {} bytes",
+                super::key_of(event),
+                event.data.len()
+            )
+        });
     }
     Ok(outcome.merge(checked))
 }

@@ -64,42 +64,79 @@ async fn max_messages(ctx: CaseContext) -> CaseRun {
     for (run, (count, max)) in runs.iter().enumerate() {
         // Two topics where multi-topic subscriptions exist, so mixing would show.
         let topics: Vec<String> = if ctx.caps.multi_topic {
-            vec![ctx.topic(&format!("r{run}-a")), ctx.topic(&format!("r{run}-b"))]
+            vec![
+                ctx.topic(&format!("r{run}-a")),
+                ctx.topic(&format!("r{run}-b")),
+            ]
         } else {
             vec![ctx.topic(&format!("r{run}-a"))]
         };
         let mut keys = Vec::new();
         for (t, topic) in topics.iter().enumerate() {
-            keys.extend(ctx.publish_numbered(topic, &format!("r{run}-t{t}"), *count).await?);
+            keys.extend(
+                ctx.publish_numbered(topic, &format!("r{run}-t{t}"), *count)
+                    .await?,
+            );
         }
-        let selector = if topics.len() > 1 { TopicSelector::List(topics.clone()) } else { TopicSelector::Single(topics[0].clone()) };
+        let selector = if topics.len() > 1 {
+            TopicSelector::List(topics.clone())
+        } else {
+            TopicSelector::Single(topics[0].clone())
+        };
         let mut subscription = Subscription::selecting(selector, ctx.group(&format!("r{run}")));
         subscription.bulk = bulk(*max, 200);
         let handle = ctx
-            .subscribe(subscription, ctx.recorder.bulk(&format!("run-{run}"), |_| Some(Status::Success), |_| None))
+            .subscribe(
+                subscription,
+                ctx.recorder
+                    .bulk(&format!("run-{run}"), |_| Some(Status::Success), |_| None),
+            )
             .await?;
-        ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+        ctx.recorder
+            .wait_for_keys(&keys, ctx.delivery_deadline())
+            .await;
         handle.stop().await;
-        outcome.note(format!("run {run}: {count} messages per topic x {} topics, maxMessagesCount {max}", topics.len()));
+        outcome.note(format!(
+            "run {run}: {count} messages per topic x {} topics, maxMessagesCount {max}",
+            topics.len()
+        ));
         let history = ctx.recorder.history();
         let subscriber = format!("run-{run}");
         let mut entry_topics: BTreeMap<&String, HashSet<&String>> = BTreeMap::new();
         for record in &history.records {
-            if let Record::Delivered { batch: Some(batch), topic, subscriber: s, .. } = record {
+            if let Record::Delivered {
+                batch: Some(batch),
+                topic,
+                subscriber: s,
+                ..
+            } = record
+            {
                 if *s == subscriber {
                     entry_topics.entry(batch).or_default().insert(topic);
                 }
             }
         }
         for record in &history.records {
-            let Record::Batch { id, size, subscriber: s, .. } = record else { continue };
+            let Record::Batch {
+                id,
+                size,
+                subscriber: s,
+                ..
+            } = record
+            else {
+                continue;
+            };
             if *s != subscriber {
                 continue;
             }
             outcome.expect(*size > 0, || format!("run {run}: empty batch {id}"));
-            outcome.expect(*size <= *max, || format!("run {run}: batch of {size} entries exceeds maxMessagesCount {max}"));
+            outcome.expect(*size <= *max, || {
+                format!("run {run}: batch of {size} entries exceeds maxMessagesCount {max}")
+            });
             let mixed = entry_topics.get(id).map_or(0, HashSet::len);
-            outcome.expect(mixed <= 1, || format!("run {run}: batch {id} mixes {mixed} topics"));
+            outcome.expect(mixed <= 1, || {
+                format!("run {run}: batch {id} mixes {mixed} topics")
+            });
         }
     }
     let checked = ctx.check(&ctx.expectation());
@@ -112,10 +149,15 @@ async fn max_await(ctx: CaseContext) -> CaseRun {
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.bulk = bulk(100, max_await.as_millis() as u64);
     let handle = ctx
-        .subscribe(subscription, ctx.recorder.bulk("s1", |_| Some(Status::Success), |_| None))
+        .subscribe(
+            subscription,
+            ctx.recorder.bulk("s1", |_| Some(Status::Success), |_| None),
+        )
         .await?;
     let keys = ctx.publish_numbered(&topic, "m", 5).await?;
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     handle.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
     let history = ctx.recorder.history();
@@ -126,7 +168,9 @@ async fn max_await(ctx: CaseContext) -> CaseRun {
     let allowed = max_await + ctx.caps.delay_precision;
     if let (Some(published), Some((_, _, at, size))) = (first_publish, history.batches().next()) {
         let waited = at.duration_since(published).unwrap_or_default();
-        outcome.note(format!("first batch of {size} handed over {waited:?} after the first publish"));
+        outcome.note(format!(
+            "first batch of {size} handed over {waited:?} after the first publish"
+        ));
         outcome.expect(waited <= allowed, || {
             format!("first batch handed over {waited:?} after its first entry was published; maxAwaitDurationMs {max_await:?} + precision {:?} allows {allowed:?}", ctx.caps.delay_precision)
         });
@@ -141,8 +185,11 @@ async fn statuses(ctx: CaseContext) -> CaseRun {
     let dlq = Recorder::new();
     let dlq_handle = if dead_letters {
         Some(
-            ctx.subscribe(Subscription::new(&dlq_topic, ctx.group("dlq")), dlq.handler("dead-letters"))
-                .await?,
+            ctx.subscribe(
+                Subscription::new(&dlq_topic, ctx.group("dlq")),
+                dlq.handler("dead-letters"),
+            )
+            .await?,
         )
     } else {
         None
@@ -174,7 +221,11 @@ async fn statuses(ctx: CaseContext) -> CaseRun {
         .wait_until(deadline, |h| {
             keys.iter().all(|k| {
                 let n = h.delivery_count(k);
-                if k.starts_with("retry") || k.starts_with("missing") { n >= 2 } else { n >= 1 }
+                if k.starts_with("retry") || k.starts_with("missing") {
+                    n >= 2
+                } else {
+                    n >= 1
+                }
             })
         })
         .await;
@@ -185,7 +236,9 @@ async fn statuses(ctx: CaseContext) -> CaseRun {
     // Anything acknowledged must stay acknowledged: allow a redelivery window.
     ctx.recorder
         .wait_until(ctx.quiet_window(), |h| {
-            keys.iter().any(|k| (k.starts_with("success") || k.starts_with("drop")) && h.delivery_count(k) > 1)
+            keys.iter().any(|k| {
+                (k.starts_with("success") || k.starts_with("drop")) && h.delivery_count(k) > 1
+            })
         })
         .await;
     handle.stop().await;
@@ -197,10 +250,18 @@ async fn statuses(ctx: CaseContext) -> CaseRun {
     for key in &keys {
         let n = history.delivery_count(key);
         match key.split('-').next() {
-            Some("success") => outcome.expect(n == 1, || format!("{key} answered SUCCESS but was delivered {n} times")),
-            Some("drop") => outcome.expect(n == 1, || format!("{key} answered DROP but was delivered {n} times")),
-            Some("retry") => outcome.expect(n >= 2, || format!("{key} answered RETRY but was not redelivered")),
-            _ => outcome.expect(n >= 2, || format!("{key} had no status (counts as RETRY) but was not redelivered")),
+            Some("success") => outcome.expect(n == 1, || {
+                format!("{key} answered SUCCESS but was delivered {n} times")
+            }),
+            Some("drop") => outcome.expect(n == 1, || {
+                format!("{key} answered DROP but was delivered {n} times")
+            }),
+            Some("retry") => outcome.expect(n >= 2, || {
+                format!("{key} answered RETRY but was not redelivered")
+            }),
+            _ => outcome.expect(n >= 2, || {
+                format!("{key} had no status (counts as RETRY) but was not redelivered")
+            }),
         };
     }
     if dead_letters {
@@ -208,11 +269,19 @@ async fn statuses(ctx: CaseContext) -> CaseRun {
         for i in 0..3 {
             let key = format!("drop-{i}");
             let event = dead.iter().find(|e| key_of(e) == key);
-            let reason = event.and_then(|e| e.metadata.get("deadLetterReason")).map(String::as_str);
+            let reason = event
+                .and_then(|e| e.metadata.get("deadLetterReason"))
+                .map(String::as_str);
             outcome.expect(reason == Some("dropped"), || format!("{key} answered DROP but reached the dead-letter topic with reason {reason:?} (event present: {})", event.is_some()));
         }
-        let wrong: Vec<String> = dead.iter().map(|e| key_of(e).to_string()).filter(|k| !k.starts_with("drop")).collect();
-        outcome.expect(wrong.is_empty(), || format!("entries dead-lettered without DROP: {wrong:?}"));
+        let wrong: Vec<String> = dead
+            .iter()
+            .map(|e| key_of(e).to_string())
+            .filter(|k| !k.starts_with("drop"))
+            .collect();
+        outcome.expect(wrong.is_empty(), || {
+            format!("entries dead-lettered without DROP: {wrong:?}")
+        });
     } else {
         outcome.note("dead letters unsupported: DROP checked as ack only");
     }
@@ -232,16 +301,25 @@ async fn handler_error(ctx: CaseContext) -> CaseRun {
             ctx.recorder.bulk(
                 "s1",
                 |_| Some(Status::Success),
-                move |_| (!flag.swap(true, Ordering::SeqCst)).then(|| "handler failed on purpose".to_string()),
+                move |_| {
+                    (!flag.swap(true, Ordering::SeqCst))
+                        .then(|| "handler failed on purpose".to_string())
+                },
             ),
         )
         .await?;
     let first_batch_keys = |h: &crate::history::History| -> Vec<String> {
-        let Some((id, _, _, _)) = h.batches().next() else { return Vec::new() };
+        let Some((id, _, _, _)) = h.batches().next() else {
+            return Vec::new();
+        };
         h.records
             .iter()
             .filter_map(|r| match r {
-                Record::Delivered { key: Some(k), batch: Some(b), .. } if b == id => Some(k.clone()),
+                Record::Delivered {
+                    key: Some(k),
+                    batch: Some(b),
+                    ..
+                } if b == id => Some(k.clone()),
                 _ => None,
             })
             .collect()
@@ -250,7 +328,9 @@ async fn handler_error(ctx: CaseContext) -> CaseRun {
     ctx.recorder
         .wait_until(deadline, |h| {
             let first = first_batch_keys(h);
-            !first.is_empty() && first.iter().all(|k| h.delivery_count(k) >= 2) && keys.iter().all(|k| h.delivery_count(k) >= 1)
+            !first.is_empty()
+                && first.iter().all(|k| h.delivery_count(k) >= 2)
+                && keys.iter().all(|k| h.delivery_count(k) >= 1)
         })
         .await;
     handle.stop().await;
@@ -258,7 +338,12 @@ async fn handler_error(ctx: CaseContext) -> CaseRun {
     let history = ctx.recorder.history();
     let first = first_batch_keys(&history);
     outcome.expect(!first.is_empty(), || "no batch was delivered".into());
-    let missing: Vec<&String> = first.iter().filter(|k| history.delivery_count(k) < 2).collect();
-    outcome.expect(missing.is_empty(), || format!("entries of the failed batch not redelivered: {missing:?}"));
+    let missing: Vec<&String> = first
+        .iter()
+        .filter(|k| history.delivery_count(k) < 2)
+        .collect();
+    outcome.expect(missing.is_empty(), || {
+        format!("entries of the failed batch not redelivered: {missing:?}")
+    });
     Ok(outcome)
 }

@@ -35,11 +35,21 @@ async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
     let keys = ctx.publish_numbered(&topic, "m", 40).await?;
     let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
     let component = ctx.runtime.component().clone();
-    let leaving = component.consumer(spec.clone()).await.doing("opening the first member")?;
+    let leaving = component
+        .consumer(spec.clone())
+        .await
+        .doing("opening the first member")?;
     let mut received = Vec::new();
     while received.len() < 20 && Instant::now() < ctx.delivery_deadline() {
-        let wait = ctx.delivery_deadline().saturating_duration_since(Instant::now());
-        received.extend(leaving.receive(20 - received.len(), wait).await.doing("receiving")?);
+        let wait = ctx
+            .delivery_deadline()
+            .saturating_duration_since(Instant::now());
+        received.extend(
+            leaving
+                .receive(20 - received.len(), wait)
+                .await
+                .doing("receiving")?,
+        );
     }
     let mut done = BTreeSet::new();
     for message in received.iter().take(10) {
@@ -47,7 +57,10 @@ async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
         done.insert(message.metadata.get(KEY).cloned().unwrap_or_default());
     }
     leaving.close().await.doing("closing the first member")?;
-    let staying = component.consumer(spec).await.doing("opening the second member")?;
+    let staying = component
+        .consumer(spec)
+        .await
+        .doing("opening the second member")?;
     let deadline = ctx.within(ctx.caps.redelivery_bound + ctx.caps.delivery_bound);
     while done.len() < keys.len() && Instant::now() < deadline {
         let wait = deadline.saturating_duration_since(Instant::now());
@@ -58,29 +71,56 @@ async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
     }
     let _ = staying.close().await;
     let mut outcome = Outcome::new();
-    outcome.note(format!("the first member received {} and acked 10 before leaving", received.len()));
+    outcome.note(format!(
+        "the first member received {} and acked 10 before leaving",
+        received.len()
+    ));
     let lost: Vec<&String> = keys.iter().filter(|k| !done.contains(*k)).collect();
-    outcome.expect(lost.is_empty(), || format!("lost: {} messages never reached a member after the first left: {lost:?}", lost.len()));
+    outcome.expect(lost.is_empty(), || {
+        format!(
+            "lost: {} messages never reached a member after the first left: {lost:?}",
+            lost.len()
+        )
+    });
     Ok(outcome)
 }
 
 async fn concurrent_publishers(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let handle = ctx.subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1")).await?;
+    let handle = ctx
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
+        .await?;
     let labels: Vec<String> = (0..4).map(|p| format!("p{p}")).collect();
-    let singles = labels.iter().map(|label| ctx.publish_numbered(&topic, label, 50));
+    let singles = labels
+        .iter()
+        .map(|label| ctx.publish_numbered(&topic, label, 50));
     let bulks = (0..2).map(|b| {
         let entries: Vec<BulkPublishEntry> = (0..50)
             .map(|i| {
                 let key = format!("b{b}-{i}");
                 let mut metadata = Metadata::new();
                 metadata.insert(KEY.into(), key.clone());
-                BulkPublishEntry { entry_id: key.clone(), event: key.into_bytes(), content_type: Some("text/plain".into()), metadata }
+                BulkPublishEntry {
+                    entry_id: key.clone(),
+                    event: key.into_bytes(),
+                    content_type: Some("text/plain".into()),
+                    metadata,
+                }
             })
             .collect();
-        ctx.bulk_publish(BulkPublishRequest { topic: topic.clone(), entries, metadata: Metadata::new() })
+        ctx.bulk_publish(BulkPublishRequest {
+            topic: topic.clone(),
+            entries,
+            metadata: Metadata::new(),
+        })
     });
-    let (single_results, bulk_results) = futures::join!(futures::future::join_all(singles), futures::future::join_all(bulks));
+    let (single_results, bulk_results) = futures::join!(
+        futures::future::join_all(singles),
+        futures::future::join_all(bulks)
+    );
     let mut keys = Vec::new();
     for result in single_results {
         keys.extend(result?);
@@ -95,7 +135,9 @@ async fn concurrent_publishers(ctx: CaseContext) -> CaseRun {
     }
     keys.sort();
     keys.dedup();
-    ctx.recorder.wait_for_keys(&keys, ctx.within(ctx.caps.delivery_bound * 2)).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.within(ctx.caps.delivery_bound * 2))
+        .await;
     handle.stop().await;
     Ok(ctx.check(&ctx.expectation()))
 }

@@ -12,7 +12,9 @@ use std::time::{Duration, SystemTime};
 const LONGEST: Duration = Duration::from_millis(1200);
 
 pub fn cases() -> Vec<Case> {
-    let bound = Bound::new("1.2 s delay + delay precision + 2 x delivery bound", |c| LONGEST + c.delay_precision + c.delivery_bound * 2);
+    let bound = Bound::new("1.2 s delay + delay precision + 2 x delivery bound", |c| {
+        LONGEST + c.delay_precision + c.delivery_bound * 2
+    });
     vec![
         Case {
             id: "delay.deliver-after",
@@ -48,9 +50,16 @@ fn timing(ctx: &CaseContext) -> Timing {
     }
 }
 
-async fn finish(ctx: CaseContext, keys: Vec<String>, handle: pubsub_components::runtime::SubscriptionHandle) -> CaseRun {
+async fn finish(
+    ctx: CaseContext,
+    keys: Vec<String>,
+    handle: pubsub_components::runtime::SubscriptionHandle,
+) -> CaseRun {
     ctx.recorder
-        .wait_for_keys(&keys, ctx.within(LONGEST + ctx.caps.delay_precision + ctx.caps.delivery_bound))
+        .wait_for_keys(
+            &keys,
+            ctx.within(LONGEST + ctx.caps.delay_precision + ctx.caps.delivery_bound),
+        )
         .await;
     handle.stop().await;
     let mut expectation = ctx.expectation();
@@ -60,13 +69,24 @@ async fn finish(ctx: CaseContext, keys: Vec<String>, handle: pubsub_components::
 
 async fn deliver_after(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let handle = ctx.subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1")).await?;
+    let handle = ctx
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
+        .await?;
     let mut keys = Vec::new();
-    for (i, ms) in [1200u64, 300, 900, 600, 300, 1200, 600, 900].into_iter().enumerate() {
+    for (i, ms) in [1200u64, 300, 900, 600, 300, 1200, 600, 900]
+        .into_iter()
+        .enumerate()
+    {
         let key = format!("after-{ms}ms-{i}");
-        ctx.publish(ctx.message(&topic, &key).with_metadata("deliverAfter", format!("{ms}ms")))
-            .await
-            .doing(&format!("publishing {key}"))?;
+        ctx.publish(
+            ctx.message(&topic, &key)
+                .with_metadata("deliverAfter", format!("{ms}ms")),
+        )
+        .await
+        .doing(&format!("publishing {key}"))?;
         keys.push(key);
     }
     // One undelayed message shows the subscriber runs while the others wait.
@@ -76,7 +96,12 @@ async fn deliver_after(ctx: CaseContext) -> CaseRun {
 
 async fn deliver_at(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let handle = ctx.subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1")).await?;
+    let handle = ctx
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
+        .await?;
     let mut keys = Vec::new();
     for (i, ms) in [800u64, 400, 1200, 400].into_iter().enumerate() {
         let key = format!("at-{ms}ms-{i}");
@@ -94,7 +119,9 @@ async fn receiver_delay(ctx: CaseContext) -> CaseRun {
     let delay = Duration::from_millis(700);
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.receiver_delay = Some(delay);
-    let handle = ctx.subscribe(subscription, ctx.recorder.handler("s1")).await?;
+    let handle = ctx
+        .subscribe(subscription, ctx.recorder.handler("s1"))
+        .await?;
     let mut keys = Vec::new();
     for i in 0..6 {
         let key = format!("delayed-{i}");
@@ -103,7 +130,10 @@ async fn receiver_delay(ctx: CaseContext) -> CaseRun {
         ctx.recorder.published(
             &key,
             &topic,
-            result.as_ref().map(|id| Some(id.clone())).map_err(|e| e.to_string()),
+            result
+                .as_ref()
+                .map(|id| Some(id.clone()))
+                .map_err(|e| e.to_string()),
             None,
             Some(due),
         );

@@ -48,7 +48,12 @@ pub fn generate<S: Strategy>(strategy: S, seed: u64, count: usize) -> Vec<S::Val
         TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
     );
     (0..count)
-        .map(|_| strategy.new_tree(&mut runner).expect("strategy generates").current())
+        .map(|_| {
+            strategy
+                .new_tree(&mut runner)
+                .expect("strategy generates")
+                .current()
+        })
         .collect()
 }
 
@@ -70,13 +75,31 @@ pub struct Sample {
 /// Fixed edge cases (binary, empty, unicode, JSON, large) in both envelope modes, plus
 /// `random` generated samples.
 pub fn samples(caps: &Capabilities, seed: u64, random: usize) -> Vec<Sample> {
-    let large = caps.max_message_bytes.map_or(256 * 1024, |max| (max / 3).min(256 * 1024));
+    let large = caps
+        .max_message_bytes
+        .map_or(256 * 1024, |max| (max / 3).min(256 * 1024));
     let fixed: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
-        ("binary", (0..=255u8).collect(), Some("application/octet-stream")),
+        (
+            "binary",
+            (0..=255u8).collect(),
+            Some("application/octet-stream"),
+        ),
         ("empty", Vec::new(), Some("application/octet-stream")),
-        ("unicode", "héllo wörld ✓ 日本語 🚀".as_bytes().to_vec(), Some("text/plain; charset=utf-8")),
-        ("json", br#"{"order": 17, "items": ["a", "b"], "nested": {"x": null}}"#.to_vec(), Some("application/json")),
-        ("large", (0..large).map(|i| (i * 31 % 251) as u8).collect(), Some("application/octet-stream")),
+        (
+            "unicode",
+            "héllo wörld ✓ 日本語 🚀".as_bytes().to_vec(),
+            Some("text/plain; charset=utf-8"),
+        ),
+        (
+            "json",
+            br#"{"order": 17, "items": ["a", "b"], "nested": {"x": null}}"#.to_vec(),
+            Some("application/json"),
+        ),
+        (
+            "large",
+            (0..large).map(|i| (i * 31 % 251) as u8).collect(),
+            Some("application/octet-stream"),
+        ),
         ("untyped", b"no content type".to_vec(), None),
     ];
     let mut out = Vec::new();

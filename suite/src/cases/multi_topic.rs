@@ -6,7 +6,9 @@ use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use pubsub_components::runtime::Subscription;
-use pubsub_components::{Consumer, ConsumerSpec, ErrorKind, Feature, MessageId, ReceivedMessage, TopicSelector};
+use pubsub_components::{
+    Consumer, ConsumerSpec, ErrorKind, Feature, MessageId, ReceivedMessage, TopicSelector,
+};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -57,20 +59,33 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// Receives until `count` messages arrived or `deadline` passed.
-async fn receive(consumer: &dyn Consumer, count: usize, deadline: Instant) -> Result<Vec<ReceivedMessage>, CaseError> {
+async fn receive(
+    consumer: &dyn Consumer,
+    count: usize,
+    deadline: Instant,
+) -> Result<Vec<ReceivedMessage>, CaseError> {
     let mut out = Vec::new();
     while out.len() < count {
         let wait = deadline.saturating_duration_since(Instant::now());
         if wait.is_zero() {
             break;
         }
-        out.extend(consumer.receive(count - out.len(), wait).await.doing("receiving")?);
+        out.extend(
+            consumer
+                .receive(count - out.len(), wait)
+                .await
+                .doing("receiving")?,
+        );
     }
     Ok(out)
 }
 
 fn key(message: &ReceivedMessage) -> String {
-    message.metadata.get(crate::history::KEY).cloned().unwrap_or_default()
+    message
+        .metadata
+        .get(crate::history::KEY)
+        .cloned()
+        .unwrap_or_default()
 }
 
 async fn owner_topic(ctx: CaseContext) -> CaseRun {
@@ -78,16 +93,30 @@ async fn owner_topic(ctx: CaseContext) -> CaseRun {
     let (p1, p2) = (ctx.topic("p-one"), ctx.topic("p-two"));
     let pattern = ctx.topic("p-*");
     let list = ctx
-        .subscribe(Subscription::selecting(TopicSelector::List(vec![a.clone(), b.clone()]), ctx.group("list")), ctx.recorder.handler("list"))
+        .subscribe(
+            Subscription::selecting(
+                TopicSelector::List(vec![a.clone(), b.clone()]),
+                ctx.group("list"),
+            ),
+            ctx.recorder.handler("list"),
+        )
         .await?;
     let by_pattern = ctx
-        .subscribe(Subscription::selecting(TopicSelector::Pattern(pattern.clone()), ctx.group("pattern")), ctx.recorder.handler("pattern"))
+        .subscribe(
+            Subscription::selecting(
+                TopicSelector::Pattern(pattern.clone()),
+                ctx.group("pattern"),
+            ),
+            ctx.recorder.handler("pattern"),
+        )
         .await?;
     let mut keys = Vec::new();
     for (label, topic) in [("a", &a), ("b", &b), ("p1", &p1), ("p2", &p2)] {
         keys.extend(ctx.publish_numbered(topic, label, 5).await?);
     }
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     list.stop().await;
     by_pattern.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
@@ -111,26 +140,52 @@ async fn ack_owner(ctx: CaseContext) -> CaseRun {
     let (a, b) = (ctx.topic("a"), ctx.topic("b"));
     ctx.publish_numbered(&a, "a", 3).await?;
     ctx.publish_numbered(&b, "b", 3).await?;
-    let spec = ConsumerSpec::new(TopicSelector::List(vec![a.clone(), b.clone()]), ctx.group("g"));
-    let consumer = ctx.runtime.component().consumer(spec.clone()).await.doing("opening a multi-topic consumer")?;
+    let spec = ConsumerSpec::new(
+        TopicSelector::List(vec![a.clone(), b.clone()]),
+        ctx.group("g"),
+    );
+    let consumer = ctx
+        .runtime
+        .component()
+        .consumer(spec.clone())
+        .await
+        .doing("opening a multi-topic consumer")?;
     let first = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;
     let mut acked = BTreeSet::new();
     for message in &first {
         // Ack a's first two and b's first one; leave the rest unacknowledged.
         let k = key(message);
         if ["a-0", "a-1", "b-0"].contains(&k.as_str()) {
-            consumer.ack(&message.id).await.doing(&format!("acking {}", message.id))?;
+            consumer
+                .ack(&message.id)
+                .await
+                .doing(&format!("acking {}", message.id))?;
             acked.insert(k);
         }
     }
     consumer.close().await.doing("closing the consumer")?;
-    let again = ctx.runtime.component().consumer(spec).await.doing("reopening the consumer")?;
-    let second = receive(again.as_ref(), 3, ctx.within(ctx.caps.redelivery_bound + ctx.caps.delivery_bound)).await?;
+    let again = ctx
+        .runtime
+        .component()
+        .consumer(spec)
+        .await
+        .doing("reopening the consumer")?;
+    let second = receive(
+        again.as_ref(),
+        3,
+        ctx.within(ctx.caps.redelivery_bound + ctx.caps.delivery_bound),
+    )
+    .await?;
     // Anything more would be an acked message coming back.
-    let extra = again.receive(6, Duration::from_millis(200)).await.doing("receiving")?;
+    let extra = again
+        .receive(6, Duration::from_millis(200))
+        .await
+        .doing("receiving")?;
     let _ = again.close().await;
     let mut outcome = Outcome::new();
-    outcome.expect(first.len() == 6, || format!("received {} of 6 messages", first.len()));
+    outcome.expect(first.len() == 6, || {
+        format!("received {} of 6 messages", first.len())
+    });
     let back: BTreeSet<String> = second.iter().chain(&extra).map(key).collect();
     let expected: BTreeSet<String> = ["a-2", "b-1", "b-2"].map(String::from).into();
     outcome.expect(back == expected, || {
@@ -143,30 +198,53 @@ async fn ack_refused(ctx: CaseContext) -> CaseRun {
     let (a, b, other) = (ctx.topic("a"), ctx.topic("b"), ctx.topic("not-subscribed"));
     ctx.publish_numbered(&a, "a", 1).await?;
     ctx.publish_numbered(&other, "other", 1).await?;
-    let spec = ConsumerSpec::new(TopicSelector::List(vec![a.clone(), b.clone()]), ctx.group("g"));
-    let consumer = ctx.runtime.component().consumer(spec).await.doing("opening a multi-topic consumer")?;
+    let spec = ConsumerSpec::new(
+        TopicSelector::List(vec![a.clone(), b.clone()]),
+        ctx.group("g"),
+    );
+    let consumer = ctx
+        .runtime
+        .component()
+        .consumer(spec)
+        .await
+        .doing("opening a multi-topic consumer")?;
     let received = receive(consumer.as_ref(), 1, ctx.delivery_deadline()).await?;
     let mut outcome = Outcome::new();
     let Some(message) = received.first() else {
         outcome.fail("no message received");
         return Ok(outcome);
     };
-    let no_topic = MessageId { topic: None, ..message.id.clone() };
-    let foreign = MessageId { topic: Some(other.clone()), ..message.id.clone() };
-    for (what, id) in [("an id without owner topic", no_topic), ("an id of an unsubscribed topic", foreign)] {
+    let no_topic = MessageId {
+        topic: None,
+        ..message.id.clone()
+    };
+    let foreign = MessageId {
+        topic: Some(other.clone()),
+        ..message.id.clone()
+    };
+    for (what, id) in [
+        ("an id without owner topic", no_topic),
+        ("an id of an unsubscribed topic", foreign),
+    ] {
         match consumer.ack(&id).await {
             Err(e) if e.kind() == ErrorKind::NotAllowed => {
                 outcome.note(format!("{what} ({id}): {e}"));
             }
             Err(e) => {
-                outcome.fail(format!("ack of {what} ({id}) failed with {:?}, not NotAllowed: {e}", e.kind()));
+                outcome.fail(format!(
+                    "ack of {what} ({id}) failed with {:?}, not NotAllowed: {e}",
+                    e.kind()
+                ));
             }
             Ok(()) => {
                 outcome.fail(format!("ack of {what} ({id}) was accepted"));
             }
         }
     }
-    consumer.ack(&message.id).await.doing("acking with the proper id")?;
+    consumer
+        .ack(&message.id)
+        .await
+        .doing("acking with the proper id")?;
     let _ = consumer.close().await;
     Ok(outcome)
 }
@@ -175,32 +253,63 @@ async fn seek(ctx: CaseContext) -> CaseRun {
     let (a, b) = (ctx.topic("a"), ctx.topic("b"));
     ctx.publish_numbered(&a, "a", 5).await?;
     ctx.publish_numbered(&b, "b", 5).await?;
-    let spec = ConsumerSpec::new(TopicSelector::List(vec![a.clone(), b.clone()]), ctx.group("g"));
-    let consumer = ctx.runtime.component().consumer(spec).await.doing("opening a multi-topic consumer")?;
+    let spec = ConsumerSpec::new(
+        TopicSelector::List(vec![a.clone(), b.clone()]),
+        ctx.group("g"),
+    );
+    let consumer = ctx
+        .runtime
+        .component()
+        .consumer(spec)
+        .await
+        .doing("opening a multi-topic consumer")?;
     let first = receive(consumer.as_ref(), 10, ctx.delivery_deadline()).await?;
     let mut outcome = Outcome::new();
-    outcome.expect(first.len() == 10, || format!("received {} of 10 messages", first.len()));
+    outcome.expect(first.len() == 10, || {
+        format!("received {} of 10 messages", first.len())
+    });
     let Some(target) = first.iter().find(|m| key(m) == "a-2").map(|m| m.id.clone()) else {
         outcome.fail("a-2 was not received");
         return Ok(outcome);
     };
     // a-0 stays received but unacknowledged across the seek: it was prefetched before it.
     for message in first.iter().filter(|m| key(m) != "a-0") {
-        consumer.ack(&message.id).await.doing(&format!("acking {}", message.id))?;
+        consumer
+            .ack(&message.id)
+            .await
+            .doing(&format!("acking {}", message.id))?;
     }
-    consumer.seek(&target).await.doing(&format!("seeking to {target}"))?;
+    consumer
+        .seek(&target)
+        .await
+        .doing(&format!("seeking to {target}"))?;
     let after = receive(consumer.as_ref(), 3, ctx.delivery_deadline()).await?;
-    let extra = consumer.receive(10, ctx.caps.redelivery_bound.min(Duration::from_millis(500))).await.doing("receiving")?;
+    let extra = consumer
+        .receive(
+            10,
+            ctx.caps.redelivery_bound.min(Duration::from_millis(500)),
+        )
+        .await
+        .doing("receiving")?;
     let _ = consumer.close().await;
     let got: Vec<String> = after.iter().chain(&extra).map(key).collect();
     let expected = vec!["a-2".to_string(), "a-3".to_string(), "a-4".to_string()];
     let touched: Vec<&String> = got.iter().filter(|k| k.starts_with("b-")).collect();
-    outcome.expect(touched.is_empty(), || format!("seek on {a} repositioned {b} too: redelivered {touched:?}"));
-    outcome.expect(!got.contains(&"a-0".to_string()) && !got.contains(&"a-1".to_string()), || {
-        format!("messages before the seek position came back: {got:?}")
+    outcome.expect(touched.is_empty(), || {
+        format!("seek on {a} repositioned {b} too: redelivered {touched:?}")
     });
-    let from_a: Vec<String> = got.iter().filter(|k| k.starts_with("a-")).cloned().collect();
-    outcome.expect(from_a == expected, || format!("after seek to a-2 ({target}) got {from_a:?} from {a}; expected {expected:?}"));
+    outcome.expect(
+        !got.contains(&"a-0".to_string()) && !got.contains(&"a-1".to_string()),
+        || format!("messages before the seek position came back: {got:?}"),
+    );
+    let from_a: Vec<String> = got
+        .iter()
+        .filter(|k| k.starts_with("a-"))
+        .cloned()
+        .collect();
+    outcome.expect(from_a == expected, || {
+        format!("after seek to a-2 ({target}) got {from_a:?} from {a}; expected {expected:?}")
+    });
     Ok(outcome)
 }
 
@@ -210,21 +319,42 @@ async fn last_message_ids(ctx: CaseContext) -> CaseRun {
     for (topic, label, count) in [(&a, "a", 3), (&b, "b", 2)] {
         let mut id = None;
         for i in 0..count {
-            id = Some(ctx.publish(ctx.message(topic, &format!("{label}-{i}"))).await.doing("publishing")?);
+            id = Some(
+                ctx.publish(ctx.message(topic, &format!("{label}-{i}")))
+                    .await
+                    .doing("publishing")?,
+            );
         }
         last.extend(id);
     }
-    let spec = ConsumerSpec::new(TopicSelector::List(vec![a.clone(), b.clone()]), ctx.group("g"));
-    let consumer = ctx.runtime.component().consumer(spec).await.doing("opening a multi-topic consumer")?;
-    let ids = consumer.last_message_ids().await.doing("asking for the last message ids")?;
+    let spec = ConsumerSpec::new(
+        TopicSelector::List(vec![a.clone(), b.clone()]),
+        ctx.group("g"),
+    );
+    let consumer = ctx
+        .runtime
+        .component()
+        .consumer(spec)
+        .await
+        .doing("opening a multi-topic consumer")?;
+    let ids = consumer
+        .last_message_ids()
+        .await
+        .doing("asking for the last message ids")?;
     let _ = consumer.close().await;
     let mut outcome = Outcome::new();
     let owners: Vec<Option<String>> = ids.iter().map(MessageId::owner).collect();
     let distinct: BTreeSet<&Option<String>> = owners.iter().collect();
-    outcome.expect(distinct.len() == ids.len(), || format!("duplicate owner topics in {ids:?}"));
-    outcome.expect(owners.iter().all(Option::is_some), || format!("ids without owner topic in {ids:?}"));
+    outcome.expect(distinct.len() == ids.len(), || {
+        format!("duplicate owner topics in {ids:?}")
+    });
+    outcome.expect(owners.iter().all(Option::is_some), || {
+        format!("ids without owner topic in {ids:?}")
+    });
     let got: BTreeSet<String> = ids.iter().map(ToString::to_string).collect();
     let expected: BTreeSet<String> = last.iter().map(ToString::to_string).collect();
-    outcome.expect(got == expected, || format!("last_message_ids returned {got:?}; the last publishes were {expected:?}"));
+    outcome.expect(got == expected, || {
+        format!("last_message_ids returned {got:?}; the last publishes were {expected:?}")
+    });
     Ok(outcome)
 }

@@ -33,7 +33,11 @@ pub fn cases() -> Vec<Case> {
 async fn ordering(ctx: CaseContext, with_retry: bool) -> CaseRun {
     let topic = ctx.topic("t");
     if ctx.caps.partitions.is_some() {
-        ctx.runtime.component().create_topic(&topic, 4).await.doing("creating a topic with 4 partitions")?;
+        ctx.runtime
+            .component()
+            .create_topic(&topic, 4)
+            .await
+            .doing("creating a topic with 4 partitions")?;
     }
     let count = if with_retry { 400 } else { 1000 };
     let mut keys = Vec::with_capacity(count);
@@ -43,16 +47,26 @@ async fn ordering(ctx: CaseContext, with_retry: bool) -> CaseRun {
         let request = ctx
             .message(&topic, &key)
             .with_metadata("partitionKey", format!("k-{:02}", i % KEYS));
-        ctx.publish(request).await.doing(&format!("publishing {key}"))?;
+        ctx.publish(request)
+            .await
+            .doing(&format!("publishing {key}"))?;
         keys.push(key);
     }
     let retried = "m-0100".to_string();
     let target = retried.clone();
     let handler = ctx.recorder.scripted("s1", move |event| {
-        if with_retry && key_of(event) == target && event.attempt == 1 { Status::Retry } else { Status::Success }
+        if with_retry && key_of(event) == target && event.attempt == 1 {
+            Status::Retry
+        } else {
+            Status::Success
+        }
     });
-    let handle = ctx.subscribe(Subscription::new(&topic, ctx.group("g")), handler).await?;
-    ctx.recorder.wait_for_keys(&keys, ctx.within(ctx.caps.delivery_bound * 3)).await;
+    let handle = ctx
+        .subscribe(Subscription::new(&topic, ctx.group("g")), handler)
+        .await?;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.within(ctx.caps.delivery_bound * 3))
+        .await;
     handle.stop().await;
     let mut expectation = ctx.expectation();
     expectation.ordering = Some(ctx.caps.ordering);
@@ -60,6 +74,9 @@ async fn ordering(ctx: CaseContext, with_retry: bool) -> CaseRun {
         expectation.unordered_keys.insert(retried);
     }
     let mut outcome = ctx.check(&expectation);
-    outcome.note(format!("{count} messages over {KEYS} keys, checked per {:?}", ctx.caps.ordering));
+    outcome.note(format!(
+        "{count} messages over {KEYS} keys, checked per {:?}",
+        ctx.caps.ordering
+    ));
     Ok(outcome)
 }

@@ -57,14 +57,22 @@ fn partitions_of(history: &crate::history::History) -> BTreeMap<String, BTreeSet
         .records
         .iter()
         .filter_map(|r| match r {
-            Record::Published { key, partition_key, .. } => Some((key, partition_key)),
+            Record::Published {
+                key, partition_key, ..
+            } => Some((key, partition_key)),
             _ => None,
         })
         .collect();
     for record in &history.records {
-        if let Record::Delivered { key: Some(key), id, .. } = record {
+        if let Record::Delivered {
+            key: Some(key), id, ..
+        } = record
+        {
             if let Some(Some(partition_key)) = keys.get(key) {
-                partitions.entry(partition_key.clone()).or_default().insert(id.partition.unwrap_or(0));
+                partitions
+                    .entry(partition_key.clone())
+                    .or_default()
+                    .insert(id.partition.unwrap_or(0));
             }
         }
     }
@@ -73,22 +81,38 @@ fn partitions_of(history: &crate::history::History) -> BTreeMap<String, BTreeSet
 
 async fn key_routing(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    ctx.runtime.component().create_topic(&topic, 4).await.doing("creating a topic with 4 partitions")?;
-    let handle = ctx.subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1")).await?;
+    ctx.runtime
+        .component()
+        .create_topic(&topic, 4)
+        .await
+        .doing("creating a topic with 4 partitions")?;
+    let handle = ctx
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
+        .await?;
     let mut keys = Vec::new();
     for i in 0..80 {
         let key = format!("m-{i}");
-        ctx.publish(ctx.message(&topic, &key).with_metadata("partitionKey", format!("k-{}", i % 16)))
-            .await
-            .doing(&format!("publishing {key}"))?;
+        ctx.publish(
+            ctx.message(&topic, &key)
+                .with_metadata("partitionKey", format!("k-{}", i % 16)),
+        )
+        .await
+        .doing(&format!("publishing {key}"))?;
         keys.push(key);
     }
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     handle.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
     let partitions = partitions_of(&ctx.recorder.history());
     for (partition_key, seen) in &partitions {
-        outcome.expect(seen.len() == 1, || format!("partitionKey {partition_key} landed on partitions {seen:?}"));
+        outcome.expect(seen.len() == 1, || {
+            format!("partitionKey {partition_key} landed on partitions {seen:?}")
+        });
     }
     let used: BTreeSet<u32> = partitions.values().flatten().copied().collect();
     outcome.note(format!("16 keys spread over partitions {used:?}"));
@@ -98,12 +122,26 @@ async fn key_routing(ctx: CaseContext) -> CaseRun {
 async fn update_seen(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let component = ctx.runtime.component().clone();
-    component.create_topic(&topic, 2).await.doing("creating a topic with 2 partitions")?;
-    let mut watcher = component.watch_partitions(&topic).await.doing("watching partitions")?;
-    let handle = ctx.subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1")).await?;
+    component
+        .create_topic(&topic, 2)
+        .await
+        .doing("creating a topic with 2 partitions")?;
+    let mut watcher = component
+        .watch_partitions(&topic)
+        .await
+        .doing("watching partitions")?;
+    let handle = ctx
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
+        .await?;
     let mut keys = ctx.publish_numbered(&topic, "before", 8).await?;
     let bound = discovery(&ctx.caps);
-    component.update_partitions(&topic, 4).await.doing("raising the partition count to 4")?;
+    component
+        .update_partitions(&topic, 4)
+        .await
+        .doing("raising the partition count to 4")?;
     let updated_at = SystemTime::now();
     let update_deadline = ctx.within(bound + ctx.caps.delivery_bound);
     // Keep publishing (no key: spread over partitions) until the new partitions carry
@@ -111,11 +149,18 @@ async fn update_seen(ctx: CaseContext) -> CaseRun {
     let mut round = 0;
     let mut ticker = tokio::time::interval(Duration::from_millis(20));
     let new_partition_used = |h: &crate::history::History| {
-        h.records.iter().any(|r| matches!(r, Record::Delivered { id, .. } if id.partition.unwrap_or(0) >= 2))
+        h.records
+            .iter()
+            .any(|r| matches!(r, Record::Delivered { id, .. } if id.partition.unwrap_or(0) >= 2))
     };
-    while tokio::time::Instant::now() < update_deadline && !new_partition_used(&ctx.recorder.history()) {
+    while tokio::time::Instant::now() < update_deadline
+        && !new_partition_used(&ctx.recorder.history())
+    {
         ticker.tick().await;
-        keys.extend(ctx.publish_numbered(&topic, &format!("after-{round}"), 4).await?);
+        keys.extend(
+            ctx.publish_numbered(&topic, &format!("after-{round}"), 4)
+                .await?,
+        );
         round += 1;
     }
     // The watcher first reports the current count, then the update.
@@ -126,10 +171,14 @@ async fn update_seen(ctx: CaseContext) -> CaseRun {
             break;
         }
     }
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     handle.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
-    outcome.expect(seen.iter().any(|u| u.partitions == 4), || format!("the watcher never saw the update to 4 partitions; saw {seen:?}"));
+    outcome.expect(seen.iter().any(|u| u.partitions == 4), || {
+        format!("the watcher never saw the update to 4 partitions; saw {seen:?}")
+    });
     let history = ctx.recorder.history();
     let first_new = history.records.iter().find_map(|r| match r {
         Record::Delivered { id, at, .. } if id.partition.unwrap_or(0) >= 2 => Some(*at),
@@ -137,11 +186,16 @@ async fn update_seen(ctx: CaseContext) -> CaseRun {
     });
     match first_new {
         None => {
-            outcome.fail(format!("no message went through the new partitions 2 and 3 within {:?} of the update", bound + ctx.caps.delivery_bound));
+            outcome.fail(format!(
+                "no message went through the new partitions 2 and 3 within {:?} of the update",
+                bound + ctx.caps.delivery_bound
+            ));
         }
         Some(at) => {
             let after = at.duration_since(updated_at).unwrap_or_default();
-            outcome.note(format!("first delivery from a new partition {after:?} after the update"));
+            outcome.note(format!(
+                "first delivery from a new partition {after:?} after the update"
+            ));
             outcome.expect(after <= bound + ctx.caps.delivery_bound, || {
                 format!("new partitions first used {after:?} after the update; discovery bound {bound:?} + delivery bound {:?}", ctx.caps.delivery_bound)
             });
@@ -154,12 +208,28 @@ async fn watch(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let component = ctx.runtime.component().clone();
     let bound = discovery(&ctx.caps);
-    component.create_topic(&topic, 1).await.doing("creating a topic")?;
-    let mut first = component.watch_partitions(&topic).await.doing("watching partitions")?;
-    component.update_partitions(&topic, 3).await.doing("raising the count to 3")?;
-    let mut second = component.watch_partitions(&topic).await.doing("watching partitions again")?;
-    component.update_partitions(&topic, 5).await.doing("raising the count to 5")?;
-    let reached = |updates: &[PartitionUpdate], last: u32| updates.last().map(|u| u.partitions) == Some(last);
+    component
+        .create_topic(&topic, 1)
+        .await
+        .doing("creating a topic")?;
+    let mut first = component
+        .watch_partitions(&topic)
+        .await
+        .doing("watching partitions")?;
+    component
+        .update_partitions(&topic, 3)
+        .await
+        .doing("raising the count to 3")?;
+    let mut second = component
+        .watch_partitions(&topic)
+        .await
+        .doing("watching partitions again")?;
+    component
+        .update_partitions(&topic, 5)
+        .await
+        .doing("raising the count to 5")?;
+    let reached =
+        |updates: &[PartitionUpdate], last: u32| updates.last().map(|u| u.partitions) == Some(last);
     let mut seen_first = Vec::new();
     while let Some(update) = first.next_within(bound).await {
         seen_first.push(update);
@@ -175,15 +245,31 @@ async fn watch(ctx: CaseContext) -> CaseRun {
         }
     }
     // Anything after the last update would be a repeat.
-    let extra = first.next_within(bound.min(Duration::from_millis(200))).await;
+    let extra = first
+        .next_within(bound.min(Duration::from_millis(200)))
+        .await;
     let mut outcome = Outcome::new();
     let counts = |v: &[PartitionUpdate]| v.iter().map(|u| u.partitions).collect::<Vec<_>>();
-    outcome.expect(counts(&seen_first) == [1, 3, 5], || format!("first watcher saw counts {:?}, expected [1, 3, 5]", counts(&seen_first)));
-    outcome.expect(counts(&seen_second) == [3, 5], || format!("second watcher saw counts {:?}, expected [3, 5]", counts(&seen_second)));
+    outcome.expect(counts(&seen_first) == [1, 3, 5], || {
+        format!(
+            "first watcher saw counts {:?}, expected [1, 3, 5]",
+            counts(&seen_first)
+        )
+    });
+    outcome.expect(counts(&seen_second) == [3, 5], || {
+        format!(
+            "second watcher saw counts {:?}, expected [3, 5]",
+            counts(&seen_second)
+        )
+    });
     for (name, seen) in [("first", &seen_first), ("second", &seen_second)] {
-        outcome.expect(seen.windows(2).all(|w| w[1].version > w[0].version), || format!("{name} watcher versions do not increase: {seen:?}"));
+        outcome.expect(seen.windows(2).all(|w| w[1].version > w[0].version), || {
+            format!("{name} watcher versions do not increase: {seen:?}")
+        });
     }
-    outcome.expect(extra.is_none(), || format!("the first watcher saw an extra update {extra:?}"));
+    outcome.expect(extra.is_none(), || {
+        format!("the first watcher saw an extra update {extra:?}")
+    });
     Ok(outcome)
 }
 
@@ -193,14 +279,19 @@ async fn invalid_updates(ctx: CaseContext) -> CaseRun {
     let missing = ctx.topic("never-created");
     match component.watch_partitions(&missing).await {
         Ok(_) => {
-            outcome.fail(format!("watching {missing}, which does not exist, was accepted"));
+            outcome.fail(format!(
+                "watching {missing}, which does not exist, was accepted"
+            ));
         }
         Err(e) => {
             outcome.note(format!("watch of a missing topic: {e}"));
         }
     }
     let topic = ctx.topic("t");
-    component.create_topic(&topic, 3).await.doing("creating a topic")?;
+    component
+        .create_topic(&topic, 3)
+        .await
+        .doing("creating a topic")?;
     match component.update_partitions(&topic, 2).await {
         Ok(()) => {
             outcome.fail("lowering the partition count from 3 to 2 was accepted");

@@ -7,7 +7,9 @@ use crate::history::{Record, KEY};
 use crate::outcome::{CaseRun, Context};
 use crate::spans::SpanCapture;
 use pubsub_components::runtime::trace::new_traceparent;
-use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest, BulkSubscribeOptions, Status, Subscription};
+use pubsub_components::runtime::{
+    BulkPublishEntry, BulkPublishRequest, BulkSubscribeOptions, Status, Subscription,
+};
 use pubsub_components::{Feature, Metadata};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -26,37 +28,61 @@ pub fn cases() -> Vec<Case> {
 
 async fn per_entry(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let traces: BTreeMap<String, String> = (0..10).map(|i| (format!("e-{i}"), new_traceparent())).collect();
+    let traces: BTreeMap<String, String> = (0..10)
+        .map(|i| (format!("e-{i}"), new_traceparent()))
+        .collect();
     let entries = traces
         .iter()
         .map(|(key, traceparent)| {
             let mut metadata = Metadata::new();
             metadata.insert(KEY.into(), key.clone());
             metadata.insert("traceparent".into(), traceparent.clone());
-            BulkPublishEntry { entry_id: key.clone(), event: key.clone().into_bytes(), content_type: Some("text/plain".into()), metadata }
+            BulkPublishEntry {
+                entry_id: key.clone(),
+                event: key.clone().into_bytes(),
+                content_type: Some("text/plain".into()),
+                metadata,
+            }
         })
         .collect();
     let response = ctx
-        .bulk_publish(BulkPublishRequest { topic: topic.clone(), entries, metadata: Metadata::new() })
+        .bulk_publish(BulkPublishRequest {
+            topic: topic.clone(),
+            entries,
+            metadata: Metadata::new(),
+        })
         .await
         .doing("bulk publishing entries with their own traceparent")?;
     let capture = SpanCapture::default();
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
-    subscription.bulk = Some(BulkSubscribeOptions { max_messages_count: 10, max_await_duration: Duration::from_millis(200) });
+    subscription.bulk = Some(BulkSubscribeOptions {
+        max_messages_count: 10,
+        max_await_duration: Duration::from_millis(200),
+    });
     let handle = ctx
-        .subscribe(subscription, ctx.recorder.bulk("s1", |_| Some(Status::Success), |_| None))
+        .subscribe(
+            subscription,
+            ctx.recorder.bulk("s1", |_| Some(Status::Success), |_| None),
+        )
         .with_subscriber(capture.dispatch())
         .await?;
     let keys: Vec<String> = traces.keys().cloned().collect();
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     handle.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
-    outcome.expect(response.failed_entries.is_empty(), || format!("entries failed: {:?}", response.failed_entries));
+    outcome.expect(response.failed_entries.is_empty(), || {
+        format!("entries failed: {:?}", response.failed_entries)
+    });
     for event in ctx.recorder.events() {
         let key = key_of(&event);
         let expected = traces.get(key);
         outcome.expect(event.trace_parent.as_ref() == expected, || {
-            format!("{key}: delivered with traceparent {:?}, published with {expected:?}", event.trace_parent)
+            format!(
+                "{key}: delivered with traceparent {:?}, published with {expected:?}",
+                event.trace_parent
+            )
         });
     }
     let history = ctx.recorder.history();
@@ -64,17 +90,29 @@ async fn per_entry(ctx: CaseContext) -> CaseRun {
         .records
         .iter()
         .filter_map(|r| match r {
-            Record::Delivered { key: Some(k), batch: Some(b), .. } => Some((k.clone(), b.clone())),
+            Record::Delivered {
+                key: Some(k),
+                batch: Some(b),
+                ..
+            } => Some((k.clone(), b.clone())),
             _ => None,
         })
         .collect();
     let spans = capture.named("pubsub.deliver");
     for (key, traceparent) in &traces {
-        let matching: Vec<_> = spans.iter().filter(|s| s.fields.get("traceparent") == Some(traceparent)).collect();
-        outcome.expect(!matching.is_empty(), || format!("{key}: no delivery span linked to its traceparent {traceparent}"));
+        let matching: Vec<_> = spans
+            .iter()
+            .filter(|s| s.fields.get("traceparent") == Some(traceparent))
+            .collect();
+        outcome.expect(!matching.is_empty(), || {
+            format!("{key}: no delivery span linked to its traceparent {traceparent}")
+        });
         if let (Some(span), Some(batch)) = (matching.first(), batch_of.get(key)) {
             outcome.expect(span.fields.get("batch_id") == Some(batch), || {
-                format!("{key}: its span names batch {:?}, but it was delivered in batch {batch}", span.fields.get("batch_id"))
+                format!(
+                    "{key}: its span names batch {:?}, but it was delivered in batch {batch}",
+                    span.fields.get("batch_id")
+                )
             });
         }
     }

@@ -46,7 +46,10 @@ async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     for i in 0..3 {
         let key = format!("expired-single-{i}");
         let request = ctx.message(&topic, &key).with_metadata("ttlInSeconds", "1");
-        ctx.runtime.publish(request).await.doing(&format!("publishing {key}"))?;
+        ctx.runtime
+            .publish(request)
+            .await
+            .doing(&format!("publishing {key}"))?;
         expiring.push(key);
     }
     // Per request, through the bulk path.
@@ -56,37 +59,63 @@ async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
             let mut metadata = Metadata::new();
             metadata.insert(KEY.into(), key.clone());
             expiring.push(key.clone());
-            BulkPublishEntry { entry_id: key.clone(), event: key.into_bytes(), content_type: Some("text/plain".into()), metadata }
+            BulkPublishEntry {
+                entry_id: key.clone(),
+                event: key.into_bytes(),
+                content_type: Some("text/plain".into()),
+                metadata,
+            }
         })
         .collect();
     let mut request_metadata = Metadata::new();
     request_metadata.insert("ttlInSeconds".into(), "1".into());
     let response = ctx
         .runtime
-        .bulk_publish(BulkPublishRequest { topic: topic.clone(), entries, metadata: request_metadata })
+        .bulk_publish(BulkPublishRequest {
+            topic: topic.clone(),
+            entries,
+            metadata: request_metadata,
+        })
         .await
         .doing("bulk publishing with a request TTL")?;
     let mut outcome = Outcome::new();
-    outcome.expect(response.failed_entries.is_empty(), || format!("bulk entries failed: {:?}", response.failed_entries));
+    outcome.expect(response.failed_entries.is_empty(), || {
+        format!("bulk entries failed: {:?}", response.failed_entries)
+    });
     // Let the TTL pass: waiting for a point in time, not for an event.
-    tokio::time::sleep(Duration::from_secs(1) + ctx.caps.clock_tolerance + Duration::from_millis(50)).await;
+    tokio::time::sleep(
+        Duration::from_secs(1) + ctx.caps.clock_tolerance + Duration::from_millis(50),
+    )
+    .await;
 
     let dlq = Recorder::new();
     let dlq_handle = if with_dead_letter {
-        Some(ctx.subscribe(Subscription::new(&dlq_topic, ctx.group("dlq")), dlq.handler("dead-letters")).await?)
+        Some(
+            ctx.subscribe(
+                Subscription::new(&dlq_topic, ctx.group("dlq")),
+                dlq.handler("dead-letters"),
+            )
+            .await?,
+        )
     } else {
         None
     };
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.dead_letter_topic = with_dead_letter.then(|| dlq_topic.clone());
-    let handle = ctx.subscribe(subscription, ctx.recorder.handler("s1")).await?;
+    let handle = ctx
+        .subscribe(subscription, ctx.recorder.handler("s1"))
+        .await?;
     let live = ctx.publish_numbered(&topic, "live", 1).await?;
-    ctx.recorder.wait_for_keys(&live, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&live, ctx.delivery_deadline())
+        .await;
     if with_dead_letter {
         dlq.wait_for_keys(&expiring, ctx.delivery_deadline()).await;
     } else {
         ctx.recorder
-            .wait_until(ctx.quiet_window(), |h| expiring.iter().any(|k| h.delivery_count(k) > 0))
+            .wait_until(ctx.quiet_window(), |h| {
+                expiring.iter().any(|k| h.delivery_count(k) > 0)
+            })
             .await;
     }
     handle.stop().await;
@@ -95,14 +124,23 @@ async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     }
     let history = ctx.recorder.history();
     for key in &expiring {
-        outcome.expect(history.delivery_count(key) == 0, || format!("{key} was delivered after its 1 s TTL had passed"));
+        outcome.expect(history.delivery_count(key) == 0, || {
+            format!("{key} was delivered after its 1 s TTL had passed")
+        });
     }
-    outcome.expect(history.delivery_count("live-0") > 0, || "the live message published after them was not delivered".into());
+    outcome.expect(history.delivery_count("live-0") > 0, || {
+        "the live message published after them was not delivered".into()
+    });
     if with_dead_letter {
         let dead = dlq.events();
         for key in &expiring {
-            let reason = dead.iter().find(|e| key_of(e) == key).and_then(|e| e.metadata.get("deadLetterReason").cloned());
-            outcome.expect(reason.as_deref() == Some("expired"), || format!("{key}: dead-letter reason {reason:?}, expected expired"));
+            let reason = dead
+                .iter()
+                .find(|e| key_of(e) == key)
+                .and_then(|e| e.metadata.get("deadLetterReason").cloned());
+            outcome.expect(reason.as_deref() == Some("expired"), || {
+                format!("{key}: dead-letter reason {reason:?}, expected expired")
+            });
         }
     }
     Ok(outcome.with_history(&history))
@@ -110,16 +148,26 @@ async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
 
 async fn live(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let handle = ctx.subscribe(Subscription::new(&topic, ctx.group("g")), ctx.recorder.handler("s1")).await?;
+    let handle = ctx
+        .subscribe(
+            Subscription::new(&topic, ctx.group("g")),
+            ctx.recorder.handler("s1"),
+        )
+        .await?;
     let mut keys = Vec::new();
     for i in 0..5 {
         let key = format!("live-{i}");
-        ctx.publish(ctx.message(&topic, &key).with_metadata("ttlInSeconds", "60"))
-            .await
-            .doing(&format!("publishing {key}"))?;
+        ctx.publish(
+            ctx.message(&topic, &key)
+                .with_metadata("ttlInSeconds", "60"),
+        )
+        .await
+        .doing(&format!("publishing {key}"))?;
         keys.push(key);
     }
-    ctx.recorder.wait_for_keys(&keys, ctx.delivery_deadline()).await;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
     handle.stop().await;
     Ok(ctx.check(&ctx.expectation()))
 }

@@ -1,0 +1,329 @@
+//! Deliberately faulty components: the in-memory component with one contract
+//! violation each, declared as if it were fine. Each must make the cases it breaks FAIL.
+
+use async_trait::async_trait;
+use pubsub_components::memory::MemoryComponent;
+use pubsub_components::{
+    Capabilities, Component, Consumer, ConsumerSpec, DeliveryGuarantee, MessageId, OutgoingMessage,
+    PartitionWatch, ReceivedMessage, Result, Support, TopicSelector,
+};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// One contract violation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Silently acks and discards every third message it receives.
+    Drops,
+    /// Delivers every message twice while claiming exactly-once.
+    Duplicates,
+    /// Hands each received batch over in reverse order.
+    Reorders,
+    /// Claims native delayed delivery and delivers at once.
+    DeliversEarly,
+    /// Claims native TTL and ignores it.
+    IgnoresTtl,
+    /// Claims native dead letters and never routes any (drops what it rejects).
+    NeverDeadLetters,
+    /// Reports entries the broker refused as published.
+    LiesInBulkStatuses,
+    /// Returns more than maxMessagesCount entries per native batch.
+    OverfillsBatches,
+    /// Holds partial native batches long past maxAwaitDuration.
+    HoldsPartialBatches,
+    /// Delivers ids without their owner topic.
+    LosesOwnerTopic,
+    /// A seek rewinds every subscribed topic.
+    SeeksEverything,
+    /// Acks the same position on every subscribed topic.
+    AcksEveryTopic,
+    /// Accepts acks for ids it cannot own.
+    AcceptsForeignAcks,
+    /// Repeats each id in `last_message_ids`.
+    DuplicatesLastIds,
+    /// Answers partition updates with success and changes nothing.
+    IgnoresPartitionUpdates,
+    /// Ignores the partition key when routing.
+    MisroutesKeys,
+    /// Drops the trace context of every message.
+    DropsTraceContext,
+    /// Turns negative acks into acks: nothing is redelivered.
+    NoRedelivery,
+    /// Acks what a consumer still holds when it leaves its group.
+    LosesUnackedOnLeave,
+    /// Drops the envelope marker, so the envelope reaches the app as data.
+    StripsEnvelope,
+    /// Truncates payloads over 4 KiB.
+    TruncatesLargePayloads,
+    /// Gives every consumer its own group, so group members do not share.
+    IgnoresGroups,
+    /// Puts every consumer in one group, so groups do not each get every message.
+    MergesGroups,
+}
+
+/// The in-memory component with `fault`.
+pub struct Faulty {
+    inner: MemoryComponent,
+    fault: Fault,
+    consumers: AtomicU64,
+}
+
+impl Faulty {
+    pub fn shared(inner: MemoryComponent, fault: Fault) -> Arc<dyn Component> {
+        Arc::new(Faulty {
+            inner,
+            fault,
+            consumers: AtomicU64::new(0),
+        })
+    }
+
+    fn corrupt(&self, mut message: OutgoingMessage) -> OutgoingMessage {
+        match self.fault {
+            Fault::MisroutesKeys => {
+                message.partition_key = Some(uuid_like(&self.consumers));
+            }
+            Fault::DropsTraceContext => {
+                message.metadata.remove("x-rt-traceparent");
+            }
+            Fault::StripsEnvelope => {
+                message.metadata.remove("x-rt-envelope");
+            }
+            Fault::TruncatesLargePayloads => message.payload.truncate(4096),
+            _ => {}
+        }
+        message
+    }
+}
+
+#[async_trait]
+impl Component for Faulty {
+    fn kind(&self) -> &str {
+        "faulty"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = self.inner.capabilities();
+        // In-process: short bounds keep the suite's own tests quick.
+        caps.delivery_bound = Duration::from_secs(2);
+        caps.redelivery_bound = Duration::from_secs(1);
+        match self.fault {
+            Fault::Duplicates => caps.delivery = DeliveryGuarantee::ExactlyOnce,
+            Fault::DeliversEarly => caps.delayed_delivery = Support::Native,
+            Fault::IgnoresTtl => caps.ttl = Support::Native,
+            Fault::NeverDeadLetters => caps.dead_letter = Support::Native,
+            _ => {}
+        }
+        caps
+    }
+
+    async fn broker_version(&self) -> Result<String> {
+        Ok(format!("faulty ({:?})", self.fault))
+    }
+
+    async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
+        self.inner.publish(self.corrupt(message)).await
+    }
+
+    async fn publish_batch(
+        &self,
+        messages: Vec<OutgoingMessage>,
+    ) -> Result<Vec<Result<MessageId>>> {
+        let messages: Vec<OutgoingMessage> =
+            messages.into_iter().map(|m| self.corrupt(m)).collect();
+        let topic = messages
+            .first()
+            .map(|m| m.topic.clone())
+            .unwrap_or_default();
+        let results = self.inner.publish_batch(messages).await?;
+        if self.fault == Fault::LiesInBulkStatuses {
+            return Ok(results
+                .into_iter()
+                .map(|r| r.or_else(|_| Ok(MessageId::new(topic.clone(), Some(0), u64::MAX))))
+                .collect());
+        }
+        Ok(results)
+    }
+
+    async fn consumer(&self, mut spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        let n = self.consumers.fetch_add(1, Ordering::Relaxed);
+        match self.fault {
+            Fault::IgnoresGroups => spec.group = format!("{}-{n}", spec.group),
+            Fault::MergesGroups => spec.group = "everyone".into(),
+            _ => {}
+        }
+        let inner = self.inner.consumer(spec.clone()).await?;
+        Ok(Box::new(FaultyConsumer {
+            inner,
+            fault: self.fault,
+            topics: spec.topics,
+            received: AtomicU64::new(0),
+            held: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    async fn create_topic(&self, topic: &str, partitions: u32) -> Result<()> {
+        self.inner.create_topic(topic, partitions).await
+    }
+
+    async fn update_partitions(&self, topic: &str, partitions: u32) -> Result<()> {
+        if self.fault == Fault::IgnoresPartitionUpdates {
+            return Ok(());
+        }
+        self.inner.update_partitions(topic, partitions).await
+    }
+
+    async fn watch_partitions(&self, topic: &str) -> Result<PartitionWatch> {
+        self.inner.watch_partitions(topic).await
+    }
+}
+
+struct FaultyConsumer {
+    inner: Box<dyn Consumer>,
+    fault: Fault,
+    topics: TopicSelector,
+    received: AtomicU64,
+    /// Ids handed out and not yet settled.
+    held: Mutex<HashSet<MessageId>>,
+}
+
+impl FaultyConsumer {
+    async fn distort(&self, mut messages: Vec<ReceivedMessage>) -> Result<Vec<ReceivedMessage>> {
+        match self.fault {
+            Fault::Drops => {
+                let mut kept = Vec::new();
+                for message in messages {
+                    if self.received.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
+                        self.inner.ack(&message.id).await?;
+                    } else {
+                        kept.push(message);
+                    }
+                }
+                messages = kept;
+            }
+            Fault::Duplicates => {
+                messages = messages.into_iter().flat_map(|m| [m.clone(), m]).collect();
+            }
+            Fault::Reorders => messages.reverse(),
+            Fault::LosesOwnerTopic => {
+                for message in &mut messages {
+                    message.id.topic = None;
+                }
+            }
+            _ => {}
+        }
+        let mut held = self.held.lock().unwrap();
+        held.extend(messages.iter().map(|m| m.id.clone()));
+        Ok(messages)
+    }
+
+    fn settled(&self, id: &MessageId) {
+        self.held.lock().unwrap().remove(id);
+    }
+}
+
+#[async_trait]
+impl Consumer for FaultyConsumer {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        let messages = self.inner.receive(max, wait).await?;
+        self.distort(messages).await
+    }
+
+    async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
+        let batch = match self.fault {
+            Fault::OverfillsBatches => self.inner.receive_batch(max + 3, max_await).await?,
+            Fault::HoldsPartialBatches => {
+                let mut batch = self.inner.receive_batch(max, max_await).await?;
+                let deadline = Instant::now() + max_await * 4;
+                while !batch.is_empty() && batch.len() < max && Instant::now() < deadline {
+                    batch.extend(
+                        self.inner
+                            .receive_batch(max - batch.len(), max_await)
+                            .await?,
+                    );
+                }
+                batch
+            }
+            _ => self.inner.receive_batch(max, max_await).await?,
+        };
+        self.distort(batch).await
+    }
+
+    async fn ack(&self, id: &MessageId) -> Result<()> {
+        self.settled(id);
+        match (self.fault, &self.topics) {
+            (Fault::AcksEveryTopic, TopicSelector::List(topics)) => {
+                for topic in topics {
+                    let _ = self
+                        .inner
+                        .ack(&MessageId {
+                            topic: Some(topic.clone()),
+                            ..id.clone()
+                        })
+                        .await;
+                }
+                Ok(())
+            }
+            (Fault::AcceptsForeignAcks, selector) => match &id.topic {
+                Some(topic) if selector.matches(topic) => self.inner.ack(id).await,
+                _ => Ok(()),
+            },
+            _ => self.inner.ack(id).await,
+        }
+    }
+
+    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        self.settled(id);
+        match self.fault {
+            Fault::NoRedelivery => self.inner.ack(id).await,
+            _ => self.inner.nack(id, delay).await,
+        }
+    }
+
+    async fn reject(&self, id: &MessageId, _reason: &str) -> Result<()> {
+        self.settled(id);
+        self.inner.ack(id).await
+    }
+
+    async fn seek(&self, id: &MessageId) -> Result<()> {
+        self.inner.seek(id).await?;
+        if self.fault == Fault::SeeksEverything {
+            for last in self.inner.last_message_ids().await? {
+                if last.owner() != id.owner() {
+                    self.inner
+                        .seek(&MessageId {
+                            position: 0,
+                            ..last
+                        })
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        let ids = self.inner.last_message_ids().await?;
+        if self.fault == Fault::DuplicatesLastIds {
+            return Ok(ids.into_iter().flat_map(|id| [id.clone(), id]).collect());
+        }
+        Ok(ids)
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.fault == Fault::LosesUnackedOnLeave {
+            let held: Vec<MessageId> = self.held.lock().unwrap().drain().collect();
+            for id in held {
+                let _ = self.inner.ack(&id).await;
+            }
+        }
+        self.inner.close().await
+    }
+}
+
+/// A different key on every call.
+fn uuid_like(counter: &AtomicU64) -> String {
+    format!("misrouted-{}", counter.fetch_add(7919, Ordering::Relaxed))
+}
