@@ -113,10 +113,38 @@ pub fn find(id: &str) -> Option<&'static Case> {
     catalogue().iter().find(|c| c.id == id)
 }
 
+/// The catalogue as a Markdown table (what `list --format markdown` prints and
+/// `docs/catalogue.md` holds).
+pub fn markdown() -> String {
+    let mut out = String::from("| id | level | capability | time bound | MUST |\n|---|---|---|---|---|\n");
+    for case in catalogue() {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            case.id,
+            case.level.name(),
+            case.requirement(),
+            case.bound.rule,
+            case.must
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn the_documented_catalogue_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/catalogue.md");
+        let documented = std::fs::read_to_string(path).unwrap_or_default();
+        let table = markdown();
+        assert!(
+            documented.contains(&table),
+            "docs/catalogue.md is out of date: regenerate its table with `cargo run -- list --format markdown`"
+        );
+    }
 
     #[test]
     fn ids_are_unique_well_formed_and_stated() {

@@ -158,19 +158,7 @@ fn list(format: ListFormat) -> anyhow::Result<()> {
                 );
             }
         }
-        ListFormat::Markdown => {
-            println!("| id | level | capability | bound | MUST |\n|---|---|---|---|---|");
-            for case in catalogue() {
-                println!(
-                    "| `{}` | {} | {} | {} | {} |",
-                    case.id,
-                    case.level.name(),
-                    feature(case),
-                    case.bound.rule,
-                    case.must
-                );
-            }
-        }
+        ListFormat::Markdown => print!("{}", pubsub_conformance::catalogue::markdown()),
         ListFormat::Json => {
             let rows: Vec<serde_json::Value> = catalogue()
                 .iter()
