@@ -11,18 +11,32 @@ pub const KNOWN_TYPES: &[&str] = &["in-memory"];
 /// Builds the component a definition describes.
 pub fn build(definition: &ComponentDefinition) -> Result<Arc<dyn Component>, ConfigError> {
     match definition.component_type.as_str() {
-        "in-memory" => Ok(Arc::new(memory(definition)?)),
-        other => Err(definition.error(
-            "spec.type",
-            format!(
-                "unknown type 'pubsub.{other}'; known: {}",
-                KNOWN_TYPES.join(", ")
-            ),
-        )),
+        "in-memory" => Ok(Arc::new(MemoryComponent::new(memory_config(definition)?))),
+        _ => Err(unknown_type(definition)),
     }
 }
 
-fn memory(definition: &ComponentDefinition) -> Result<MemoryComponent, ConfigError> {
+/// Checks a definition's type and every metadata value without connecting anywhere,
+/// so a bad file is reported before any work starts.
+pub fn validate(definition: &ComponentDefinition) -> Result<(), ConfigError> {
+    match definition.component_type.as_str() {
+        "in-memory" => memory_config(definition).map(drop),
+        _ => Err(unknown_type(definition)),
+    }
+}
+
+fn unknown_type(definition: &ComponentDefinition) -> ConfigError {
+    definition.error(
+        "spec.type",
+        format!(
+            "unknown type 'pubsub.{}'; known: {}",
+            definition.component_type,
+            KNOWN_TYPES.join(", ")
+        ),
+    )
+}
+
+fn memory_config(definition: &ComponentDefinition) -> Result<MemoryConfig, ConfigError> {
     definition.check_known(&["maxMessageBytes", "partitions"])?;
     let defaults = MemoryConfig::default();
     let max_message_bytes = definition
@@ -37,8 +51,8 @@ fn memory(definition: &ComponentDefinition) -> Result<MemoryComponent, ConfigErr
             "maxMessageBytes and partitions must be above 0",
         ));
     }
-    Ok(MemoryComponent::new(MemoryConfig {
+    Ok(MemoryConfig {
         max_message_bytes,
         default_partitions,
-    }))
+    })
 }

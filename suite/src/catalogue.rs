@@ -116,7 +116,8 @@ pub fn find(id: &str) -> Option<&'static Case> {
 /// The catalogue as a Markdown table (what `list --format markdown` prints and
 /// `docs/catalogue.md` holds).
 pub fn markdown() -> String {
-    let mut out = String::from("| id | level | capability | time bound | MUST |\n|---|---|---|---|---|\n");
+    let mut out =
+        String::from("| id | level | capability | time bound | MUST |\n|---|---|---|---|---|\n");
     for case in catalogue() {
         out.push_str(&format!(
             "| `{}` | {} | {} | {} | {} |\n",

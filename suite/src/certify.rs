@@ -62,7 +62,9 @@ pub fn load_definitions(dir: &Path) -> anyhow::Result<Vec<ComponentDefinition>> 
     paths.sort();
     let mut definitions = Vec::new();
     for path in paths {
-        definitions.push(ComponentDefinition::from_file(&path)?);
+        let definition = ComponentDefinition::from_file(&path)?;
+        pubsub_components::registry::validate(&definition)?;
+        definitions.push(definition);
     }
     Ok(definitions)
 }
