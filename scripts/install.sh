@@ -11,9 +11,8 @@ if ! need cargo; then
     exit 1
 fi
 
-# Debian packages (none beyond the toolchain are needed by the in-memory component;
-# broker and browser packages are added here as components and reports need them).
-packages=(ca-certificates pkg-config)
+# Debian packages: chromium for the browser test of the HTML report.
+packages=(ca-certificates pkg-config chromium)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -4,8 +4,16 @@
 //! whenever a field changes meaning, so that older results can be refused or merged
 //! knowingly.
 
+mod bench;
+mod levels;
+mod merge;
+mod render;
 mod summary;
 
+pub use bench::{BenchReport, LatencySummary, Measurement};
+pub use levels::{certification_level, CertificationLevel, ComponentSummary};
+pub use merge::{merge, MergeError};
+pub use render::{badge_json, html, junit, markdown, write_all};
 pub use summary::summary_table;
 
 use serde::{Deserialize, Serialize};
@@ -24,6 +32,21 @@ pub struct RunReport {
     pub finished_at: String,
     pub machine: Machine,
     pub components: Vec<ComponentReport>,
+    /// Cells that merged runs disagree on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<Conflict>,
+    /// Benchmark results, when `bench` ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bench: Vec<BenchReport>,
+}
+
+/// Two runs disagreeing on one cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Conflict {
+    pub component: String,
+    pub case: String,
+    /// Each run's status, in merge order.
+    pub statuses: Vec<Status>,
 }
 
 impl RunReport {
@@ -93,6 +116,30 @@ pub enum Status {
 }
 
 impl Status {
+    /// The symbol shown next to the label, readable without colour.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Status::Pass => "✔",
+            Status::Fail => "✘",
+            Status::Unsupported => "–",
+            Status::NotProvisioned => "∅",
+            Status::Error => "!",
+            Status::Flaky => "≈",
+        }
+    }
+
+    /// How bad a status is, for picking the worse of two (higher is worse).
+    pub fn severity(self) -> u8 {
+        match self {
+            Status::Pass => 0,
+            Status::Unsupported => 1,
+            Status::NotProvisioned => 2,
+            Status::Flaky => 3,
+            Status::Error => 4,
+            Status::Fail => 5,
+        }
+    }
+
     /// The label shown in tables.
     pub fn label(self) -> &'static str {
         match self {

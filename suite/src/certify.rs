@@ -143,6 +143,8 @@ pub async fn certify(
         finished_at: now_text(),
         machine: machine(),
         components,
+        conflicts: Vec::new(),
+        bench: Vec::new(),
     }
 }
 
@@ -226,11 +228,13 @@ fn not_provisioned(
     }
 }
 
-fn now_text() -> String {
+/// Now, as RFC 3339.
+pub fn now_text() -> String {
     pubsub_components::runtime::controls::format_time(SystemTime::now())
 }
 
-fn machine() -> Machine {
+/// The machine this process runs on.
+pub fn machine() -> Machine {
     Machine {
         hostname: std::fs::read_to_string("/etc/hostname")
             .map(|h| h.trim().to_string())

@@ -8,6 +8,7 @@
 //! Third-party component authors run the whole catalogue from a test file with
 //! [`harness::run_catalogue`].
 
+pub mod bench;
 pub mod cases;
 pub mod catalogue;
 pub mod certify;

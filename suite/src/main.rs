@@ -1,12 +1,17 @@
-//! The `pubsub-conformance` command line: `certify` and `list`.
+//! The `pubsub-conformance` command line: `certify`, `merge`, `bench` and `list`.
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+use pubsub_conformance::bench::{bench_component, bench_table, BenchOptions};
 use pubsub_conformance::catalogue::{catalogue, Level};
-use pubsub_conformance::certify::{certify, load_definitions, select_definitions, Selection};
+use pubsub_conformance::certify::{
+    certify, load_definitions, machine, now_text, select_definitions, Selection,
+};
+use pubsub_conformance::provision::{auto_order, provision};
+use pubsub_conformance::reports::{self, RunReport};
 use pubsub_conformance::runner::RunOptions;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -46,6 +51,32 @@ enum Command {
         /// Seed for generated inputs (default: derived from each case id).
         #[arg(long)]
         seed: Option<u64>,
+    },
+    /// Merge the report.json of several runs (CI shards) into one report.
+    Merge {
+        /// The report.json files to merge.
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// Where the merged report goes.
+        #[arg(long, default_value = "reports/merged")]
+        out: PathBuf,
+    },
+    /// Measure throughput (single vs bulk, emulated vs native) and latency; the results
+    /// are added to the report in --out.
+    Bench {
+        /// A component name; repeatable. Default: all.
+        #[arg(long = "component", value_name = "NAME")]
+        components: Vec<String>,
+        /// Messages per measurement.
+        #[arg(long, default_value_t = 2000)]
+        messages: usize,
+        /// Payload bytes per message.
+        #[arg(long, default_value_t = 256)]
+        payload_bytes: usize,
+        #[arg(long, default_value = "reports/latest")]
+        out: PathBuf,
+        #[arg(long, default_value = "fixtures")]
+        fixtures: PathBuf,
     },
     /// List the catalogue: id, level, capability and MUST statement.
     List {
@@ -114,46 +145,139 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let started = Instant::now();
             let interactive = std::io::stderr().is_terminal();
             let mut progress = |line: &str| {
+                let elapsed = started.elapsed().as_secs_f64();
                 if interactive {
-                    eprint!(
-                        "\r\x1b[2K[{:>5.1}s] {line}",
-                        started.elapsed().as_secs_f64()
-                    );
+                    eprint!("\r\x1b[2K[{elapsed:>5.1}s] {line}");
                 } else {
-                    eprintln!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+                    eprintln!("[{elapsed:>5.1}s] {line}");
                 }
             };
             let report = tokio.block_on(certify(&definitions, &cases, &options, &mut progress));
             if interactive {
                 eprintln!();
             }
-            std::fs::create_dir_all(&out)
-                .with_context(|| format!("cannot create {}", out.display()))?;
-            let path = out.join("report.json");
-            let json = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
-            std::fs::write(&path, json)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            print!("{}", pubsub_conformance::reports::summary_table(&report));
-            println!("report: {}", path.display());
-            Ok(if report.has_failures() {
-                ExitCode::FAILURE
+            write_report(&report, &out)?;
+            print!("{}", reports::summary_table(&report));
+            println!("report: {}", out.join("index.html").display());
+            Ok(exit_code(&report))
+        }
+        Command::Merge { inputs, out } => {
+            let mut runs = Vec::new();
+            for input in &inputs {
+                runs.push(read_report(input)?);
+            }
+            let merged = reports::merge(runs)?;
+            write_report(&merged, &out)?;
+            print!("{}", reports::summary_table(&merged));
+            for conflict in &merged.conflicts {
+                let statuses: Vec<&str> = conflict.statuses.iter().map(|s| s.label()).collect();
+                println!(
+                    "CONFLICT {} {}: {}",
+                    conflict.component,
+                    conflict.case,
+                    statuses.join(" vs ")
+                );
+            }
+            println!("report: {}", out.join("index.html").display());
+            Ok(exit_code(&merged))
+        }
+        Command::Bench {
+            components,
+            messages,
+            payload_bytes,
+            out,
+            fixtures,
+        } => {
+            let definitions =
+                select_definitions(load_definitions(&fixtures)?, &components, &fixtures)?;
+            let options = BenchOptions {
+                messages,
+                payload_bytes,
+                ..BenchOptions::default()
+            };
+            let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            let previous = out.join("report.json");
+            let mut report = if previous.exists() {
+                read_report(&previous)?
             } else {
-                ExitCode::SUCCESS
-            })
+                empty_report()
+            };
+            for definition in &definitions {
+                let order = auto_order(&definition.component_type);
+                let provisioned = match tokio.block_on(provision(definition, &order)) {
+                    Ok(provisioned) => provisioned,
+                    Err(reasons) => {
+                        let reasons: Vec<String> =
+                            reasons.iter().map(ToString::to_string).collect();
+                        eprintln!(
+                            "{}: NOT PROVISIONED: {}",
+                            definition.name,
+                            reasons.join("; ")
+                        );
+                        continue;
+                    }
+                };
+                eprintln!("{}: benchmarking", definition.name);
+                let result = tokio
+                    .block_on(bench_component(
+                        &definition.name,
+                        provisioned.component.clone(),
+                        &options,
+                    ))
+                    .with_context(|| format!("benchmarking {}", definition.name))?;
+                print!("{}", bench_table(&result));
+                report.bench.retain(|b| b.component != definition.name);
+                report.bench.push(result);
+            }
+            write_report(&report, &out)?;
+            println!("report: {}", out.join("index.html").display());
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
 
+fn exit_code(report: &RunReport) -> ExitCode {
+    if report.has_failures() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn read_report(path: &Path) -> anyhow::Result<RunReport> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a pubsub-conformance report.json", path.display()))
+}
+
+fn empty_report() -> RunReport {
+    RunReport {
+        schema_version: reports::SCHEMA_VERSION,
+        suite_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: now_text(),
+        finished_at: now_text(),
+        machine: machine(),
+        components: Vec::new(),
+        conflicts: Vec::new(),
+        bench: Vec::new(),
+    }
+}
+
+fn write_report(report: &RunReport, out: &Path) -> anyhow::Result<()> {
+    reports::write_all(report, out)
+        .with_context(|| format!("cannot write the report to {}", out.display()))
+}
+
 fn list(format: ListFormat) -> anyhow::Result<()> {
-    let feature = |c: &pubsub_conformance::catalogue::Case| c.requirement();
     match format {
         ListFormat::Text => {
             for case in catalogue() {
                 println!(
-                    "{:<40} {:<13} {:<17} {}",
+                    "{:<40} {:<13} {:<30} {}",
                     case.id,
                     case.level.name(),
-                    feature(case),
+                    case.requirement(),
                     case.must
                 );
             }
@@ -162,10 +286,12 @@ fn list(format: ListFormat) -> anyhow::Result<()> {
         ListFormat::Json => {
             let rows: Vec<serde_json::Value> = catalogue()
                 .iter()
-                .map(|c| serde_json::json!({
-                    "id": c.id, "family": c.family(), "level": c.level, "capability": c.requires,
-                    "bound": c.bound.rule, "must": c.must,
-                }))
+                .map(|c| {
+                    serde_json::json!({
+                        "id": c.id, "family": c.family(), "level": c.level,
+                        "capability": c.requires, "bound": c.bound.rule, "must": c.must,
+                    })
+                })
                 .collect();
             println!("{}", serde_json::to_string_pretty(&rows)?);
         }

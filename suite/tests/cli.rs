@@ -104,3 +104,152 @@ fn unknown_names_and_globs_are_refused() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no case matches"));
 }
+
+fn read(path: &std::path::Path) -> pubsub_conformance::reports::RunReport {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// What must agree between a merged and a full run: every cell's verdict.
+fn cells(
+    report: &pubsub_conformance::reports::RunReport,
+) -> Vec<(String, String, String, Option<String>)> {
+    let mut cells: Vec<_> = report
+        .components
+        .iter()
+        .flat_map(|c| {
+            c.cases.iter().map(move |case| {
+                (
+                    c.name.clone(),
+                    case.id.clone(),
+                    case.status.label().to_string(),
+                    case.mode.map(|m| format!("{m:?}")),
+                )
+            })
+        })
+        .collect();
+    cells.sort();
+    cells
+}
+
+#[test]
+fn merging_two_shards_equals_one_full_run() {
+    let dir = temp_dir("merge");
+    let run = |glob: &str, out: &str| {
+        let status = cli()
+            .args(["certify", "--component", "memory", "--case", glob, "--out"])
+            .arg(dir.join(out))
+            .output()
+            .unwrap()
+            .status;
+        assert!(status.success(), "certify --case {glob} failed");
+    };
+    run("publish.*", "shard-1");
+    run("envelope.*", "shard-2");
+    run("{publish,envelope}.*", "full");
+    let output = cli()
+        .arg("merge")
+        .arg(dir.join("shard-1/report.json"))
+        .arg(dir.join("shard-2/report.json"))
+        .arg("--out")
+        .arg(dir.join("merged"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let merged = read(&dir.join("merged/report.json"));
+    let full = read(&dir.join("full/report.json"));
+    assert_eq!(cells(&merged), cells(&full));
+    assert!(merged.conflicts.is_empty());
+    for file in ["index.html", "report.md", "junit.xml", "badges/memory.json"] {
+        assert!(
+            dir.join("merged").join(file).exists(),
+            "merge did not write {file}"
+        );
+    }
+}
+
+#[test]
+fn certify_writes_every_report_format() {
+    let out = temp_dir("formats");
+    let output = cli()
+        .args([
+            "certify",
+            "--component",
+            "memory",
+            "--case",
+            "envelope.*",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    for file in [
+        "index.html",
+        "report.json",
+        "report.md",
+        "junit.xml",
+        "badges/memory.json",
+    ] {
+        assert!(out.join(file).exists(), "certify did not write {file}");
+    }
+    assert!(out.join("evidence").is_dir());
+    let junit = std::fs::read_to_string(out.join("junit.xml")).unwrap();
+    assert!(
+        junit.contains("<testcase name=\"envelope.cloudevents\""),
+        "{junit}"
+    );
+}
+
+#[test]
+fn bench_prints_ratios_and_stores_them_in_the_report() {
+    let out = temp_dir("bench");
+    let output = cli()
+        .args([
+            "bench",
+            "--component",
+            "memory",
+            "--messages",
+            "300",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in [
+        "single publish",
+        "bulk publish x100",
+        "x vs single publish",
+        "runtime emulation",
+        "bulk subscribe x100",
+        "p99",
+    ] {
+        assert!(
+            stdout.contains(line),
+            "bench output lacks '{line}':\n{stdout}"
+        );
+    }
+    let report = read(&out.join("report.json"));
+    let bench = &report.bench[0];
+    assert_eq!(bench.component, "memory");
+    assert!(bench
+        .measurements
+        .iter()
+        .all(|m| m.rate > 0.0 && m.messages == 300));
+    assert!(bench
+        .latency
+        .as_ref()
+        .is_some_and(|l| l.samples == 300 && l.p50_us <= l.p99_us && l.p99_us <= l.max_us));
+    assert!(std::fs::read_to_string(out.join("index.html"))
+        .unwrap()
+        .contains("<svg class=\"chart\""));
+}

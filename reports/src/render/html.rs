@@ -1,0 +1,370 @@
+//! The self-contained HTML report: one file, inline CSS and JS, no network.
+
+use crate::levels::ComponentSummary;
+use crate::{CaseResult, Mode, RunReport, Status};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+/// Escapes text for HTML content and attribute values.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn class(status: Status) -> &'static str {
+    match status {
+        Status::Pass => "s-pass",
+        Status::Fail => "s-fail",
+        Status::Unsupported => "s-unsupported",
+        Status::NotProvisioned => "s-not-provisioned",
+        Status::Error => "s-error",
+        Status::Flaky => "s-flaky",
+    }
+}
+
+fn cell_label(case: &CaseResult) -> String {
+    match (case.status, case.mode) {
+        (Status::Pass, Some(Mode::Emulated)) => format!("{} PASS emulated", Status::Pass.symbol()),
+        (Status::Pass, _) => format!("{} PASS native", Status::Pass.symbol()),
+        (status, _) => format!("{} {}", status.symbol(), status.label()),
+    }
+}
+
+const STYLE: &str = r#"
+:root { font-family: system-ui, sans-serif; color: #1b1f24; }
+body { margin: 1.5rem; }
+h1 { margin: 0 0 .25rem; font-size: 1.5rem; }
+.meta { color: #57606a; margin: 0 0 1rem; }
+table { border-collapse: collapse; margin-bottom: 1.5rem; }
+th, td { border: 1px solid #d0d7de; padding: .3rem .5rem; text-align: left; vertical-align: top; }
+thead th { background: #f6f8fa; position: sticky; top: 0; }
+tr.family-row th { background: #eef1f4; text-transform: uppercase; font-size: .8rem; letter-spacing: .05em; }
+td.case-id { font-family: ui-monospace, monospace; white-space: nowrap; }
+.cell button { border: 0; border-radius: 4px; padding: .2rem .45rem; font: inherit; font-size: .85rem; cursor: pointer; white-space: nowrap; width: 100%; text-align: left; }
+.s-pass button { background: #dafbe1; color: #116329; }
+.s-pass.emulated button { background: #ddf4ff; color: #0a3069; }
+.s-fail button { background: #ffebe9; color: #a40e26; font-weight: 600; }
+.s-unsupported button { background: #eaeef2; color: #57606a; }
+.s-not-provisioned button { background: #fbefff; color: #6e40c9; }
+.s-error button { background: #fff1e5; color: #953800; font-weight: 600; }
+.s-flaky button { background: #fff8c5; color: #7d4e00; font-weight: 600; }
+.cell.not-run { color: #8c959f; }
+#filters { display: flex; gap: 1rem; align-items: center; margin-bottom: .75rem; flex-wrap: wrap; }
+#evidence-panel { position: fixed; top: 0; right: 0; bottom: 0; width: min(46rem, 95vw); overflow: auto; background: #fff; border-left: 2px solid #8c959f; padding: 1rem 1.25rem; box-shadow: -4px 0 12px rgba(0,0,0,.15); }
+#evidence-panel pre { background: #f6f8fa; padding: .5rem; overflow-x: auto; font-size: .8rem; }
+.must { font-style: italic; }
+.legend span { margin-right: 1rem; }
+.bar { fill: #0969da; }
+.bar.baseline { fill: #8c959f; }
+"#;
+
+const SCRIPT: &str = r#"
+const q = (s) => document.querySelector(s);
+function applyFilters() {
+  const family = q('#filter-family').value, level = q('#filter-level').value, status = q('#filter-status').value;
+  document.querySelectorAll('tr.case-row').forEach((row) => {
+    const show = (!family || row.dataset.family === family) && (!level || row.dataset.level === level)
+      && (!status || row.dataset.statuses.split(' ').includes(status));
+    row.hidden = !show;
+  });
+  document.querySelectorAll('tr.family-row').forEach((header) => {
+    header.hidden = !document.querySelector('tr.case-row[data-family="' + header.dataset.family + '"]:not([hidden])');
+  });
+  q('#visible-count').textContent = document.querySelectorAll('tr.case-row:not([hidden])').length;
+}
+document.querySelectorAll('select.filter').forEach((s) => s.addEventListener('change', applyFilters));
+document.querySelectorAll('.cell button').forEach((button) => button.addEventListener('click', () => {
+  q('#evidence-body').innerHTML = document.getElementById(button.dataset.evidence).innerHTML;
+  q('#evidence-panel').hidden = false;
+}));
+q('#close-evidence').addEventListener('click', () => { q('#evidence-panel').hidden = true; });
+document.addEventListener('keydown', (e) => { if (e.key === 'Escape') q('#evidence-panel').hidden = true; });
+applyFilters();
+"#;
+
+fn list(out: &mut String, title: &str, lines: &[String]) {
+    if lines.is_empty() {
+        return;
+    }
+    let _ = write!(out, "<h4>{}</h4><ul>", esc(title));
+    for line in lines {
+        let _ = write!(out, "<li>{}</li>", esc(line));
+    }
+    out.push_str("</ul>");
+}
+
+fn select(out: &mut String, id: &str, label: &str, options: &[String]) {
+    let _ = write!(
+        out,
+        "<label>{label} <select class=\"filter\" id=\"{id}\"><option value=\"\">all</option>"
+    );
+    for option in options {
+        let _ = write!(out, "<option value=\"{0}\">{0}</option>", esc(option));
+    }
+    out.push_str("</select></label>");
+}
+
+/// Renders the whole report as one HTML page.
+pub fn html(report: &RunReport) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>pub/sub conformance matrix</title><style>{STYLE}</style></head><body>\n"
+    );
+    let _ = writeln!(
+        out,
+        "<header><h1>pub/sub conformance matrix</h1><p class=\"meta\">suite {} · schema {} · {} → {} · {} ({} {}, {} cpus)</p></header>",
+        esc(&report.suite_version),
+        report.schema_version,
+        esc(&report.started_at),
+        esc(&report.finished_at),
+        esc(&report.machine.hostname),
+        esc(&report.machine.os),
+        esc(&report.machine.arch),
+        report.machine.cpus
+    );
+
+    // Summary per component.
+    out.push_str("<section id=\"summary\"><h2>Components</h2><table><thead><tr><th>component</th><th>level</th><th>pass</th><th>fail</th><th>unsupported</th><th>other</th><th>native / emulated</th><th>provisioning</th></tr></thead><tbody>\n");
+    for component in &report.components {
+        let s = ComponentSummary::of(component);
+        let provisioning = match &component.provisioning.problem {
+            Some(problem) => format!("NOT PROVISIONED: {problem}"),
+            None => format!(
+                "{}{}{}",
+                component.provisioning.kind,
+                component
+                    .provisioning
+                    .endpoint
+                    .as_ref()
+                    .map(|e| format!(" at {e}"))
+                    .unwrap_or_default(),
+                component
+                    .provisioning
+                    .broker_version
+                    .as_ref()
+                    .map(|v| format!(", {v}"))
+                    .unwrap_or_default()
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "<tr class=\"component-summary\" data-component=\"{0}\"><th>{0} <small>(pubsub.{1})</small></th><td class=\"level\">{2}</td><td>{3}</td><td>{4}</td><td>{5}</td><td>{6}</td><td>{7} / {8} ({9}% emulated)</td><td>{10}</td></tr>",
+            esc(&component.name), esc(&component.component_type), s.level.label(), s.passed, s.failed, s.unsupported, s.other, s.native, s.emulated, s.emulated_percent(), esc(&provisioning)
+        );
+    }
+    out.push_str("</tbody></table></section>\n");
+
+    // The matrix: case rows grouped by family, one column per component.
+    let mut cases: BTreeMap<&str, BTreeMap<&str, &CaseResult>> = BTreeMap::new();
+    for component in &report.components {
+        for case in &component.cases {
+            cases
+                .entry(case.family.as_str())
+                .or_default()
+                .entry(case.id.as_str())
+                .or_insert(case);
+        }
+    }
+    let families: Vec<String> = cases.keys().map(|f| f.to_string()).collect();
+    let levels: BTreeSet<String> = cases
+        .values()
+        .flat_map(|c| c.values().map(|c| c.level.clone()))
+        .collect();
+    let statuses: Vec<String> = [
+        Status::Pass,
+        Status::Fail,
+        Status::Unsupported,
+        Status::NotProvisioned,
+        Status::Error,
+        Status::Flaky,
+    ]
+    .iter()
+    .map(|s| s.label().to_string())
+    .collect();
+    out.push_str("<section id=\"matrix-section\"><h2>Matrix</h2><div id=\"filters\">");
+    select(&mut out, "filter-family", "Family", &families);
+    select(
+        &mut out,
+        "filter-level",
+        "Level",
+        &levels.into_iter().collect::<Vec<_>>(),
+    );
+    select(&mut out, "filter-status", "Status", &statuses);
+    out.push_str("<span><span id=\"visible-count\"></span> cases shown</span></div>\n");
+    out.push_str("<p class=\"legend\"><span>✔ PASS (native or emulated)</span><span>✘ FAIL</span><span>– UNSUPPORTED</span><span>∅ NOT PROVISIONED</span><span>! ERROR</span><span>≈ FLAKY</span> · click a cell for its evidence</p>\n");
+    let _ = write!(
+        out,
+        "<table id=\"matrix\"><thead><tr><th>case</th><th>level</th><th>capability</th>"
+    );
+    for component in &report.components {
+        let _ = write!(out, "<th>{}</th>", esc(&component.name));
+    }
+    out.push_str("</tr></thead><tbody>\n");
+    let mut store = String::new();
+    let mut next_id = 0;
+    let columns = report.components.len() + 3;
+    for (family, family_cases) in &cases {
+        let _ = writeln!(
+            out,
+            "<tr class=\"family-row\" data-family=\"{0}\"><th colspan=\"{columns}\">{0}</th></tr>",
+            esc(family)
+        );
+        for (id, any) in family_cases {
+            let row_statuses: BTreeSet<&str> = report
+                .components
+                .iter()
+                .filter_map(|c| c.cases.iter().find(|x| x.id == *id))
+                .map(|c| c.status.label())
+                .collect();
+            let _ = write!(
+                out,
+                "<tr class=\"case-row\" data-family=\"{}\" data-level=\"{}\" data-statuses=\"{}\"><td class=\"case-id\" title=\"{}\">{}</td><td>{}</td><td>{}</td>",
+                esc(family),
+                esc(&any.level),
+                esc(&row_statuses.into_iter().collect::<Vec<_>>().join(" ")),
+                esc(&any.must),
+                esc(id),
+                esc(&any.level),
+                esc(any.feature.as_deref().unwrap_or("-"))
+            );
+            for component in &report.components {
+                let Some(case) = component.cases.iter().find(|c| c.id == *id) else {
+                    out.push_str("<td class=\"cell not-run\">not run</td>");
+                    continue;
+                };
+                next_id += 1;
+                let evidence_id = format!("ev-{next_id}");
+                let emulated = if case.mode == Some(Mode::Emulated) {
+                    " emulated"
+                } else {
+                    ""
+                };
+                let _ = write!(
+                    out,
+                    "<td class=\"cell {}{emulated}\" data-status=\"{}\" data-component=\"{}\"><button type=\"button\" data-evidence=\"{evidence_id}\">{}</button></td>",
+                    class(case.status),
+                    case.status.label(),
+                    esc(&component.name),
+                    esc(&cell_label(case))
+                );
+                let _ = write!(
+                    store,
+                    "<div id=\"{evidence_id}\"><h3>{} {} on {}</h3><p class=\"must\">{}</p><p>level {} · capability {} · {} ms of a {} ms bound · {} attempt(s) · provisioning {}{}</p>",
+                    esc(&cell_label(case)),
+                    esc(&case.id),
+                    esc(&component.name),
+                    esc(&case.must),
+                    esc(&case.level),
+                    esc(case.feature.as_deref().unwrap_or("-")),
+                    case.duration_ms,
+                    case.bound_ms,
+                    case.attempts,
+                    esc(&component.provisioning.kind),
+                    esc(&component.provisioning.broker_version.as_ref().map(|v| format!(", {v}")).unwrap_or_default())
+                );
+                list(&mut store, "Findings", &case.evidence.findings);
+                list(&mut store, "Warnings", &case.evidence.warnings);
+                list(&mut store, "Notes", &case.evidence.notes);
+                if !case.evidence.history.is_empty() {
+                    let _ = write!(
+                        store,
+                        "<h4>History excerpt</h4><pre>{}</pre>",
+                        esc(&case.evidence.history.join("\n"))
+                    );
+                }
+                store.push_str("</div>\n");
+            }
+            out.push_str("</tr>\n");
+        }
+    }
+    out.push_str("</tbody></table></section>\n");
+
+    if !report.conflicts.is_empty() {
+        out.push_str("<section id=\"conflicts\"><h2>Conflicting results</h2><ul>");
+        for c in &report.conflicts {
+            let statuses: Vec<&str> = c.statuses.iter().map(|s| s.label()).collect();
+            let _ = write!(
+                out,
+                "<li>{} <code>{}</code>: {}</li>",
+                esc(&c.component),
+                esc(&c.case),
+                statuses.join(" vs ")
+            );
+        }
+        out.push_str("</ul></section>\n");
+    }
+    bench_section(&mut out, report);
+    let _ = write!(
+        out,
+        "<aside id=\"evidence-panel\" hidden><button type=\"button\" id=\"close-evidence\">close ✕</button><div id=\"evidence-body\"></div></aside>\n<div id=\"evidence-store\" hidden>\n{store}</div>\n<script>{SCRIPT}</script></body></html>\n"
+    );
+    out
+}
+
+fn bench_section(out: &mut String, report: &RunReport) {
+    if report.bench.is_empty() {
+        return;
+    }
+    out.push_str("<section id=\"bench\"><h2>Bench</h2>");
+    for bench in &report.bench {
+        let _ = write!(out, "<h3>{}</h3><p>{}</p><table><thead><tr><th>measurement</th><th>messages</th><th>seconds</th><th>msg/s</th><th>ratio</th></tr></thead><tbody>", esc(&bench.component), esc(&bench.settings));
+        for m in &bench.measurements {
+            let ratio = m
+                .ratio
+                .map(|r| format!("{r:.2}x vs {}", m.baseline.as_deref().unwrap_or("?")))
+                .unwrap_or_default();
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.0}</td><td>{}</td></tr>",
+                esc(&m.label),
+                m.messages,
+                m.seconds,
+                m.rate,
+                esc(&ratio)
+            );
+        }
+        out.push_str("</tbody></table>");
+        // A bar chart of rates, as inline SVG.
+        let max = bench
+            .measurements
+            .iter()
+            .map(|m| m.rate)
+            .fold(1.0, f64::max);
+        let height = bench.measurements.len() * 26 + 10;
+        let _ = write!(out, "<svg class=\"chart\" width=\"640\" height=\"{height}\" role=\"img\" aria-label=\"messages per second\">");
+        for (i, m) in bench.measurements.iter().enumerate() {
+            let y = i * 26 + 5;
+            let width = (m.rate / max * 400.0).max(1.0);
+            let baseline = if m.ratio.is_none() { " baseline" } else { "" };
+            let _ = write!(
+                out,
+                "<text x=\"0\" y=\"{}\" font-size=\"12\">{}</text><rect class=\"bar{baseline}\" x=\"180\" y=\"{y}\" width=\"{width:.1}\" height=\"18\"></rect><text x=\"{:.1}\" y=\"{}\" font-size=\"12\">{:.0}/s</text>",
+                y + 14,
+                esc(&m.label),
+                185.0 + width,
+                y + 14,
+                m.rate
+            );
+        }
+        out.push_str("</svg>");
+        if let Some(l) = &bench.latency {
+            let _ = write!(
+                out,
+                "<p>End-to-end latency over {} messages: p50 {} µs, p99 {} µs, max {} µs</p>",
+                l.samples, l.p50_us, l.p99_us, l.max_us
+            );
+        }
+    }
+    out.push_str("</section>\n");
+}

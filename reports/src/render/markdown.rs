@@ -1,0 +1,125 @@
+//! The Markdown summary, for pull-request comments and CI step summaries.
+
+use crate::levels::ComponentSummary;
+use crate::{RunReport, Status};
+use std::fmt::Write;
+
+/// A summary table per component, the cells that need attention, and the bench table.
+pub fn markdown(report: &RunReport) -> String {
+    let mut out = String::from("# pub/sub conformance\n\n");
+    let _ = writeln!(
+        out,
+        "Suite {} · {} → {} · {} ({} {}, {} cpus)\n",
+        report.suite_version,
+        report.started_at,
+        report.finished_at,
+        report.machine.hostname,
+        report.machine.os,
+        report.machine.arch,
+        report.machine.cpus
+    );
+    out.push_str("| component | level | pass | fail | unsupported | other | native / emulated | provisioning |\n|---|---|---|---|---|---|---|---|\n");
+    for component in &report.components {
+        let s = ComponentSummary::of(component);
+        let provisioning = match &component.provisioning.problem {
+            Some(problem) => format!("NOT PROVISIONED: {problem}"),
+            None => format!(
+                "{}{}",
+                component.provisioning.kind,
+                component
+                    .provisioning
+                    .broker_version
+                    .as_ref()
+                    .map(|v| format!(" ({v})"))
+                    .unwrap_or_default()
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} / {} | {} |",
+            component.name,
+            s.level.label(),
+            s.passed,
+            s.failed,
+            s.unsupported,
+            s.other,
+            s.native,
+            s.emulated,
+            provisioning.replace('|', "\\|")
+        );
+    }
+    let attention: Vec<String> = report
+        .components
+        .iter()
+        .flat_map(|component| {
+            component
+                .cases
+                .iter()
+                .filter(|c| !matches!(c.status, Status::Pass | Status::Unsupported))
+                .map(move |case| {
+                    let why = case
+                        .evidence
+                        .findings
+                        .first()
+                        .or(case.evidence.notes.first())
+                        .cloned()
+                        .unwrap_or_default();
+                    format!(
+                        "| {} {} | {} | `{}` | {} |",
+                        case.status.symbol(),
+                        case.status.label(),
+                        component.name,
+                        case.id,
+                        why.replace('|', "\\|")
+                    )
+                })
+        })
+        .collect();
+    if !attention.is_empty() {
+        out.push_str(
+            "\n## Needs attention\n\n| status | component | case | why |\n|---|---|---|---|\n",
+        );
+        for line in attention {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    if !report.conflicts.is_empty() {
+        out.push_str("\n## Conflicting results\n\n");
+        for c in &report.conflicts {
+            let statuses: Vec<&str> = c.statuses.iter().map(|s| s.label()).collect();
+            let _ = writeln!(
+                out,
+                "- {} `{}`: {}",
+                c.component,
+                c.case,
+                statuses.join(" vs ")
+            );
+        }
+    }
+    for bench in &report.bench {
+        let _ = writeln!(
+            out,
+            "\n## Bench: {}\n\n{}\n\n| measurement | messages | msg/s | ratio |\n|---|---|---|---|",
+            bench.component, bench.settings
+        );
+        for m in &bench.measurements {
+            let ratio = m
+                .ratio
+                .map(|r| format!("{r:.2}x vs {}", m.baseline.as_deref().unwrap_or("?")))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.0} | {} |",
+                m.label, m.messages, m.rate, ratio
+            );
+        }
+        if let Some(l) = &bench.latency {
+            let _ = writeln!(
+                out,
+                "\nEnd-to-end latency over {} messages: p50 {} µs, p99 {} µs, max {} µs",
+                l.samples, l.p50_us, l.p99_us, l.max_us
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,287 @@
+//! Snapshot tests of every renderer on a fixed report, timestamps redacted.
+
+use crate::*;
+
+fn case(
+    id: &str,
+    level: &str,
+    feature: Option<&str>,
+    status: Status,
+    mode: Option<Mode>,
+) -> CaseResult {
+    CaseResult {
+        id: id.into(),
+        family: id.split('.').next().unwrap().into(),
+        level: level.into(),
+        feature: feature.map(String::from),
+        must: format!("{id} MUST hold <always> & \"everywhere\"."),
+        status,
+        mode,
+        duration_ms: 12,
+        bound_ms: 10_000,
+        attempts: if status == Status::Flaky { 2 } else { 1 },
+        evidence: Evidence {
+            findings: if status == Status::Fail {
+                vec!["lost: 2 acknowledged publishes were never delivered: m-1, m-7".into()]
+            } else {
+                vec![]
+            },
+            warnings: vec![],
+            notes: vec!["seed 42".into()],
+            history: if status == Status::Fail {
+                vec![
+                    "12.000 publish m-1 -> t: ok t#0@1".into(),
+                    "12.001 deliver m-2 from t id=t#0@2 attempt=1 to s1".into(),
+                ]
+            } else {
+                vec![]
+            },
+        },
+    }
+}
+
+/// A report with every status, two components, a conflict and a bench table.
+pub(crate) fn sample() -> RunReport {
+    let provisioning = |kind: &str, problem: Option<&str>| Provisioning {
+        kind: kind.into(),
+        endpoint: None,
+        broker_version: problem.is_none().then(|| "in-memory 0.1.0".into()),
+        problem: problem.map(String::from),
+    };
+    RunReport {
+        schema_version: SCHEMA_VERSION,
+        suite_version: "0.1.0".into(),
+        started_at: "2026-11-30T05:00:00.123456789Z".into(),
+        finished_at: "2026-11-30T05:00:30.5Z".into(),
+        machine: Machine {
+            hostname: "ci".into(),
+            os: "linux".into(),
+            arch: "x86_64".into(),
+            cpus: 2,
+        },
+        components: vec![
+            ComponentReport {
+                name: "memory".into(),
+                component_type: "in-memory".into(),
+                definition: "fixtures/memory.yaml".into(),
+                provisioning: provisioning("in-process", None),
+                capabilities: serde_json::json!({"bulk_publish": "native"}),
+                cases: vec![
+                    case(
+                        "publish.delivery",
+                        "core",
+                        None,
+                        Status::Pass,
+                        Some(Mode::Native),
+                    ),
+                    case(
+                        "ttl.live-delivered",
+                        "feature",
+                        Some("ttl"),
+                        Status::Pass,
+                        Some(Mode::Emulated),
+                    ),
+                    case(
+                        "seek.reposition",
+                        "feature",
+                        Some("seek"),
+                        Status::Unsupported,
+                        None,
+                    ),
+                    case(
+                        "certification.consumer-leaves",
+                        "certification",
+                        None,
+                        Status::Flaky,
+                        Some(Mode::Native),
+                    ),
+                ],
+            },
+            ComponentReport {
+                name: "broken".into(),
+                component_type: "in-memory".into(),
+                definition: "fixtures/broken.yaml".into(),
+                provisioning: provisioning("in-process", None),
+                capabilities: serde_json::Value::Null,
+                cases: vec![
+                    case("publish.delivery", "core", None, Status::Fail, None),
+                    case(
+                        "ttl.live-delivered",
+                        "feature",
+                        Some("ttl"),
+                        Status::Error,
+                        None,
+                    ),
+                    case(
+                        "seek.reposition",
+                        "feature",
+                        Some("seek"),
+                        Status::NotProvisioned,
+                        None,
+                    ),
+                ],
+            },
+        ],
+        conflicts: vec![Conflict {
+            component: "broken".into(),
+            case: "publish.delivery".into(),
+            statuses: vec![Status::Pass, Status::Fail],
+        }],
+        bench: vec![BenchReport {
+            component: "memory".into(),
+            settings: "2000 messages of 256 bytes".into(),
+            measurements: vec![
+                Measurement {
+                    label: "single publish".into(),
+                    messages: 2000,
+                    seconds: 0.5,
+                    rate: 4000.0,
+                    ratio: None,
+                    baseline: None,
+                },
+                Measurement {
+                    label: "bulk publish x100".into(),
+                    messages: 2000,
+                    seconds: 0.05,
+                    rate: 40000.0,
+                    ratio: Some(10.0),
+                    baseline: Some("single publish".into()),
+                },
+            ],
+            latency: Some(LatencySummary {
+                samples: 1000,
+                p50_us: 40,
+                p99_us: 120,
+                max_us: 400,
+            }),
+        }],
+    }
+}
+
+fn redacting(f: impl FnOnce()) {
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(
+        r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z",
+        "[timestamp]",
+    );
+    settings.bind(f);
+}
+
+#[test]
+fn markdown_snapshot() {
+    redacting(|| insta::assert_snapshot!(markdown(&sample())));
+}
+
+#[test]
+fn junit_snapshot() {
+    redacting(|| insta::assert_snapshot!(junit(&sample())));
+}
+
+#[test]
+fn badge_snapshots() {
+    let report = sample();
+    insta::assert_snapshot!("badge_memory", badge_json(&report.components[0]));
+    insta::assert_snapshot!("badge_broken", badge_json(&report.components[1]));
+}
+
+#[test]
+fn html_snapshot() {
+    redacting(|| insta::assert_snapshot!(html(&sample())));
+}
+
+#[test]
+fn json_snapshot() {
+    insta::assert_json_snapshot!(sample(), {
+        ".started_at" => "[timestamp]",
+        ".finished_at" => "[timestamp]",
+    });
+}
+
+#[test]
+fn html_is_self_contained() {
+    let page = html(&sample());
+    for forbidden in ["http://", "https://", "<link", "src="] {
+        assert!(
+            !page.contains(forbidden),
+            "the page must not load anything: found {forbidden}"
+        );
+    }
+    assert!(
+        page.contains("&lt;always&gt; &amp; &quot;everywhere&quot;"),
+        "text must be escaped"
+    );
+}
+
+#[test]
+fn levels_follow_the_criteria() {
+    let report = sample();
+    // memory: core passes, features pass or are unsupported, certification is FLAKY.
+    assert_eq!(
+        certification_level(&report.components[0]),
+        CertificationLevel::FeatureComplete
+    );
+    assert_eq!(
+        certification_level(&report.components[1]),
+        CertificationLevel::None
+    );
+    let mut certified = report.components[0].clone();
+    certified.cases[3].status = Status::Pass;
+    assert_eq!(
+        certification_level(&certified),
+        CertificationLevel::Certified
+    );
+    certified.cases[1].status = Status::Fail;
+    assert_eq!(
+        certification_level(&certified),
+        CertificationLevel::Conformant
+    );
+}
+
+#[test]
+fn merging_two_shards_equals_the_full_run() {
+    let full = sample();
+    let mut first = full.clone();
+    let mut second = full.clone();
+    first.components.truncate(1);
+    second.components.remove(0);
+    first.bench.clear();
+    second.conflicts.clear();
+    first.conflicts.clear();
+    let mut merged = merge(vec![first, second]).unwrap();
+    let mut expected = full;
+    expected.components.sort_by(|a, b| a.name.cmp(&b.name));
+    for c in &mut expected.components {
+        c.cases.sort_by(|a, b| a.id.cmp(&b.id));
+    }
+    expected.conflicts.clear();
+    merged.conflicts.clear();
+    assert_eq!(merged, expected);
+}
+
+#[test]
+fn merge_reports_conflicts_and_keeps_the_worse() {
+    let full = sample();
+    let mut other = full.clone();
+    other.components[0].cases[0].status = Status::Fail;
+    let merged = merge(vec![full, other]).unwrap();
+    let memory = merged
+        .components
+        .iter()
+        .find(|c| c.name == "memory")
+        .unwrap();
+    let cell = memory
+        .cases
+        .iter()
+        .find(|c| c.id == "publish.delivery")
+        .unwrap();
+    assert_eq!(cell.status, Status::Fail);
+    assert!(cell
+        .evidence
+        .notes
+        .iter()
+        .any(|n| n.contains("runs disagree")));
+    assert!(merged
+        .conflicts
+        .iter()
+        .any(|c| c.component == "memory" && c.case == "publish.delivery"));
+}
