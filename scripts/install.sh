@@ -11,8 +11,9 @@ if ! need cargo; then
     exit 1
 fi
 
-# Debian packages: chromium for the browser test of the HTML report.
-packages=(ca-certificates pkg-config chromium)
+# Debian packages: chromium for the browser test of the HTML report; the brokers the
+# local-process provisioning spawns (redis-server).
+packages=(ca-certificates pkg-config chromium redis-server)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Makes sure the brokers the tests need are running (starts them when they are not).
 # Usage: scripts/services.sh [start|status]
-# The in-memory component needs none; broker components add their checks here.
+# Tests spawn their own brokers from the installed binaries; these shared services are
+# the external endpoints named in fixtures/ (certify falls back to them).
 set -euo pipefail
 action="${1:-start}"
 
 # name -> "host port start-command"
-declare -A services=()
+declare -A services=(
+    [redis]="127.0.0.1 6379 redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no"
+)
 
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 

@@ -2,38 +2,71 @@
 
 use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
+use crate::error::PubSubError;
 use crate::memory::{MemoryComponent, MemoryConfig};
+use crate::redis_streams::{RedisConfig, RedisStreams};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The component types this build knows, as written after `pubsub.` in `spec.type`.
-pub const KNOWN_TYPES: &[&str] = &["in-memory"];
+pub const KNOWN_TYPES: &[&str] = &["in-memory", "redis-streams"];
 
-/// Builds the component a definition describes.
-pub fn build(definition: &ComponentDefinition) -> Result<Arc<dyn Component>, ConfigError> {
-    match definition.component_type.as_str() {
-        "in-memory" => Ok(Arc::new(MemoryComponent::new(memory_config(definition)?))),
-        _ => Err(unknown_type(definition)),
-    }
+/// A definition's settings, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settings {
+    Memory(MemoryConfig),
+    Redis(RedisConfig),
+}
+
+/// Why a component could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Connect(#[from] PubSubError),
 }
 
 /// Checks a definition's type and every metadata value without connecting anywhere,
 /// so a bad file is reported before any work starts.
-pub fn validate(definition: &ComponentDefinition) -> Result<(), ConfigError> {
+pub fn validate(definition: &ComponentDefinition) -> Result<Settings, ConfigError> {
     match definition.component_type.as_str() {
-        "in-memory" => memory_config(definition).map(drop),
-        _ => Err(unknown_type(definition)),
+        "in-memory" => memory_config(definition).map(Settings::Memory),
+        "redis-streams" => redis_config(definition).map(Settings::Redis),
+        _ => Err(definition.error(
+            "spec.type",
+            format!(
+                "unknown type 'pubsub.{}'; known: {}",
+                definition.component_type,
+                KNOWN_TYPES.join(", ")
+            ),
+        )),
     }
 }
 
-fn unknown_type(definition: &ComponentDefinition) -> ConfigError {
-    definition.error(
-        "spec.type",
-        format!(
-            "unknown type 'pubsub.{}'; known: {}",
-            definition.component_type,
-            KNOWN_TYPES.join(", ")
-        ),
-    )
+/// The broker endpoint a definition names (`host:port`), for types that have one.
+pub fn endpoint(settings: &Settings) -> Option<String> {
+    match settings {
+        Settings::Memory(_) => None,
+        Settings::Redis(c) => Some(c.host.clone()),
+    }
+}
+
+/// Builds the component a definition describes; `endpoint` (`host:port`) replaces the
+/// definition's broker address when given.
+pub async fn build(
+    definition: &ComponentDefinition,
+    endpoint: Option<&str>,
+) -> Result<Arc<dyn Component>, BuildError> {
+    match validate(definition)? {
+        Settings::Memory(config) => Ok(Arc::new(MemoryComponent::new(config))),
+        Settings::Redis(mut config) => {
+            if let Some(endpoint) = endpoint {
+                config.host = endpoint.to_string();
+            }
+            Ok(Arc::new(RedisStreams::connect(config).await?))
+        }
+    }
 }
 
 fn memory_config(definition: &ComponentDefinition) -> Result<MemoryConfig, ConfigError> {
@@ -54,5 +87,40 @@ fn memory_config(definition: &ComponentDefinition) -> Result<MemoryConfig, Confi
     Ok(MemoryConfig {
         max_message_bytes,
         default_partitions,
+    })
+}
+
+fn redis_config(definition: &ComponentDefinition) -> Result<RedisConfig, ConfigError> {
+    definition.check_known(&["redisHost", "keyPrefix", "claimIdleMs", "maxMessageBytes"])?;
+    let defaults = RedisConfig::default();
+    let host = definition
+        .metadata
+        .get("redisHost")
+        .cloned()
+        .unwrap_or(defaults.host);
+    if !host.contains(':') {
+        return Err(definition.error(
+            "spec.metadata (redisHost)",
+            format!("expected host:port, got '{host}'"),
+        ));
+    }
+    let claim_idle = definition
+        .value::<u64>("claimIdleMs", "milliseconds")?
+        .map(Duration::from_millis)
+        .unwrap_or(defaults.claim_idle);
+    if claim_idle < Duration::from_millis(100) {
+        return Err(definition.error("spec.metadata (claimIdleMs)", "must be at least 100 ms"));
+    }
+    Ok(RedisConfig {
+        host,
+        key_prefix: definition
+            .metadata
+            .get("keyPrefix")
+            .cloned()
+            .unwrap_or(defaults.key_prefix),
+        claim_idle,
+        max_message_bytes: definition
+            .value::<usize>("maxMessageBytes", "a number of bytes")?
+            .unwrap_or(defaults.max_message_bytes),
     })
 }

@@ -32,6 +32,21 @@ where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Arc<dyn Component>, String>> + Send,
 {
+    let build = Arc::new(build);
+    run_trials(name, move || {
+        let build = build.clone();
+        async move { build().await.map(|component| (component, None)) }
+    })
+}
+
+/// Something that keeps a component's broker alive while a case runs.
+type Guard = Option<Box<dyn Send + Sync>>;
+
+fn run_trials<F, Fut>(name: &str, build: F) -> !
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(Arc<dyn Component>, Guard), String>> + Send,
+{
     init_logging();
     let arguments = Arguments::from_args();
     let build = Arc::new(build);
@@ -47,7 +62,7 @@ where
                     .build()
                     .map_err(|e| Failed::from(format!("cannot start tokio: {e}")))?;
                 let result = tokio.block_on(async {
-                    let component = build()
+                    let (component, _guard) = build()
                         .await
                         .map_err(|e| Failed::from(format!("cannot build the component: {e}")))?;
                     let runtime = Runtime::new(name, component);
@@ -75,12 +90,12 @@ pub fn run_fixture(name: &str) -> ! {
         }
     };
     let label = definition.name.clone();
-    run_catalogue(&label, move || {
+    run_trials(&label, move || {
         let definition = definition.clone();
         async move {
             let order = crate::provision::auto_order(&definition.component_type);
             match crate::provision::provision(&definition, &order).await {
-                Ok(provisioned) => Ok(provisioned.component),
+                Ok(provisioned) => Ok((provisioned.component, provisioned.guard)),
                 Err(reasons) => Err(format!(
                     "NOT PROVISIONED: {}",
                     reasons

@@ -1,0 +1,732 @@
+//! Redis Streams component: one stream per topic, consumer groups, XACK, redelivery
+//! by XAUTOCLAIM, native bulk publish (pipelined XADD), native bulk read (COUNT),
+//! multi-stream consumers with stream-qualified ids, seek (XGROUP SETID).
+//!
+//! Negative acknowledgement and release: a pending entry's idle time is set with
+//! `XCLAIM ... IDLE` so that it becomes claimable (by any member, through XAUTOCLAIM
+//! with `claimIdleMs`) exactly when it is due.
+
+use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
+use crate::component::{Component, Consumer, ConsumerSpec, StartPosition, TopicSelector};
+use crate::error::{PubSubError, Result};
+use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
+use async_trait::async_trait;
+use redis::aio::MultiplexedConnection;
+use redis::Value;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
+
+/// Settings (YAML metadata `redisHost`, `keyPrefix`, `claimIdleMs`, `maxMessageBytes`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisConfig {
+    /// `host:port`.
+    pub host: String,
+    /// Streams are named `<prefix>:<topic>`.
+    pub key_prefix: String,
+    /// Pending entries idle this long are claimed by other members.
+    pub claim_idle: Duration,
+    pub max_message_bytes: usize,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            host: "127.0.0.1:6379".into(),
+            key_prefix: "pubsub".into(),
+            claim_idle: Duration::from_secs(5),
+            max_message_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// The Redis Streams component.
+pub struct RedisStreams {
+    config: RedisConfig,
+    client: redis::Client,
+    connection: MultiplexedConnection,
+}
+
+fn broker(context: &str) -> impl Fn(redis::RedisError) -> PubSubError + '_ {
+    move |e| PubSubError::broker(context, e)
+}
+
+/// Stream ids `ms-seq` as one ordered u64: ms in the high 42 bits, seq in the low 22.
+fn position(id: &str) -> Result<u64> {
+    let (ms, seq) = id
+        .split_once('-')
+        .and_then(|(ms, seq)| Some((ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?)))
+        .ok_or_else(|| {
+            PubSubError::broker("reading a stream id", format!("unexpected id '{id}'"))
+        })?;
+    Ok((ms << 22) | (seq & 0x3f_ffff))
+}
+
+fn stream_id(position: u64) -> String {
+    format!("{}-{}", position >> 22, position & 0x3f_ffff)
+}
+
+/// The id just before `position`, for XGROUP SETID.
+fn stream_id_before(position: u64) -> String {
+    let (ms, seq) = (position >> 22, position & 0x3f_ffff);
+    match (ms, seq) {
+        (0, 0) => "0-0".into(),
+        (ms, 0) => format!("{}-{}", ms - 1, u64::MAX),
+        (ms, seq) => format!("{ms}-{}", seq - 1),
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+fn bytes(value: &Value) -> Vec<u8> {
+    match value {
+        Value::BulkString(bytes) => bytes.clone(),
+        Value::SimpleString(s) => s.clone().into_bytes(),
+        _ => Vec::new(),
+    }
+}
+
+fn items(value: &Value) -> &[Value] {
+    match value {
+        Value::Array(items) => items,
+        _ => &[],
+    }
+}
+
+impl RedisStreams {
+    /// Connects to the server named in `config`.
+    pub async fn connect(config: RedisConfig) -> Result<Self> {
+        let client = redis::Client::open(format!("redis://{}/", config.host)).map_err(|e| {
+            PubSubError::InvalidRequest(format!("redisHost '{}': {e}", config.host))
+        })?;
+        let connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| {
+                PubSubError::broker(format!("connecting to redis at {}", config.host), e)
+            })?;
+        Ok(RedisStreams {
+            config,
+            client,
+            connection,
+        })
+    }
+
+    fn key(&self, topic: &str) -> String {
+        format!("{}:{topic}", self.config.key_prefix)
+    }
+
+    fn check_size(&self, message: &OutgoingMessage) -> Result<()> {
+        if message.payload.len() > self.config.max_message_bytes {
+            return Err(PubSubError::InvalidRequest(format!(
+                "message of {} bytes for topic '{}' exceeds the maximum message size of {} bytes",
+                message.payload.len(),
+                message.topic,
+                self.config.max_message_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    fn xadd(&self, message: &OutgoingMessage) -> redis::Cmd {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(self.key(&message.topic))
+            .arg("*")
+            .arg("payload")
+            .arg(&message.payload);
+        if let Some(ct) = &message.content_type {
+            cmd.arg("ct").arg(ct);
+        }
+        cmd.arg("md")
+            .arg(serde_json::to_string(&message.metadata).unwrap_or_default());
+        if let Some(pk) = &message.partition_key {
+            cmd.arg("pk").arg(pk);
+        }
+        cmd
+    }
+}
+
+#[async_trait]
+impl Component for RedisStreams {
+    fn kind(&self) -> &str {
+        "redis-streams"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            bulk_publish: Support::Native,
+            bulk_subscribe: Support::Native,
+            ttl: Support::Emulated,
+            dead_letter: Support::Emulated,
+            delayed_delivery: Support::Emulated,
+            ordering: OrderingScope::PerTopic,
+            multi_topic: true,
+            seek: true,
+            partitions: None,
+            delivery: DeliveryGuarantee::AtLeastOnce,
+            max_message_bytes: Some(self.config.max_message_bytes),
+            delivery_bound: Duration::from_secs(5),
+            redelivery_bound: Duration::from_secs(2),
+            delay_precision: Duration::from_millis(300),
+            clock_tolerance: Duration::from_millis(50),
+        }
+    }
+
+    async fn broker_version(&self) -> Result<String> {
+        let mut conn = self.connection.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .map_err(broker("reading the server version"))?;
+        let version = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("unknown")
+            .trim()
+            .to_string();
+        Ok(format!("redis {version} at {}", self.config.host))
+    }
+
+    async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
+        self.check_size(&message)?;
+        let mut conn = self.connection.clone();
+        let id: String = self
+            .xadd(&message)
+            .query_async(&mut conn)
+            .await
+            .map_err(broker("publishing with XADD"))?;
+        Ok(MessageId::new(message.topic, None, position(&id)?))
+    }
+
+    async fn publish_batch(
+        &self,
+        messages: Vec<OutgoingMessage>,
+    ) -> Result<Vec<Result<MessageId>>> {
+        let mut results: Vec<Option<Result<MessageId>>> = Vec::with_capacity(messages.len());
+        let mut pipe = redis::pipe();
+        let mut sent = Vec::new();
+        for (index, message) in messages.iter().enumerate() {
+            match self.check_size(message) {
+                Ok(()) => {
+                    pipe.add_command(self.xadd(message));
+                    sent.push(index);
+                    results.push(None);
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        if !sent.is_empty() {
+            let mut conn = self.connection.clone();
+            match pipe.query_async::<Vec<Value>>(&mut conn).await {
+                Ok(replies) if replies.len() == sent.len() => {
+                    for (index, reply) in sent.iter().zip(replies) {
+                        let id = text(&reply)
+                            .ok_or_else(|| {
+                                PubSubError::broker(
+                                    "pipelined XADD",
+                                    format!("unexpected reply {reply:?}"),
+                                )
+                            })
+                            .and_then(|id| position(&id))
+                            .map(|p| MessageId::new(messages[*index].topic.clone(), None, p));
+                        results[*index] = Some(id);
+                    }
+                }
+                Ok(replies) => {
+                    let why = format!("{} replies for {} commands", replies.len(), sent.len());
+                    for index in &sent {
+                        results[*index] = Some(Err(PubSubError::broker("pipelined XADD", &why)));
+                    }
+                }
+                Err(e) => {
+                    for index in &sent {
+                        results[*index] = Some(Err(PubSubError::broker("pipelined XADD", &e)));
+                    }
+                }
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every entry has a result"))
+            .collect())
+    }
+
+    async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        if spec.group.is_empty() {
+            return Err(PubSubError::InvalidRequest(
+                "consumer group name is empty".into(),
+            ));
+        }
+        // A dedicated connection: blocking reads must not stall publishers.
+        let connection = self
+            .client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| PubSubError::broker("opening a consumer connection", e))?;
+        let consumer = RedisConsumer {
+            connection,
+            prefix: self.config.key_prefix.clone(),
+            claim_idle: self.config.claim_idle,
+            name: format!("c-{}", uuid::Uuid::new_v4().simple()),
+            spec,
+            known: std::sync::Mutex::new(BTreeSet::new()),
+            closed: AtomicBool::new(false),
+        };
+        consumer.refresh_streams().await?;
+        Ok(Box::new(consumer))
+    }
+}
+
+struct RedisConsumer {
+    connection: MultiplexedConnection,
+    prefix: String,
+    claim_idle: Duration,
+    name: String,
+    spec: ConsumerSpec,
+    /// Streams whose group exists, by topic.
+    known: std::sync::Mutex<BTreeSet<String>>,
+    closed: AtomicBool,
+}
+
+impl RedisConsumer {
+    fn key(&self, topic: &str) -> String {
+        format!("{}:{topic}", self.prefix)
+    }
+
+    fn ensure_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(PubSubError::Closed(format!(
+                "consumer {} was closed",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn topics(&self) -> Vec<String> {
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Finds the streams the selector covers and creates the group on each.
+    async fn refresh_streams(&self) -> Result<()> {
+        let mut conn = self.connection.clone();
+        let topics: Vec<String> = match &self.spec.topics {
+            TopicSelector::Single(t) => vec![t.clone()],
+            TopicSelector::List(ts) => ts.clone(),
+            TopicSelector::Pattern(p) => {
+                let escaped: String = p
+                    .chars()
+                    .flat_map(|c| {
+                        if matches!(c, '?' | '[' | ']' | '\\') {
+                            vec!['\\', c]
+                        } else {
+                            vec![c]
+                        }
+                    })
+                    .collect();
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg(format!("{}:{escaped}", self.prefix))
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(broker("listing streams for a pattern"))?;
+                let prefix = format!("{}:", self.prefix);
+                keys.into_iter()
+                    .filter_map(|k| k.strip_prefix(&prefix).map(str::to_string))
+                    .collect()
+            }
+        };
+        let new: Vec<String> = {
+            let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            topics.into_iter().filter(|t| !known.contains(t)).collect()
+        };
+        for topic in new {
+            let start = match self.spec.start {
+                StartPosition::Earliest => "0",
+                StartPosition::Latest => "$",
+            };
+            let created: redis::RedisResult<Value> = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(self.key(&topic))
+                .arg(&self.spec.group)
+                .arg(start)
+                .arg("MKSTREAM")
+                .query_async(&mut conn)
+                .await;
+            match created {
+                Ok(_) => {}
+                Err(e) if e.to_string().contains("BUSYGROUP") => {}
+                Err(e) => return Err(PubSubError::broker(format!("creating group on {topic}"), e)),
+            }
+            self.known
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(topic);
+        }
+        Ok(())
+    }
+
+    fn entry(&self, topic: &str, entry: &Value, attempt: u32) -> Result<Option<ReceivedMessage>> {
+        let parts = items(entry);
+        let (Some(id), Some(fields)) = (parts.first().and_then(text), parts.get(1)) else {
+            return Ok(None);
+        };
+        let fields = items(fields);
+        if fields.is_empty() {
+            return Ok(None); // deleted entry
+        }
+        let mut message = ReceivedMessage {
+            id: MessageId::new(topic, None, position(&id)?),
+            payload: Vec::new(),
+            content_type: None,
+            metadata: Metadata::new(),
+            partition_key: None,
+            attempt,
+            publish_time: UNIX_EPOCH + Duration::from_millis(position(&id)? >> 22),
+        };
+        for pair in fields.chunks(2) {
+            let (Some(name), Some(value)) = (pair.first().and_then(text), pair.get(1)) else {
+                continue;
+            };
+            match name.as_str() {
+                "payload" => message.payload = bytes(value),
+                "ct" => message.content_type = text(value),
+                "md" => {
+                    message.metadata = serde_json::from_slice(&bytes(value)).unwrap_or_default()
+                }
+                "pk" => message.partition_key = text(value),
+                _ => {}
+            }
+        }
+        Ok(Some(message))
+    }
+
+    /// Claims entries idle past `claim_idle` (released, negatively acknowledged or
+    /// left by a dead member), with their delivery counts.
+    async fn claim(&self, max: usize, only: Option<&str>) -> Result<Vec<ReceivedMessage>> {
+        let mut conn = self.connection.clone();
+        let mut out = Vec::new();
+        for topic in self.topics() {
+            if only.is_some_and(|o| o != topic) || out.len() >= max {
+                continue;
+            }
+            let reply: Value = redis::cmd("XAUTOCLAIM")
+                .arg(self.key(&topic))
+                .arg(&self.spec.group)
+                .arg(&self.name)
+                .arg(self.claim_idle.as_millis() as u64)
+                .arg("0-0")
+                .arg("COUNT")
+                .arg(max - out.len())
+                .query_async(&mut conn)
+                .await
+                .map_err(broker("claiming idle entries"))?;
+            for entry in items(items(&reply).get(1).unwrap_or(&Value::Nil)) {
+                let Some(id) = items(entry).first().and_then(text) else {
+                    continue;
+                };
+                let pending: Value = redis::cmd("XPENDING")
+                    .arg(self.key(&topic))
+                    .arg(&self.spec.group)
+                    .arg(&id)
+                    .arg(&id)
+                    .arg(1)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(broker("reading a delivery count"))?;
+                let attempt = items(items(&pending).first().unwrap_or(&Value::Nil))
+                    .get(3)
+                    .and_then(text)
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(2);
+                if let Some(message) = self.entry(&topic, entry, attempt)? {
+                    out.push(message);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads new entries, blocking up to `wait`.
+    async fn read_new(
+        &self,
+        max: usize,
+        wait: Duration,
+        only: Option<&str>,
+    ) -> Result<Vec<ReceivedMessage>> {
+        let topics: Vec<String> = self
+            .topics()
+            .into_iter()
+            .filter(|t| only.is_none_or(|o| o == t))
+            .collect();
+        if topics.is_empty() {
+            tokio::time::sleep(wait.min(Duration::from_millis(100))).await;
+            return Ok(Vec::new());
+        }
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
+            .arg(&self.spec.group)
+            .arg(&self.name)
+            .arg("COUNT")
+            .arg(max);
+        let block = wait.as_millis() as u64;
+        if block > 0 {
+            cmd.arg("BLOCK").arg(block);
+        }
+        cmd.arg("STREAMS");
+        for topic in &topics {
+            cmd.arg(self.key(topic));
+        }
+        for _ in &topics {
+            cmd.arg(">");
+        }
+        let mut conn = self.connection.clone();
+        let reply: Value = cmd
+            .query_async(&mut conn)
+            .await
+            .map_err(broker("reading with XREADGROUP"))?;
+        let prefix = format!("{}:", self.prefix);
+        let mut out = Vec::new();
+        let streams: Vec<(String, Value)> = match &reply {
+            Value::Map(pairs) => pairs
+                .iter()
+                .map(|(k, v)| (text(k).unwrap_or_default(), v.clone()))
+                .collect(),
+            other => items(other)
+                .iter()
+                .filter_map(|s| {
+                    let parts = items(s);
+                    Some((text(parts.first()?)?, parts.get(1)?.clone()))
+                })
+                .collect(),
+        };
+        for (key, entries) in streams {
+            let topic = key.strip_prefix(&prefix).unwrap_or(&key).to_string();
+            for entry in items(&entries) {
+                if let Some(message) = self.entry(&topic, entry, 1)? {
+                    out.push(message);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn take(
+        &self,
+        max: usize,
+        wait: Duration,
+        only: Option<&str>,
+    ) -> Result<Vec<ReceivedMessage>> {
+        self.ensure_open()?;
+        if matches!(self.spec.topics, TopicSelector::Pattern(_)) {
+            self.refresh_streams().await?;
+        }
+        let claimed = self.claim(max, only).await?;
+        if !claimed.is_empty() {
+            return Ok(claimed);
+        }
+        // Block in short steps so that due redeliveries are not held up.
+        self.read_new(max, wait.min(Duration::from_millis(100)), only)
+            .await
+    }
+
+    /// Checks that this consumer may settle `id`, and names its stream.
+    fn owned(&self, id: &MessageId) -> Result<String> {
+        match (&id.topic, &self.spec.topics) {
+            (Some(topic), selector) if selector.matches(topic) => Ok(self.key(topic)),
+            (Some(topic), selector) => Err(PubSubError::NotAllowed(format!(
+                "message id {id} belongs to topic '{topic}', which this consumer ({}) does not subscribe",
+                selector.describe()
+            ))),
+            (None, TopicSelector::Single(topic)) => Ok(self.key(topic)),
+            (None, selector) => Err(PubSubError::NotAllowed(format!(
+                "message id {id} names no owner topic; a multi-topic consumer ({}) needs topic-qualified ids",
+                selector.describe()
+            ))),
+        }
+    }
+
+    /// Makes pending entries claimable after `after` by setting their idle time.
+    async fn release(&self, key: &str, ids: &[String], after: Duration) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let idle = self.claim_idle.saturating_sub(after).as_millis() as u64;
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(key).arg(&self.spec.group).arg(&self.name).arg(0);
+        for id in ids {
+            cmd.arg(id);
+        }
+        cmd.arg("IDLE").arg(idle).arg("JUSTID");
+        let mut conn = self.connection.clone();
+        cmd.query_async::<Value>(&mut conn)
+            .await
+            .map_err(broker("releasing entries"))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Consumer for RedisConsumer {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let got = self.take(max.max(1), left, None).await?;
+            if !got.is_empty() || left.is_zero() {
+                return Ok(got);
+            }
+        }
+    }
+
+    async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
+        let max = max.max(1);
+        let mut batch = self.receive(max, max_await).await?;
+        let Some(first) = batch.first() else {
+            return Ok(batch);
+        };
+        let topic = first.topic().to_string();
+        // Entries of other topics go back at once, for the next batch.
+        let (same, other): (Vec<_>, Vec<_>) = batch.drain(..).partition(|m| m.topic() == topic);
+        for message in other {
+            self.release(
+                &self.owned(&message.id)?,
+                &[stream_id(message.id.position)],
+                Duration::ZERO,
+            )
+            .await?;
+        }
+        batch = same;
+        let since_arrival = SystemTime::now()
+            .duration_since(batch[0].publish_time)
+            .unwrap_or_default();
+        let deadline = Instant::now() + max_await.saturating_sub(since_arrival);
+        while batch.len() < max {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            batch.extend(self.take(max - batch.len(), left, Some(&topic)).await?);
+        }
+        Ok(batch)
+    }
+
+    async fn ack(&self, id: &MessageId) -> Result<()> {
+        self.ensure_open()?;
+        let key = self.owned(id)?;
+        let mut conn = self.connection.clone();
+        redis::cmd("XACK")
+            .arg(key)
+            .arg(&self.spec.group)
+            .arg(stream_id(id.position))
+            .query_async::<Value>(&mut conn)
+            .await
+            .map_err(broker("acknowledging with XACK"))?;
+        Ok(())
+    }
+
+    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        self.ensure_open()?;
+        let key = self.owned(id)?;
+        self.release(&key, &[stream_id(id.position)], delay).await
+    }
+
+    async fn seek(&self, id: &MessageId) -> Result<()> {
+        self.ensure_open()?;
+        let key = self.owned(id)?;
+        let mut conn = self.connection.clone();
+        redis::cmd("XGROUP")
+            .arg("SETID")
+            .arg(key)
+            .arg(&self.spec.group)
+            .arg(stream_id_before(id.position))
+            .query_async::<Value>(&mut conn)
+            .await
+            .map_err(broker("seeking with XGROUP SETID"))?;
+        Ok(())
+    }
+
+    async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        self.ensure_open()?;
+        let mut conn = self.connection.clone();
+        let mut out = Vec::new();
+        for topic in self.topics() {
+            let reply: Value = redis::cmd("XREVRANGE")
+                .arg(self.key(&topic))
+                .arg("+")
+                .arg("-")
+                .arg("COUNT")
+                .arg(1)
+                .query_async(&mut conn)
+                .await
+                .map_err(broker("reading the last entry"))?;
+            if let Some(id) = items(&reply)
+                .first()
+                .and_then(|e| items(e).first())
+                .and_then(text)
+            {
+                out.push(MessageId::new(topic, None, position(&id)?));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // Hand what this member still holds back to the group at once.
+        let mut conn = self.connection.clone();
+        for topic in self.topics() {
+            let key = self.key(&topic);
+            let pending: Value = redis::cmd("XPENDING")
+                .arg(&key)
+                .arg(&self.spec.group)
+                .arg("-")
+                .arg("+")
+                .arg(10_000)
+                .arg(&self.name)
+                .query_async(&mut conn)
+                .await
+                .map_err(broker("listing pending entries"))?;
+            let ids: Vec<String> = items(&pending)
+                .iter()
+                .filter_map(|p| items(p).first().and_then(text))
+                .collect();
+            self.release(&key, &ids, Duration::ZERO).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_ids_map_to_ordered_positions() {
+        for id in ["0-0", "1-0", "1526919030474-55", "1700000000000-4194303"] {
+            assert_eq!(stream_id(position(id).unwrap()), id);
+        }
+        assert!(position("5-1").unwrap() > position("5-0").unwrap());
+        assert!(position("6-0").unwrap() > position("5-99").unwrap());
+        assert_eq!(stream_id_before(position("5-1").unwrap()), "5-0");
+        assert_eq!(
+            stream_id_before(position("5-0").unwrap()),
+            format!("4-{}", u64::MAX)
+        );
+    }
+}

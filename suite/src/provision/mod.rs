@@ -1,0 +1,423 @@
+//! Provisioning: how the broker behind a component is obtained. Four kinds exist
+//! (container, local process, external endpoint, in-process); each component type
+//! lists the ones that can serve it in `auto` order, and every kind that cannot serve
+//! says why and how to get one (NOT PROVISIONED), never hangs.
+
+mod process;
+
+pub use process::BrokerProcess;
+
+use async_trait::async_trait;
+use pubsub_components::config::ComponentDefinition;
+use pubsub_components::{registry, Component};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The ways a broker can be obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProvisionKind {
+    /// A container through testcontainers (needs a Docker engine).
+    Container,
+    /// An installed broker binary spawned on a free port with its own data directory.
+    LocalProcess,
+    /// A broker the user names (environment or the definition).
+    External,
+    /// Inside this process (the in-memory component).
+    InProcess,
+}
+
+impl fmt::Display for ProvisionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProvisionKind::Container => "container",
+            ProvisionKind::LocalProcess => "local-process",
+            ProvisionKind::External => "external",
+            ProvisionKind::InProcess => "in-process",
+        })
+    }
+}
+
+/// A component ready to certify, with whatever keeps its broker alive.
+pub struct Provisioned {
+    pub kind: ProvisionKind,
+    pub endpoint: Option<String>,
+    pub component: Arc<dyn Component>,
+    /// Dropped when the run ends (stops a spawned broker, for example).
+    pub guard: Option<Box<dyn Send + Sync>>,
+}
+
+/// Why a kind could not serve a component, and how to get one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotProvisioned {
+    pub kind: ProvisionKind,
+    pub reason: String,
+    pub hint: String,
+}
+
+impl fmt::Display for NotProvisioned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} (hint: {})", self.kind, self.reason, self.hint)
+    }
+}
+
+/// One way of obtaining brokers.
+#[async_trait]
+pub trait Provisioner: Send + Sync {
+    /// Which kind this is.
+    fn kind(&self) -> ProvisionKind;
+
+    /// Obtains the broker for `definition` and builds the component on it.
+    async fn provision(
+        &self,
+        definition: &ComponentDefinition,
+    ) -> Result<Provisioned, NotProvisioned>;
+}
+
+/// How to run a broker type as a local process or a container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerSpec {
+    /// The installed binary.
+    pub program: &'static str,
+    /// Debian packages that provide it.
+    pub package: &'static str,
+    /// Arguments, with `{port}` and `{dir}` replaced.
+    pub args: &'static [&'static str],
+    /// The container image and tag, for the container kind.
+    pub image: &'static str,
+    pub tag: &'static str,
+    /// The port the broker listens on inside the container.
+    pub container_port: u16,
+}
+
+/// The broker a component type needs, if any.
+pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
+    match component_type {
+        "redis-streams" => Some(BrokerSpec {
+            program: "redis-server",
+            package: "redis-server",
+            args: &[
+                "--port",
+                "{port}",
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                "{dir}",
+            ],
+            image: "redis",
+            tag: "7-alpine",
+            container_port: 6379,
+        }),
+        _ => None,
+    }
+}
+
+fn not(kind: ProvisionKind, reason: impl Into<String>, hint: impl Into<String>) -> NotProvisioned {
+    NotProvisioned {
+        kind,
+        reason: reason.into(),
+        hint: hint.into(),
+    }
+}
+
+async fn build(
+    kind: ProvisionKind,
+    definition: &ComponentDefinition,
+    endpoint: Option<String>,
+    guard: Option<Box<dyn Send + Sync>>,
+) -> Result<Provisioned, NotProvisioned> {
+    let component = registry::build(definition, endpoint.as_deref())
+        .await
+        .map_err(|e| {
+            not(
+                kind,
+                e.to_string(),
+                format!("check {} and the broker", definition.source.display()),
+            )
+        })?;
+    Ok(Provisioned {
+        kind,
+        endpoint,
+        component,
+        guard,
+    })
+}
+
+/// Builds components that need no broker at all.
+pub struct InProcess;
+
+#[async_trait]
+impl Provisioner for InProcess {
+    fn kind(&self) -> ProvisionKind {
+        ProvisionKind::InProcess
+    }
+
+    async fn provision(
+        &self,
+        definition: &ComponentDefinition,
+    ) -> Result<Provisioned, NotProvisioned> {
+        if broker_spec(&definition.component_type).is_some() {
+            return Err(not(
+                self.kind(),
+                format!("type pubsub.{} needs a broker", definition.component_type),
+                "use another provisioning kind",
+            ));
+        }
+        build(self.kind(), definition, None, None).await
+    }
+}
+
+/// Spawns the installed broker binary on a free loopback port with a fresh data dir.
+pub struct LocalProcess;
+
+#[async_trait]
+impl Provisioner for LocalProcess {
+    fn kind(&self) -> ProvisionKind {
+        ProvisionKind::LocalProcess
+    }
+
+    async fn provision(
+        &self,
+        definition: &ComponentDefinition,
+    ) -> Result<Provisioned, NotProvisioned> {
+        let spec = broker_spec(&definition.component_type).ok_or_else(|| {
+            not(
+                self.kind(),
+                "no broker to spawn for this type",
+                "use in-process",
+            )
+        })?;
+        let process = BrokerProcess::spawn(&spec, Duration::from_secs(15))
+            .await
+            .map_err(|e| {
+                not(
+                    self.kind(),
+                    e,
+                    format!("install Debian's {} (scripts/install.sh)", spec.package),
+                )
+            })?;
+        let endpoint = format!("127.0.0.1:{}", process.port());
+        build(
+            self.kind(),
+            definition,
+            Some(endpoint),
+            Some(Box::new(process)),
+        )
+        .await
+    }
+}
+
+/// The environment variable naming an external endpoint for a component.
+pub fn endpoint_variable(name: &str) -> String {
+    format!("PUBSUB_{}_ENDPOINT", name.to_uppercase().replace('-', "_"))
+}
+
+/// Uses a broker the user names: `PUBSUB_<NAME>_ENDPOINT`, else the definition's host.
+pub struct External;
+
+#[async_trait]
+impl Provisioner for External {
+    fn kind(&self) -> ProvisionKind {
+        ProvisionKind::External
+    }
+
+    async fn provision(
+        &self,
+        definition: &ComponentDefinition,
+    ) -> Result<Provisioned, NotProvisioned> {
+        let variable = endpoint_variable(&definition.name);
+        let endpoint = match std::env::var(&variable) {
+            Ok(endpoint) => endpoint,
+            Err(_) => registry::validate(definition)
+                .ok()
+                .and_then(|s| registry::endpoint(&s))
+                .ok_or_else(|| {
+                    not(
+                        self.kind(),
+                        "no endpoint named",
+                        format!("set {variable}=host:port"),
+                    )
+                })?,
+        };
+        let reachable = tokio::time::timeout(
+            Duration::from_secs(3),
+            tokio::net::TcpStream::connect(&endpoint),
+        )
+        .await;
+        if !matches!(reachable, Ok(Ok(_))) {
+            return Err(not(
+                self.kind(),
+                format!("nothing answers at {endpoint}"),
+                format!("start the broker (scripts/services.sh) or set {variable}"),
+            ));
+        }
+        build(self.kind(), definition, Some(endpoint), None).await
+    }
+}
+
+/// The container kind: only reports whether a Docker engine answers.
+pub struct Container;
+
+#[async_trait]
+impl Provisioner for Container {
+    fn kind(&self) -> ProvisionKind {
+        ProvisionKind::Container
+    }
+
+    async fn provision(
+        &self,
+        definition: &ComponentDefinition,
+    ) -> Result<Provisioned, NotProvisioned> {
+        let spec = broker_spec(&definition.component_type)
+            .ok_or_else(|| not(self.kind(), "no container for this type", "use in-process"))?;
+        let probe = tokio::process::Command::new("docker")
+            .args(["info", "--format", "{{.ServerVersion}}"])
+            .kill_on_drop(true)
+            .output();
+        let reason = match tokio::time::timeout(Duration::from_secs(5), probe).await {
+            Err(_) => "the Docker engine did not answer within 5 s".to_string(),
+            Ok(Err(e)) => format!("cannot run docker: {e}"),
+            Ok(Ok(out)) if !out.status.success() => format!(
+                "no Docker engine is reachable: {}",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .next()
+                    .unwrap_or("docker info failed")
+                    .trim()
+            ),
+            Ok(Ok(_)) => format!(
+                "container provisioning of {}:{} is not built yet",
+                spec.image, spec.tag
+            ),
+        };
+        Err(not(
+            self.kind(),
+            reason,
+            "use the local-process or external kind",
+        ))
+    }
+}
+
+/// The provisioners that can serve a component type, in `auto` order: a named external
+/// endpoint first, then a spawned process, then the definition's endpoint, then a
+/// container.
+pub fn auto_order(component_type: &str) -> Vec<Box<dyn Provisioner>> {
+    if broker_spec(component_type).is_none() {
+        return vec![Box::new(InProcess)];
+    }
+    vec![
+        Box::new(LocalProcess),
+        Box::new(External),
+        Box::new(Container),
+    ]
+}
+
+/// Tries each provisioner in order; returns the first that serves, or every reason.
+/// A `PUBSUB_<NAME>_ENDPOINT` variable makes the external kind go first.
+pub async fn provision(
+    definition: &ComponentDefinition,
+    order: &[Box<dyn Provisioner>],
+) -> Result<Provisioned, Vec<NotProvisioned>> {
+    let mut reasons = Vec::new();
+    if std::env::var_os(endpoint_variable(&definition.name)).is_some() {
+        match External.provision(definition).await {
+            Ok(provisioned) => return Ok(provisioned),
+            Err(reason) => reasons.push(reason),
+        }
+    }
+    for provisioner in order {
+        match provisioner.provision(definition).await {
+            Ok(provisioned) => return Ok(provisioned),
+            Err(reason) => reasons.push(reason),
+        }
+    }
+    if reasons.is_empty() {
+        reasons.push(not(
+            ProvisionKind::External,
+            format!(
+                "no provisioner knows type pubsub.{}",
+                definition.component_type
+            ),
+            "see README: adding a component",
+        ));
+    }
+    Err(reasons)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn definition(component_type: &str) -> ComponentDefinition {
+        let text = format!(
+            "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: x\nspec:\n  type: pubsub.{component_type}\n"
+        );
+        ComponentDefinition::parse(&text, Path::new("x.yaml")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn in_process_serves_the_memory_component() {
+        let provisioned = provision(&definition("in-memory"), &auto_order("in-memory"))
+            .await
+            .ok()
+            .unwrap();
+        assert_eq!(provisioned.kind, ProvisionKind::InProcess);
+        assert_eq!(provisioned.component.kind(), "in-memory");
+    }
+
+    #[tokio::test]
+    async fn unknown_types_are_not_provisioned_with_a_reason() {
+        let reasons = provision(&definition("carrier-pigeon"), &auto_order("carrier-pigeon"))
+            .await
+            .err()
+            .unwrap();
+        assert!(reasons[0].reason.contains("carrier-pigeon"), "{reasons:?}");
+        let in_process = InProcess
+            .provision(&definition("redis-streams"))
+            .await
+            .err()
+            .unwrap();
+        assert!(in_process.to_string().contains("needs a broker"));
+    }
+
+    #[tokio::test]
+    async fn without_a_docker_engine_the_container_kind_says_why_quickly() {
+        let started = std::time::Instant::now();
+        let reason = Container
+            .provision(&definition("redis-streams"))
+            .await
+            .err()
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(8));
+        assert_eq!(reason.kind, ProvisionKind::Container);
+        assert!(
+            !reason.reason.is_empty() && !reason.hint.is_empty(),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_local_redis_is_spawned_killed_and_restarted() {
+        let spec = broker_spec("redis-streams").unwrap();
+        let mut process = BrokerProcess::spawn(&spec, Duration::from_secs(15))
+            .await
+            .unwrap();
+        let port = process.port();
+        assert!(tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok());
+        process.kill().await;
+        assert!(tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err());
+        process.restart(Duration::from_secs(15)).await.unwrap();
+        assert!(tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok());
+    }
+}
