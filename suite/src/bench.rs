@@ -78,6 +78,7 @@ async fn publish_bulk(
     runtime: &Runtime,
     topic: &str,
     batch: usize,
+    raw_payload: bool,
     options: &BenchOptions,
 ) -> anyhow::Result<Duration> {
     let payload = vec![b'x'; options.payload_bytes];
@@ -92,7 +93,14 @@ async fn publish_bulk(
                     entry_id: i.to_string(),
                     event: payload.clone(),
                     content_type: Some("application/octet-stream".into()),
-                    metadata: Metadata::from([(KEY.to_string(), i.to_string())]),
+                    metadata: if raw_payload {
+                        Metadata::from([
+                            (KEY.to_string(), i.to_string()),
+                            ("rawPayload".to_string(), "true".to_string()),
+                        ])
+                    } else {
+                        Metadata::from([(KEY.to_string(), i.to_string())])
+                    },
                 })
                 .collect(),
             metadata: Metadata::new(),
@@ -250,10 +258,53 @@ async fn latency(runtime: &Runtime, options: &BenchOptions) -> anyhow::Result<La
     })
 }
 
-/// Benchmarks one component; every ratio compares measurements of this run.
+/// The same publishing work done with the broker's client library directly: the
+/// measurement's label and elapsed time, or `None` for types without a raw client here.
+async fn raw_publish(
+    component_type: &str,
+    endpoint: &str,
+    batch: usize,
+    options: &BenchOptions,
+) -> anyhow::Result<Option<(String, Duration)>> {
+    match component_type {
+        "redis-streams" => {
+            let client = redis::Client::open(format!("redis://{endpoint}/"))?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            let key = format!("pcs-bench-raw-{}", run_id());
+            let payload = vec![b'x'; options.payload_bytes];
+            let started = Instant::now();
+            for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
+                let mut pipe = redis::pipe();
+                for i in chunk {
+                    pipe.cmd("XADD")
+                        .arg(&key)
+                        .arg("*")
+                        .arg("payload")
+                        .arg(&payload)
+                        .arg("md")
+                        .arg(i.to_string());
+                }
+                let _: Vec<String> = pipe.query_async(&mut conn).await?;
+            }
+            let elapsed = started.elapsed();
+            let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+            let label = if batch == 1 {
+                "raw client: XADD one at a time".to_string()
+            } else {
+                format!("raw client: pipelined XADD x{batch}")
+            };
+            Ok(Some((label, elapsed)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Benchmarks one component; every ratio compares measurements of this run. With an
+/// endpoint, the broker's raw client does the same publishing work for comparison.
 pub async fn bench_component(
     name: &str,
     component: Arc<dyn Component>,
+    endpoint: Option<&str>,
     options: &BenchOptions,
 ) -> anyhow::Result<BenchReport> {
     let runtime = Runtime::new(name, component.clone());
@@ -268,8 +319,14 @@ pub async fn bench_component(
         None,
     );
     for batch in [1, 10, 100] {
-        let elapsed =
-            publish_bulk(&runtime, &format!("{prefix}-bulk-{batch}"), batch, options).await?;
+        let elapsed = publish_bulk(
+            &runtime,
+            &format!("{prefix}-bulk-{batch}"),
+            batch,
+            false,
+            options,
+        )
+        .await?;
         measurements.push(measurement(
             &format!("bulk publish x{batch}"),
             n,
@@ -287,8 +344,14 @@ pub async fn bench_component(
                 ..RuntimeOptions::default()
             },
         );
-        let elapsed =
-            publish_bulk(&emulated, &format!("{prefix}-emulated-100"), 100, options).await?;
+        let elapsed = publish_bulk(
+            &emulated,
+            &format!("{prefix}-emulated-100"),
+            100,
+            false,
+            options,
+        )
+        .await?;
         let native = measurements.last().cloned();
         measurements.push(measurement(
             "bulk publish x100, runtime emulation",
@@ -297,7 +360,36 @@ pub async fn bench_component(
             native.as_ref(),
         ));
     }
+    let bulk_100 = measurements
+        .iter()
+        .find(|m| m.label == "bulk publish x100")
+        .cloned();
+    let raw_payload =
+        publish_bulk(&runtime, &format!("{prefix}-raw-100"), 100, true, options).await?;
+    measurements.push(measurement(
+        "bulk publish x100, rawPayload (no envelope)",
+        n,
+        raw_payload,
+        bulk_100.as_ref(),
+    ));
     measurements.insert(0, single);
+    if let Some(endpoint) = endpoint {
+        let single = measurements[0].clone();
+        let raw_100 = measurements.last().cloned().expect("measured above");
+        for (batch, baseline) in [(1, single), (100, raw_100)] {
+            if let Some((label, elapsed)) =
+                raw_publish(component.kind(), endpoint, batch, options).await?
+            {
+                let raw = measurement(&label, n, elapsed, None);
+                // How many times the raw client's time the component takes for the same work.
+                measurements.push(Measurement {
+                    ratio: Some(raw.rate / baseline.rate),
+                    baseline: Some(format!("{} (component time / raw time)", baseline.label)),
+                    ..raw
+                });
+            }
+        }
+    }
 
     // Both subscriptions read the x100 topic, which holds n messages.
     let topic = format!("{prefix}-bulk-100");

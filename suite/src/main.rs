@@ -222,6 +222,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .block_on(bench_component(
                         &definition.name,
                         provisioned.component.clone(),
+                        provisioned.endpoint.as_deref(),
                         &options,
                     ))
                     .with_context(|| format!("benchmarking {}", definition.name))?;

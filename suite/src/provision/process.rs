@@ -57,7 +57,7 @@ impl BrokerProcess {
             .args(&args)
             .current_dir(self.data_dir.path())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.spec.program))?;
