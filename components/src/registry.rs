@@ -4,18 +4,20 @@ use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
 use crate::error::PubSubError;
 use crate::memory::{MemoryComponent, MemoryConfig};
+use crate::postgres::{Postgres, PostgresConfig};
 use crate::redis_streams::{RedisConfig, RedisStreams};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The component types this build knows, as written after `pubsub.` in `spec.type`.
-pub const KNOWN_TYPES: &[&str] = &["in-memory", "redis-streams"];
+pub const KNOWN_TYPES: &[&str] = &["in-memory", "redis-streams", "postgres"];
 
 /// A definition's settings, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Settings {
     Memory(MemoryConfig),
     Redis(RedisConfig),
+    Postgres(PostgresConfig),
 }
 
 /// Why a component could not be built.
@@ -33,6 +35,7 @@ pub fn validate(definition: &ComponentDefinition) -> Result<Settings, ConfigErro
     match definition.component_type.as_str() {
         "in-memory" => memory_config(definition).map(Settings::Memory),
         "redis-streams" => redis_config(definition).map(Settings::Redis),
+        "postgres" => postgres_config(definition).map(Settings::Postgres),
         _ => Err(definition.error(
             "spec.type",
             format!(
@@ -49,6 +52,21 @@ pub fn endpoint(settings: &Settings) -> Option<String> {
     match settings {
         Settings::Memory(_) => None,
         Settings::Redis(c) => Some(c.host.clone()),
+        Settings::Postgres(c) => {
+            let value = |key: &str| {
+                c.connection_string
+                    .split_whitespace()
+                    .filter_map(|kv| kv.split_once('='))
+                    .filter(|(k, _)| *k == key)
+                    .map(|(_, v)| v.to_string())
+                    .last()
+            };
+            Some(format!(
+                "{}:{}",
+                value("host").unwrap_or_else(|| "127.0.0.1".into()),
+                value("port").unwrap_or_else(|| "5432".into())
+            ))
+        }
     }
 }
 
@@ -65,6 +83,13 @@ pub async fn build(
                 config.host = endpoint.to_string();
             }
             Ok(Arc::new(RedisStreams::connect(config).await?))
+        }
+        Settings::Postgres(mut config) => {
+            if let Some((host, port)) = endpoint.and_then(|e| e.rsplit_once(':')) {
+                config.connection_string =
+                    format!("{} host={host} port={port}", config.connection_string);
+            }
+            Ok(Arc::new(Postgres::connect(config).await?))
         }
     }
 }
@@ -119,6 +144,53 @@ fn redis_config(definition: &ComponentDefinition) -> Result<RedisConfig, ConfigE
             .cloned()
             .unwrap_or(defaults.key_prefix),
         claim_idle,
+        max_message_bytes: definition
+            .value::<usize>("maxMessageBytes", "a number of bytes")?
+            .unwrap_or(defaults.max_message_bytes),
+    })
+}
+
+fn postgres_config(definition: &ComponentDefinition) -> Result<PostgresConfig, ConfigError> {
+    definition.check_known(&[
+        "connectionString",
+        "tablePrefix",
+        "visibilityTimeoutMs",
+        "maxMessageBytes",
+    ])?;
+    let defaults = PostgresConfig::default();
+    let table_prefix = definition
+        .metadata
+        .get("tablePrefix")
+        .cloned()
+        .unwrap_or(defaults.table_prefix);
+    if table_prefix.is_empty()
+        || !table_prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(definition.error(
+            "spec.metadata (tablePrefix)",
+            format!("'{table_prefix}' may only hold letters, digits and '_'"),
+        ));
+    }
+    let connection_string = definition
+        .metadata
+        .get("connectionString")
+        .cloned()
+        .unwrap_or(defaults.connection_string);
+    if connection_string.parse::<tokio_postgres::Config>().is_err() {
+        return Err(definition.error(
+            "spec.metadata (connectionString)",
+            "is not a valid PostgreSQL connection string",
+        ));
+    }
+    Ok(PostgresConfig {
+        connection_string,
+        table_prefix,
+        visibility_timeout: definition
+            .value::<u64>("visibilityTimeoutMs", "milliseconds")?
+            .map(Duration::from_millis)
+            .unwrap_or(defaults.visibility_timeout),
         max_message_bytes: definition
             .value::<usize>("maxMessageBytes", "a number of bytes")?
             .unwrap_or(defaults.max_message_bytes),

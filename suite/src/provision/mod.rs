@@ -90,7 +90,12 @@ pub struct BrokerSpec {
     pub container_port: u16,
 }
 
-/// The broker a component type needs, if any.
+/// True for component types that talk to a broker.
+pub fn needs_broker(component_type: &str) -> bool {
+    component_type != "in-memory"
+}
+
+/// How to spawn the broker a component type needs, where this suite knows how.
 pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
     match component_type {
         "redis-streams" => Some(BrokerSpec {
@@ -272,8 +277,7 @@ impl Provisioner for Container {
         &self,
         definition: &ComponentDefinition,
     ) -> Result<Provisioned, NotProvisioned> {
-        let spec = broker_spec(&definition.component_type)
-            .ok_or_else(|| not(self.kind(), "no container for this type", "use in-process"))?;
+        let spec = broker_spec(&definition.component_type);
         let probe = tokio::process::Command::new("docker")
             .args(["info", "--format", "{{.ServerVersion}}"])
             .kill_on_drop(true)
@@ -289,10 +293,16 @@ impl Provisioner for Container {
                     .unwrap_or("docker info failed")
                     .trim()
             ),
-            Ok(Ok(_)) => format!(
-                "container provisioning of {}:{} is not built yet",
-                spec.image, spec.tag
-            ),
+            Ok(Ok(_)) => match spec {
+                Some(spec) => format!(
+                    "container provisioning of {}:{} is not built yet",
+                    spec.image, spec.tag
+                ),
+                None => format!(
+                    "no container image is known for pubsub.{}",
+                    definition.component_type
+                ),
+            },
         };
         Err(not(
             self.kind(),
