@@ -59,7 +59,7 @@ pub fn endpoint(settings: &Settings) -> Option<String> {
                     .filter_map(|kv| kv.split_once('='))
                     .filter(|(k, _)| *k == key)
                     .map(|(_, v)| v.to_string())
-                    .last()
+                    .next_back()
             };
             Some(format!(
                 "{}:{}",
