@@ -9,6 +9,7 @@ action="${1:-start}"
 # name -> "host port start-command"
 declare -A services=(
     [redis]="127.0.0.1 6379 redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no"
+    [postgres]="127.0.0.1 5432 pg_ctlcluster --skip-systemctl-redirect \$(ls /etc/postgresql) main start"
 )
 
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
@@ -35,5 +36,10 @@ for name in "${!services[@]}"; do
         status=1
     fi
 done
-[ "${#services[@]}" -gt 0 ] || echo "services.sh: no broker is needed by the current components"
+# The database fixtures/postgres.yaml names.
+if [ "$action" = start ] && port_open 127.0.0.1 5432 && command -v psql >/dev/null; then
+    if ! psql -h 127.0.0.1 -U postgres -tAc "select 1 from pg_database where datname = 'test'" | grep -q 1; then
+        createdb -h 127.0.0.1 -U postgres test && echo "services.sh: created database test"
+    fi
+fi
 exit "$status"

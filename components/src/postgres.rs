@@ -80,6 +80,8 @@ async fn connect(config: &PostgresConfig, notify: Option<Arc<Notify>>) -> Result
 pub struct Postgres {
     config: PostgresConfig,
     client: Client,
+    /// The multi-row insert, prepared once.
+    insert: tokio::sync::OnceCell<tokio_postgres::Statement>,
 }
 
 impl Postgres {
@@ -115,7 +117,11 @@ impl Postgres {
             ))
             .await
             .map_err(db("creating the queue tables"))?;
-        Ok(Postgres { config, client })
+        Ok(Postgres {
+            config,
+            client,
+            insert: tokio::sync::OnceCell::new(),
+        })
     }
 
     fn check_size(&self, message: &OutgoingMessage) -> Result<()> {
@@ -216,10 +222,12 @@ impl Component for Postgres {
             let metadata: Vec<&str> = rows.iter().map(|r| r.metadata.as_str()).collect();
             let keys: Vec<Option<&str>> = rows.iter().map(|r| r.partition_key.as_deref()).collect();
             let visible: Vec<i64> = rows.iter().map(|r| r.visible_at).collect();
-            let inserted = self
-                .client
-                .query(
-                    &format!(
+            let insert = self
+                .insert
+                .get_or_try_init(|| async {
+                    self.client
+                        .prepare(
+                            &format!(
                         "WITH inserted AS (
                            INSERT INTO {p}_messages (topic, payload, content_type, metadata, partition_key, visible_at)
                            SELECT t, b, c, m, k, CASE WHEN v = 0 THEN clock_timestamp() ELSE to_timestamp(v::float8 / 1e6) END
@@ -227,8 +235,17 @@ impl Component for Postgres {
                                 WITH ORDINALITY AS u(t, b, c, m, k, v, ord)
                            ORDER BY ord
                            RETURNING id)
-                         SELECT id FROM inserted ORDER BY id"
+                         SELECT id, pg_notify('{p}_new', '')::text FROM inserted ORDER BY id"
                     ),
+                        )
+                        .await
+                })
+                .await
+                .map_err(db("preparing the multi-row insert"))?;
+            let inserted = self
+                .client
+                .query(
+                    insert,
                     &[&topics, &payloads, &types, &metadata, &keys, &visible],
                 )
                 .await;
@@ -259,7 +276,6 @@ impl Component for Postgres {
             for slot in results.iter_mut().filter(|r| r.is_none()) {
                 *slot = outcome.next();
             }
-            let _ = self.client.execute(&format!("NOTIFY {p}_new"), &[]).await;
         }
         Ok(results
             .into_iter()

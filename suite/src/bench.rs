@@ -295,6 +295,40 @@ async fn raw_publish(
             };
             Ok(Some((label, elapsed)))
         }
+        "postgres" => {
+            let (host, port) = endpoint.rsplit_once(':').unwrap_or((endpoint, "5432"));
+            let (client, connection) = tokio_postgres::connect(
+                &format!("host={host} port={port} user=postgres dbname=test"),
+                tokio_postgres::NoTls,
+            )
+            .await?;
+            tokio::spawn(connection);
+            let table = format!("pcs_bench_raw_{}", run_id());
+            client
+                .batch_execute(&format!("CREATE TABLE {table} (id BIGSERIAL PRIMARY KEY, topic TEXT, payload BYTEA, metadata TEXT)"))
+                .await?;
+            let payload = vec![b'x'; options.payload_bytes];
+            let started = Instant::now();
+            for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
+                let topics: Vec<&str> = chunk.iter().map(|_| "raw").collect();
+                let payloads: Vec<&[u8]> = chunk.iter().map(|_| payload.as_slice()).collect();
+                let metadata: Vec<String> = chunk.iter().map(|i| i.to_string()).collect();
+                client
+                    .query(
+                        &format!("INSERT INTO {table} (topic, payload, metadata) SELECT * FROM UNNEST($1::text[], $2::bytea[], $3::text[]) RETURNING id"),
+                        &[&topics, &payloads, &metadata],
+                    )
+                    .await?;
+            }
+            let elapsed = started.elapsed();
+            client.batch_execute(&format!("DROP TABLE {table}")).await?;
+            let label = if batch == 1 {
+                "raw client: INSERT one at a time".to_string()
+            } else {
+                format!("raw client: multi-row INSERT x{batch}")
+            };
+            Ok(Some((label, elapsed)))
+        }
         _ => Ok(None),
     }
 }

@@ -165,7 +165,7 @@ impl Provisioner for InProcess {
         &self,
         definition: &ComponentDefinition,
     ) -> Result<Provisioned, NotProvisioned> {
-        if broker_spec(&definition.component_type).is_some() {
+        if needs_broker(&definition.component_type) {
             return Err(not(
                 self.kind(),
                 format!("type pubsub.{} needs a broker", definition.component_type),
@@ -316,8 +316,11 @@ impl Provisioner for Container {
 /// endpoint first, then a spawned process, then the definition's endpoint, then a
 /// container.
 pub fn auto_order(component_type: &str) -> Vec<Box<dyn Provisioner>> {
-    if broker_spec(component_type).is_none() {
+    if !needs_broker(component_type) {
         return vec![Box::new(InProcess)];
+    }
+    if broker_spec(component_type).is_none() {
+        return vec![Box::new(External), Box::new(Container)];
     }
     vec![
         Box::new(LocalProcess),
