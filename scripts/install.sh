@@ -12,9 +12,9 @@ if ! need cargo; then
 fi
 
 # Debian packages: chromium for the browser test of the HTML report; the brokers the
-# local-process provisioning spawns (redis-server) and the servers the external
+# local-process provisioning spawns (redis-server, nats-server) and the servers the external
 # provisioning uses (PostgreSQL, started by scripts/services.sh).
-packages=(ca-certificates pkg-config chromium redis-server postgresql postgresql-client)
+packages=(ca-certificates pkg-config chromium redis-server nats-server postgresql postgresql-client)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -9,6 +9,7 @@ action="${1:-start}"
 # name -> "host port start-command"
 declare -A services=(
     [redis]="127.0.0.1 6379 redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no"
+    [nats]="127.0.0.1 4222 start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server"
     [postgres]="127.0.0.1 5432 pg_ctlcluster --skip-systemctl-redirect \$(ls /etc/postgresql) main start"
 )
 

@@ -14,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod memory;
 pub mod message;
+pub mod nats;
 pub mod postgres;
 pub mod redis_streams;
 pub mod registry;

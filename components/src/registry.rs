@@ -4,13 +4,14 @@ use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
 use crate::error::PubSubError;
 use crate::memory::{MemoryComponent, MemoryConfig};
+use crate::nats::{NatsConfig, NatsJetStream};
 use crate::postgres::{Postgres, PostgresConfig};
 use crate::redis_streams::{RedisConfig, RedisStreams};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The component types this build knows, as written after `pubsub.` in `spec.type`.
-pub const KNOWN_TYPES: &[&str] = &["in-memory", "redis-streams", "postgres"];
+pub const KNOWN_TYPES: &[&str] = &["in-memory", "redis-streams", "postgres", "nats-jetstream"];
 
 /// A definition's settings, checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +19,7 @@ pub enum Settings {
     Memory(MemoryConfig),
     Redis(RedisConfig),
     Postgres(PostgresConfig),
+    Nats(NatsConfig),
 }
 
 /// Why a component could not be built.
@@ -36,6 +38,7 @@ pub fn validate(definition: &ComponentDefinition) -> Result<Settings, ConfigErro
         "in-memory" => memory_config(definition).map(Settings::Memory),
         "redis-streams" => redis_config(definition).map(Settings::Redis),
         "postgres" => postgres_config(definition).map(Settings::Postgres),
+        "nats-jetstream" => nats_config(definition).map(Settings::Nats),
         _ => Err(definition.error(
             "spec.type",
             format!(
@@ -52,6 +55,7 @@ pub fn endpoint(settings: &Settings) -> Option<String> {
     match settings {
         Settings::Memory(_) => None,
         Settings::Redis(c) => Some(c.host.clone()),
+        Settings::Nats(c) => Some(c.url.clone()),
         Settings::Postgres(c) => {
             let value = |key: &str| {
                 c.connection_string
@@ -83,6 +87,12 @@ pub async fn build(
                 config.host = endpoint.to_string();
             }
             Ok(Arc::new(RedisStreams::connect(config).await?))
+        }
+        Settings::Nats(mut config) => {
+            if let Some(endpoint) = endpoint {
+                config.url = endpoint.to_string();
+            }
+            Ok(Arc::new(NatsJetStream::connect(config).await?))
         }
         Settings::Postgres(mut config) => {
             if let Some((host, port)) = endpoint.and_then(|e| e.rsplit_once(':')) {
@@ -191,6 +201,49 @@ fn postgres_config(definition: &ComponentDefinition) -> Result<PostgresConfig, C
             .value::<u64>("visibilityTimeoutMs", "milliseconds")?
             .map(Duration::from_millis)
             .unwrap_or(defaults.visibility_timeout),
+        max_message_bytes: definition
+            .value::<usize>("maxMessageBytes", "a number of bytes")?
+            .unwrap_or(defaults.max_message_bytes),
+    })
+}
+
+fn nats_config(definition: &ComponentDefinition) -> Result<NatsConfig, ConfigError> {
+    definition.check_known(&["natsURL", "streamName", "ackWaitMs", "maxMessageBytes"])?;
+    let defaults = NatsConfig::default();
+    let stream = definition
+        .metadata
+        .get("streamName")
+        .cloned()
+        .unwrap_or(defaults.stream);
+    if stream.is_empty()
+        || !stream
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(definition.error(
+            "spec.metadata (streamName)",
+            format!("'{stream}' may only hold letters, digits, '_' and '-'"),
+        ));
+    }
+    let url = definition
+        .metadata
+        .get("natsURL")
+        .cloned()
+        .unwrap_or(defaults.url);
+    let url = url.strip_prefix("nats://").unwrap_or(&url).to_string();
+    if !url.contains(':') {
+        return Err(definition.error(
+            "spec.metadata (natsURL)",
+            format!("expected host:port, got '{url}'"),
+        ));
+    }
+    Ok(NatsConfig {
+        url,
+        stream,
+        ack_wait: definition
+            .value::<u64>("ackWaitMs", "milliseconds")?
+            .map(Duration::from_millis)
+            .unwrap_or(defaults.ack_wait),
         max_message_bytes: definition
             .value::<usize>("maxMessageBytes", "a number of bytes")?
             .unwrap_or(defaults.max_message_bytes),

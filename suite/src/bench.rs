@@ -295,6 +295,41 @@ async fn raw_publish(
             };
             Ok(Some((label, elapsed)))
         }
+        "nats-jetstream" => {
+            let client = async_nats::connect(endpoint).await?;
+            let context = async_nats::jetstream::new(client);
+            let stream = format!("PCS_BENCH_RAW_{}", run_id());
+            context
+                .create_stream(async_nats::jetstream::stream::Config {
+                    name: stream.clone(),
+                    subjects: vec![format!("{stream}.>")],
+                    ..Default::default()
+                })
+                .await?;
+            let payload = bytes::Bytes::from(vec![b'x'; options.payload_bytes]);
+            let started = Instant::now();
+            for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
+                let mut acks = Vec::with_capacity(chunk.len());
+                for _ in chunk {
+                    acks.push(
+                        context
+                            .publish(format!("{stream}.raw"), payload.clone())
+                            .await?,
+                    );
+                }
+                for ack in acks {
+                    ack.await?;
+                }
+            }
+            let elapsed = started.elapsed();
+            context.delete_stream(&stream).await?;
+            let label = if batch == 1 {
+                "raw client: publish, await ack, one at a time".to_string()
+            } else {
+                format!("raw client: {batch} async publishes, then their acks")
+            };
+            Ok(Some((label, elapsed)))
+        }
         "postgres" => {
             let (host, port) = endpoint.rsplit_once(':').unwrap_or((endpoint, "5432"));
             let (client, connection) = tokio_postgres::connect(

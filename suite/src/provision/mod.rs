@@ -117,6 +117,14 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
             tag: "7-alpine",
             container_port: 6379,
         }),
+        "nats-jetstream" => Some(BrokerSpec {
+            program: "nats-server",
+            package: "nats-server",
+            args: &["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "{dir}"],
+            image: "nats",
+            tag: "2.10-alpine",
+            container_port: 4222,
+        }),
         _ => None,
     }
 }

@@ -1,0 +1,493 @@
+//! NATS JetStream component: one stream for all topics (subject `<stream>.<topic>`),
+//! one durable pull consumer per (group, topic), async publish acks mapped to bulk
+//! entries, batch fetch, Ack / Nak(delay) / Term, multi-topic consumers as a set of
+//! per-topic consumers with sequence ids, seek by sequence (consumer recreated at it).
+
+use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
+use crate::component::{Component, Consumer, ConsumerSpec, StartPosition, TopicSelector};
+use crate::error::{PubSubError, Result};
+use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
+use async_nats::jetstream::{
+    self, consumer::pull, consumer::AckPolicy, consumer::DeliverPolicy, AckKind,
+};
+use async_trait::async_trait;
+use futures::StreamExt;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+/// Settings (YAML metadata `natsURL`, `streamName`, `ackWaitMs`, `maxMessageBytes`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NatsConfig {
+    /// `host:port`.
+    pub url: String,
+    /// The stream holding every topic; subjects are `<stream>.<topic>`.
+    pub stream: String,
+    /// A delivered message not acknowledged within this is delivered again.
+    pub ack_wait: Duration,
+    pub max_message_bytes: usize,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        NatsConfig {
+            url: "127.0.0.1:4222".into(),
+            stream: "PUBSUB".into(),
+            ack_wait: Duration::from_secs(30),
+            max_message_bytes: 1024 * 1024,
+        }
+    }
+}
+
+const HEADER_METADATA: &str = "Pcs-Metadata";
+const HEADER_CONTENT_TYPE: &str = "Pcs-Content-Type";
+const HEADER_KEY: &str = "Pcs-Partition-Key";
+
+fn nats<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> PubSubError + '_ {
+    move |e| PubSubError::broker(context, e)
+}
+
+/// The NATS JetStream component.
+pub struct NatsJetStream {
+    config: NatsConfig,
+    context: jetstream::Context,
+    stream: jetstream::stream::Stream,
+}
+
+impl NatsJetStream {
+    /// Connects and creates the stream if needed.
+    pub async fn connect(config: NatsConfig) -> Result<Self> {
+        let client = async_nats::connect(&config.url)
+            .await
+            .map_err(|e| PubSubError::broker(format!("connecting to NATS at {}", config.url), e))?;
+        let context = jetstream::new(client);
+        let stream = context
+            .get_or_create_stream(jetstream::stream::Config {
+                name: config.stream.clone(),
+                subjects: vec![format!("{}.>", config.stream)],
+                max_message_size: config.max_message_bytes as i32 * 2,
+                ..Default::default()
+            })
+            .await
+            .map_err(nats("creating the stream"))?;
+        Ok(NatsJetStream {
+            config,
+            context,
+            stream,
+        })
+    }
+
+    fn subject(&self, topic: &str) -> String {
+        format!("{}.{topic}", self.config.stream)
+    }
+
+    fn check(&self, message: &OutgoingMessage) -> Result<()> {
+        if message.payload.len() > self.config.max_message_bytes {
+            return Err(PubSubError::InvalidRequest(format!(
+                "message of {} bytes for topic '{}' exceeds the maximum message size of {} bytes",
+                message.payload.len(),
+                message.topic,
+                self.config.max_message_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    async fn send(
+        &self,
+        message: &OutgoingMessage,
+    ) -> Result<jetstream::context::PublishAckFuture> {
+        self.check(message)?;
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(
+            HEADER_METADATA,
+            serde_json::to_string(&message.metadata)
+                .unwrap_or_default()
+                .as_str(),
+        );
+        if let Some(ct) = &message.content_type {
+            headers.insert(HEADER_CONTENT_TYPE, ct.as_str());
+        }
+        if let Some(key) = &message.partition_key {
+            headers.insert(HEADER_KEY, key.as_str());
+        }
+        self.context
+            .publish_with_headers(
+                self.subject(&message.topic),
+                headers,
+                message.payload.clone().into(),
+            )
+            .await
+            .map_err(nats("publishing"))
+    }
+}
+
+#[async_trait]
+impl Component for NatsJetStream {
+    fn kind(&self) -> &str {
+        "nats-jetstream"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            bulk_publish: Support::Native,
+            bulk_subscribe: Support::Emulated,
+            ttl: Support::Emulated,
+            dead_letter: Support::Emulated,
+            delayed_delivery: Support::Emulated,
+            ordering: OrderingScope::PerTopic,
+            multi_topic: true,
+            seek: true,
+            partitions: None,
+            delivery: DeliveryGuarantee::AtLeastOnce,
+            max_message_bytes: Some(self.config.max_message_bytes),
+            delivery_bound: Duration::from_secs(5),
+            redelivery_bound: Duration::from_secs(2),
+            delay_precision: Duration::from_millis(300),
+            clock_tolerance: Duration::from_millis(50),
+        }
+    }
+
+    async fn broker_version(&self) -> Result<String> {
+        Ok(format!(
+            "nats-server {} at {}",
+            self.context.client().server_info().version,
+            self.config.url
+        ))
+    }
+
+    async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
+        let ack = self
+            .send(&message)
+            .await?
+            .await
+            .map_err(nats("waiting for the publish ack"))?;
+        Ok(MessageId::new(message.topic, None, ack.sequence))
+    }
+
+    async fn publish_batch(
+        &self,
+        messages: Vec<OutgoingMessage>,
+    ) -> Result<Vec<Result<MessageId>>> {
+        // Send everything first, then collect each entry's ack.
+        let mut pending = Vec::with_capacity(messages.len());
+        for message in &messages {
+            pending.push(self.send(message).await);
+        }
+        let mut results = Vec::with_capacity(messages.len());
+        for (message, sent) in messages.into_iter().zip(pending) {
+            results.push(match sent {
+                Ok(ack) => ack
+                    .await
+                    .map(|ack| MessageId::new(message.topic, None, ack.sequence))
+                    .map_err(nats("waiting for a publish ack")),
+                Err(e) => Err(e),
+            });
+        }
+        Ok(results)
+    }
+
+    async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        if spec.group.is_empty() {
+            return Err(PubSubError::InvalidRequest(
+                "consumer group name is empty".into(),
+            ));
+        }
+        let consumer = NatsConsumer {
+            stream: self.stream.clone(),
+            stream_name: self.config.stream.clone(),
+            ack_wait: self.config.ack_wait,
+            spec,
+            consumers: tokio::sync::Mutex::new(BTreeMap::new()),
+            held: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+        };
+        consumer.refresh().await?;
+        Ok(Box::new(consumer))
+    }
+}
+
+type PullConsumer = jetstream::consumer::Consumer<pull::Config>;
+
+struct NatsConsumer {
+    stream: jetstream::stream::Stream,
+    stream_name: String,
+    ack_wait: Duration,
+    spec: ConsumerSpec,
+    /// One durable consumer per covered topic.
+    consumers: tokio::sync::Mutex<BTreeMap<String, PullConsumer>>,
+    /// Received, unsettled messages by owner topic and stream sequence.
+    held: Mutex<HashMap<(String, u64), jetstream::Message>>,
+    closed: AtomicBool,
+}
+
+/// A durable name from a group and topic (no `.`, `*`, `>` or spaces).
+fn durable(group: &str, topic: &str) -> String {
+    format!("{group}__{topic}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+impl NatsConsumer {
+    fn ensure_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(PubSubError::Closed("consumer was closed".into()));
+        }
+        Ok(())
+    }
+
+    async fn covered_topics(&self) -> Result<Vec<String>> {
+        match &self.spec.topics {
+            TopicSelector::Single(t) => Ok(vec![t.clone()]),
+            TopicSelector::List(ts) => Ok(ts.clone()),
+            TopicSelector::Pattern(_) => {
+                let prefix = format!("{}.", self.stream_name);
+                let mut subjects = self
+                    .stream
+                    .info_with_subjects(format!("{}.>", self.stream_name))
+                    .await
+                    .map_err(nats("listing subjects"))?;
+                let mut topics = Vec::new();
+                while let Some(entry) = subjects.next().await {
+                    let (subject, _) = entry.map_err(nats("listing subjects"))?;
+                    if let Some(topic) = subject.strip_prefix(&prefix) {
+                        if self.spec.topics.matches(topic) {
+                            topics.push(topic.to_string());
+                        }
+                    }
+                }
+                Ok(topics)
+            }
+        }
+    }
+
+    async fn consumer_at(
+        &self,
+        topic: &str,
+        deliver_policy: DeliverPolicy,
+    ) -> Result<PullConsumer> {
+        let name = durable(&self.spec.group, topic);
+        self.stream
+            .get_or_create_consumer(
+                &name,
+                pull::Config {
+                    durable_name: Some(name.clone()),
+                    filter_subject: format!("{}.{topic}", self.stream_name),
+                    deliver_policy,
+                    ack_policy: AckPolicy::Explicit,
+                    ack_wait: self.ack_wait,
+                    max_deliver: -1,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(nats("creating a durable consumer"))
+    }
+
+    /// Opens the per-topic consumers the selector covers now.
+    async fn refresh(&self) -> Result<()> {
+        let topics = self.covered_topics().await?;
+        let mut consumers = self.consumers.lock().await;
+        for topic in topics {
+            if consumers.contains_key(&topic) {
+                continue;
+            }
+            let policy = match self.spec.start {
+                StartPosition::Earliest => DeliverPolicy::All,
+                StartPosition::Latest => DeliverPolicy::New,
+            };
+            let consumer = self.consumer_at(&topic, policy).await?;
+            consumers.insert(topic, consumer);
+        }
+        Ok(())
+    }
+
+    fn owner(&self, id: &MessageId) -> Result<String> {
+        match (&id.topic, &self.spec.topics) {
+            (Some(topic), selector) if selector.matches(topic) => Ok(topic.clone()),
+            (Some(topic), selector) => Err(PubSubError::NotAllowed(format!(
+                "message id {id} belongs to topic '{topic}', which this consumer ({}) does not subscribe",
+                selector.describe()
+            ))),
+            (None, TopicSelector::Single(topic)) => Ok(topic.clone()),
+            (None, selector) => Err(PubSubError::NotAllowed(format!(
+                "message id {id} names no owner topic; a multi-topic consumer ({}) needs topic-qualified ids",
+                selector.describe()
+            ))),
+        }
+    }
+
+    fn take_held(&self, id: &MessageId) -> Result<jetstream::Message> {
+        let topic = self.owner(id)?;
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(topic, id.position))
+            .ok_or_else(|| {
+                PubSubError::NotFound(format!(
+                    "message {id} is not held by this consumer (already settled?)"
+                ))
+            })
+    }
+
+    fn convert(&self, topic: &str, message: jetstream::Message) -> Result<ReceivedMessage> {
+        let info = message.info().map_err(nats("reading message info"))?;
+        let (sequence, attempt, published) = (info.stream_sequence, info.delivered, info.published);
+        let header = |name: &str| {
+            message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(name))
+                .map(|v| v.as_str().to_string())
+        };
+        let received = ReceivedMessage {
+            id: MessageId::new(topic, None, sequence),
+            payload: message.payload.to_vec(),
+            content_type: header(HEADER_CONTENT_TYPE),
+            metadata: header(HEADER_METADATA)
+                .and_then(|json| serde_json::from_str::<Metadata>(&json).ok())
+                .unwrap_or_default(),
+            partition_key: header(HEADER_KEY),
+            attempt: attempt.max(1) as u32,
+            publish_time: SystemTime::from(published),
+        };
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((topic.to_string(), sequence), message);
+        Ok(received)
+    }
+}
+
+#[async_trait]
+impl Consumer for NatsConsumer {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        self.ensure_open()?;
+        if matches!(self.spec.topics, TopicSelector::Pattern(_)) {
+            self.refresh().await?;
+        }
+        let deadline = Instant::now() + wait;
+        let consumers: Vec<(String, PullConsumer)> = self
+            .consumers
+            .lock()
+            .await
+            .iter()
+            .map(|(t, c)| (t.clone(), c.clone()))
+            .collect();
+        let max = max.max(1);
+        loop {
+            let mut out = Vec::new();
+            let left = deadline.saturating_duration_since(Instant::now());
+            // With one topic, wait on it; with several, poll each briefly in turn.
+            let expires = if consumers.len() == 1 {
+                left
+            } else {
+                left.min(Duration::from_millis(20))
+            }
+            .max(Duration::from_millis(10));
+            for (topic, consumer) in &consumers {
+                if out.len() >= max {
+                    break;
+                }
+                let mut batch = consumer
+                    .batch()
+                    .max_messages(max - out.len())
+                    .expires(expires)
+                    .messages()
+                    .await
+                    .map_err(nats("fetching a batch"))?;
+                while let Some(message) = batch.next().await {
+                    let message = message.map_err(nats("fetching a batch"))?;
+                    out.push(self.convert(topic, message)?);
+                }
+            }
+            if !out.is_empty() || Instant::now() >= deadline || consumers.is_empty() {
+                if consumers.is_empty() {
+                    tokio::time::sleep(left.min(Duration::from_millis(100))).await;
+                }
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn ack(&self, id: &MessageId) -> Result<()> {
+        self.ensure_open()?;
+        let message = self.take_held(id)?;
+        message.ack().await.map_err(nats("acknowledging"))
+    }
+
+    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        self.ensure_open()?;
+        let message = self.take_held(id)?;
+        let delay = (!delay.is_zero()).then_some(delay);
+        message
+            .ack_with(AckKind::Nak(delay))
+            .await
+            .map_err(nats("negatively acknowledging"))
+    }
+
+    async fn seek(&self, id: &MessageId) -> Result<()> {
+        self.ensure_open()?;
+        let topic = self.owner(id)?;
+        let name = durable(&self.spec.group, &topic);
+        let _ = self.stream.delete_consumer(&name).await;
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(t, _), _| *t != topic);
+        let consumer = self
+            .consumer_at(
+                &topic,
+                DeliverPolicy::ByStartSequence {
+                    start_sequence: id.position,
+                },
+            )
+            .await?;
+        self.consumers.lock().await.insert(topic, consumer);
+        Ok(())
+    }
+
+    async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        self.ensure_open()?;
+        let mut out = Vec::new();
+        for topic in self.covered_topics().await? {
+            if let Ok(last) = self
+                .stream
+                .get_last_raw_message_by_subject(&format!("{}.{topic}", self.stream_name))
+                .await
+            {
+                out.push(MessageId::new(topic, None, last.sequence));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let held: Vec<jetstream::Message> = self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, m)| m)
+            .collect();
+        for message in held {
+            message
+                .ack_with(AckKind::Nak(None))
+                .await
+                .map_err(nats("releasing a held message"))?;
+        }
+        Ok(())
+    }
+}
