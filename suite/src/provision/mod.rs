@@ -324,6 +324,9 @@ impl Provisioner for Container {
 /// endpoint first, then a spawned process, then the definition's endpoint, then a
 /// container.
 pub fn auto_order(component_type: &str) -> Vec<Box<dyn Provisioner>> {
+    if !registry::KNOWN_TYPES.contains(&component_type) {
+        return Vec::new();
+    }
     if !needs_broker(component_type) {
         return vec![Box::new(InProcess)];
     }
