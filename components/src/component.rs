@@ -241,6 +241,35 @@ pub trait Consumer: Send + Sync {
     async fn close(&self) -> Result<()>;
 }
 
+/// The owner topic of `id` for a consumer over `topics`: refuses (NotAllowed) ids of
+/// topics it does not cover, and ids without an owner topic on a multi-topic consumer.
+pub fn owner_topic(id: &MessageId, topics: &TopicSelector) -> Result<String> {
+    match (&id.topic, topics) {
+        (Some(topic), selector) if selector.matches(topic) => Ok(topic.clone()),
+        (Some(topic), selector) => Err(PubSubError::NotAllowed(format!(
+            "message id {id} belongs to topic '{topic}', which this consumer ({}) does not subscribe",
+            selector.describe()
+        ))),
+        (None, TopicSelector::Single(topic)) => Ok(topic.clone()),
+        (None, selector) => Err(PubSubError::NotAllowed(format!(
+            "message id {id} names no owner topic; a multi-topic consumer ({}) needs topic-qualified ids",
+            selector.describe()
+        ))),
+    }
+}
+
+/// Refuses a payload over the component's declared maximum, as its broker would.
+pub fn check_message_size(message: &OutgoingMessage, max_bytes: usize) -> Result<()> {
+    if message.payload.len() > max_bytes {
+        return Err(PubSubError::InvalidRequest(format!(
+            "message of {} bytes for topic '{}' exceeds the maximum message size of {max_bytes} bytes",
+            message.payload.len(),
+            message.topic,
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::glob_match;

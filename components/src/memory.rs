@@ -9,8 +9,8 @@ use crate::capability::{
     Capabilities, DeliveryGuarantee, OrderingScope, PartitionSupport, Support,
 };
 use crate::component::{
-    Component, Consumer, ConsumerSpec, PartitionUpdate, PartitionWatch, StartPosition,
-    TopicSelector,
+    check_message_size, owner_topic, Component, Consumer, ConsumerSpec, PartitionUpdate,
+    PartitionWatch, StartPosition, TopicSelector,
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
@@ -176,15 +176,7 @@ impl State {
 }
 
 fn check_size(config: &MemoryConfig, message: &OutgoingMessage) -> Result<()> {
-    if message.payload.len() > config.max_message_bytes {
-        return Err(PubSubError::InvalidRequest(format!(
-            "message of {} bytes for topic '{}' exceeds the maximum message size of {} bytes",
-            message.payload.len(),
-            message.topic,
-            config.max_message_bytes
-        )));
-    }
-    Ok(())
+    check_message_size(message, config.max_message_bytes)
 }
 
 #[async_trait]
@@ -460,22 +452,7 @@ impl MemoryConsumer {
 
     /// Resolves an id to the cursor it belongs to, refusing ids this consumer cannot own.
     fn cursor_key(&self, id: &MessageId, state: &State) -> Result<CursorKey> {
-        let topic = match (&id.topic, &self.spec.topics) {
-            (Some(topic), selector) if selector.matches(topic) => topic.clone(),
-            (Some(topic), selector) => {
-                return Err(PubSubError::NotAllowed(format!(
-                    "message id {id} belongs to topic '{topic}', which this consumer ({}) does not subscribe",
-                    selector.describe()
-                )))
-            }
-            (None, TopicSelector::Single(topic)) => topic.clone(),
-            (None, selector) => {
-                return Err(PubSubError::NotAllowed(format!(
-                    "message id {id} names no owner topic; a multi-topic consumer ({}) needs topic-qualified ids",
-                    selector.describe()
-                )))
-            }
-        };
+        let topic = owner_topic(id, &self.spec.topics)?;
         let entry = state
             .topics
             .get(&topic)

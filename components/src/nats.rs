@@ -4,7 +4,10 @@
 //! per-topic consumers with sequence ids, seek by sequence (consumer recreated at it).
 
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
-use crate::component::{Component, Consumer, ConsumerSpec, StartPosition, TopicSelector};
+use crate::component::{
+    check_message_size, owner_topic, Component, Consumer, ConsumerSpec, StartPosition,
+    TopicSelector,
+};
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
 use async_nats::jetstream::{
@@ -84,15 +87,7 @@ impl NatsJetStream {
     }
 
     fn check(&self, message: &OutgoingMessage) -> Result<()> {
-        if message.payload.len() > self.config.max_message_bytes {
-            return Err(PubSubError::InvalidRequest(format!(
-                "message of {} bytes for topic '{}' exceeds the maximum message size of {} bytes",
-                message.payload.len(),
-                message.topic,
-                self.config.max_message_bytes
-            )));
-        }
-        Ok(())
+        check_message_size(message, self.config.max_message_bytes)
     }
 
     async fn send(
@@ -312,18 +307,7 @@ impl NatsConsumer {
     }
 
     fn owner(&self, id: &MessageId) -> Result<String> {
-        match (&id.topic, &self.spec.topics) {
-            (Some(topic), selector) if selector.matches(topic) => Ok(topic.clone()),
-            (Some(topic), selector) => Err(PubSubError::NotAllowed(format!(
-                "message id {id} belongs to topic '{topic}', which this consumer ({}) does not subscribe",
-                selector.describe()
-            ))),
-            (None, TopicSelector::Single(topic)) => Ok(topic.clone()),
-            (None, selector) => Err(PubSubError::NotAllowed(format!(
-                "message id {id} names no owner topic; a multi-topic consumer ({}) needs topic-qualified ids",
-                selector.describe()
-            ))),
-        }
+        owner_topic(id, &self.spec.topics)
     }
 
     fn take_held(&self, id: &MessageId) -> Result<jetstream::Message> {

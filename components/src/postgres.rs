@@ -5,7 +5,10 @@
 //! TTL and dead letters are left to the runtime.
 
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
-use crate::component::{Component, Consumer, ConsumerSpec, StartPosition, TopicSelector};
+use crate::component::{
+    check_message_size, owner_topic, Component, Consumer, ConsumerSpec, StartPosition,
+    TopicSelector,
+};
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
 use async_trait::async_trait;
@@ -125,15 +128,7 @@ impl Postgres {
     }
 
     fn check_size(&self, message: &OutgoingMessage) -> Result<()> {
-        if message.payload.len() > self.config.max_message_bytes {
-            return Err(PubSubError::InvalidRequest(format!(
-                "message of {} bytes for topic '{}' exceeds the maximum message size of {} bytes",
-                message.payload.len(),
-                message.topic,
-                self.config.max_message_bytes
-            )));
-        }
-        Ok(())
+        check_message_size(message, self.config.max_message_bytes)
     }
 }
 
@@ -502,18 +497,7 @@ impl PostgresConsumer {
     }
 
     fn owned(&self, id: &MessageId) -> Result<()> {
-        match (&id.topic, &self.spec.topics) {
-            (Some(topic), selector) if selector.matches(topic) => Ok(()),
-            (Some(topic), selector) => Err(PubSubError::NotAllowed(format!(
-                "message id {id} belongs to topic '{topic}', which this consumer ({}) does not subscribe",
-                selector.describe()
-            ))),
-            (None, TopicSelector::Single(_)) => Ok(()),
-            (None, selector) => Err(PubSubError::NotAllowed(format!(
-                "message id {id} names no owner topic; a multi-topic consumer ({}) needs topic-qualified ids",
-                selector.describe()
-            ))),
-        }
+        owner_topic(id, &self.spec.topics).map(drop)
     }
 }
 
@@ -556,12 +540,7 @@ impl Consumer for PostgresConsumer {
 
     async fn seek(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
-        self.owned(id)?;
-        let topic = match (&id.topic, &self.spec.topics) {
-            (Some(t), _) => t.clone(),
-            (None, TopicSelector::Single(t)) => t.clone(),
-            _ => unreachable!("checked by owned"),
-        };
+        let topic = owner_topic(id, &self.spec.topics)?;
         self.client
             .execute(
                 &format!(

@@ -7,7 +7,10 @@
 //! with `claimIdleMs`) exactly when it is due.
 
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
-use crate::component::{Component, Consumer, ConsumerSpec, StartPosition, TopicSelector};
+use crate::component::{
+    check_message_size, owner_topic, Component, Consumer, ConsumerSpec, StartPosition,
+    TopicSelector,
+};
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
 use async_trait::async_trait;
@@ -125,15 +128,7 @@ impl RedisStreams {
     }
 
     fn check_size(&self, message: &OutgoingMessage) -> Result<()> {
-        if message.payload.len() > self.config.max_message_bytes {
-            return Err(PubSubError::InvalidRequest(format!(
-                "message of {} bytes for topic '{}' exceeds the maximum message size of {} bytes",
-                message.payload.len(),
-                message.topic,
-                self.config.max_message_bytes
-            )));
-        }
-        Ok(())
+        check_message_size(message, self.config.max_message_bytes)
     }
 
     fn xadd(&self, message: &OutgoingMessage) -> redis::Cmd {
@@ -545,18 +540,7 @@ impl RedisConsumer {
 
     /// Checks that this consumer may settle `id`, and names its stream.
     fn owned(&self, id: &MessageId) -> Result<String> {
-        match (&id.topic, &self.spec.topics) {
-            (Some(topic), selector) if selector.matches(topic) => Ok(self.key(topic)),
-            (Some(topic), selector) => Err(PubSubError::NotAllowed(format!(
-                "message id {id} belongs to topic '{topic}', which this consumer ({}) does not subscribe",
-                selector.describe()
-            ))),
-            (None, TopicSelector::Single(topic)) => Ok(self.key(topic)),
-            (None, selector) => Err(PubSubError::NotAllowed(format!(
-                "message id {id} names no owner topic; a multi-topic consumer ({}) needs topic-qualified ids",
-                selector.describe()
-            ))),
-        }
+        owner_topic(id, &self.spec.topics).map(|topic| self.key(&topic))
     }
 
     /// Makes pending entries claimable after `after` by setting their idle time.

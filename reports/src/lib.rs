@@ -193,4 +193,7 @@ pub struct Evidence {
     pub notes: Vec<String>,
     /// An excerpt of the recorded history.
     pub history: Vec<String>,
+    /// Warnings and errors logged by the runtime and the component during the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<String>,
 }

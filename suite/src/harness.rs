@@ -139,6 +139,7 @@ pub fn describe(result: &CaseResult) -> String {
         ("warnings", &result.evidence.warnings),
         ("notes", &result.evidence.notes),
         ("history", &result.evidence.history),
+        ("logs", &result.evidence.logs),
     ] {
         if !lines.is_empty() {
             text.push_str(&format!("{title}:\n"));

@@ -10,6 +10,8 @@ pub struct Outcome {
     pub warnings: Vec<String>,
     pub notes: Vec<String>,
     pub history: Vec<String>,
+    /// Warnings and errors the runtime and component logged during the run.
+    pub logs: Vec<String>,
 }
 
 impl Outcome {

@@ -3,7 +3,8 @@
 
 use crate::catalogue::Case;
 use crate::context::CaseContext;
-use crate::outcome::{CaseError, Outcome};
+use crate::outcome::{CaseError, CaseRun, Outcome};
+use crate::spans::LogCapture;
 use futures::FutureExt;
 use pubsub_components::runtime::{
     BulkPublishEntry, BulkPublishRequest, PublishRequest, Runtime, Subscription,
@@ -14,6 +15,7 @@ use pubsub_components::{
 use pubsub_reports::{CaseResult, Evidence, Mode, Status};
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
+use tracing::instrument::WithSubscriber;
 
 /// How cases are run.
 #[derive(Debug, Clone)]
@@ -145,13 +147,37 @@ fn evidence(outcome: Outcome) -> Evidence {
         warnings: outcome.warnings,
         notes: outcome.notes,
         history: outcome.history,
+        logs: outcome.logs,
     }
 }
 
 async fn run_once(case: &Case, runtime: &Runtime, bound: Duration, seed: u64) -> Attempt {
     let context = CaseContext::new(runtime.clone(), case.id, bound, seed);
     let recorder = context.recorder.clone();
-    let body = AssertUnwindSafe((case.run)(context)).catch_unwind();
+    let logs = LogCapture::default();
+    let body = AssertUnwindSafe((case.run)(context))
+        .catch_unwind()
+        .with_subscriber(logs.dispatch());
+    let attempt = run_body(case, bound, body, &recorder).await;
+    match attempt {
+        Attempt::Passed(mut o) => {
+            o.logs = logs.lines();
+            Attempt::Passed(o)
+        }
+        Attempt::Failed(mut o) => {
+            o.logs = logs.lines();
+            Attempt::Failed(o)
+        }
+        errored => errored,
+    }
+}
+
+async fn run_body(
+    case: &Case,
+    bound: Duration,
+    body: impl std::future::Future<Output = std::thread::Result<CaseRun>>,
+    recorder: &crate::history::Recorder,
+) -> Attempt {
     // A little slack past the bound lets a case report its own findings at its deadline.
     match tokio::time::timeout(bound + Duration::from_millis(500), body).await {
         Err(_) => {
@@ -270,5 +296,49 @@ async fn probe_unsupported(
             "{} is declared unsupported, but using it was accepted without an error",
             feature.name()
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pubsub_components::memory::MemoryComponent;
+    use std::sync::Arc;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cell_carries_the_logs_of_its_run() {
+        let runtime = Runtime::new("memory", Arc::new(MemoryComponent::default()));
+        let case = crate::catalogue::find("retry.exhausted-without-dead-letter").unwrap();
+        let result = run_case(
+            case,
+            &runtime,
+            &RunOptions {
+                retries: 0,
+                seed: None,
+            },
+        )
+        .await;
+        assert_eq!(result.status, Status::Pass);
+        assert!(
+            result
+                .evidence
+                .logs
+                .iter()
+                .any(|l| l.contains("dropping message") && l.contains("maxDeliveries")),
+            "{:?}",
+            result.evidence.logs
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unsupported_feature_is_probed_not_passed() {
+        let runtime = Runtime::new("redis-less", Arc::new(MemoryComponent::default()));
+        // The in-memory component supports everything; a declared-unsupported feature is
+        // exercised through the probe directly.
+        let refused = probe_unsupported(Feature::Partitions, &runtime, "partitions.watch").await;
+        assert!(
+            refused.is_err(),
+            "the memory component supports partitions, so the probe must not report a refusal"
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! Captures the spans the runtime records, so tracing cases can look them up.
+//! Captures what the runtime records through `tracing`: spans, so tracing cases can
+//! look them up, and log events, so a cell's evidence carries the logs of its run.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -66,5 +67,52 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SpanCapture {
                 name: attrs.metadata().name().to_string(),
                 fields,
             });
+    }
+}
+
+/// A tracing layer that keeps warning and error events as text lines. Clones share
+/// the store.
+#[derive(Clone, Default)]
+pub struct LogCapture {
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+/// At most this many log lines are kept per case.
+const MAX_LOG_LINES: usize = 200;
+
+impl LogCapture {
+    /// A dispatcher that records into this capture.
+    pub fn dispatch(&self) -> Dispatch {
+        Dispatch::new(tracing_subscriber::registry().with(self.clone()))
+    }
+
+    /// The lines captured so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for LogCapture {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        let level = *event.metadata().level();
+        if level > tracing::Level::WARN {
+            return;
+        }
+        let mut fields = BTreeMap::new();
+        event.record(&mut FieldText(&mut fields));
+        let message = fields.remove("message").unwrap_or_default();
+        let rest: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.len() < MAX_LOG_LINES {
+            lines.push(
+                format!(
+                    "{level} {}: {message} {}",
+                    event.metadata().target(),
+                    rest.join(" ")
+                )
+                .trim_end()
+                .to_string(),
+            );
+        }
     }
 }

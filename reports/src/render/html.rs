@@ -283,6 +283,13 @@ pub fn html(report: &RunReport) -> String {
                         esc(&case.evidence.history.join("\n"))
                     );
                 }
+                if !case.evidence.logs.is_empty() {
+                    let _ = write!(
+                        store,
+                        "<h4>Logs</h4><pre>{}</pre>",
+                        esc(&case.evidence.logs.join("\n"))
+                    );
+                }
                 store.push_str("</div>\n");
             }
             out.push_str("</tr>\n");

@@ -51,6 +51,7 @@ pub fn evidence_text(component: &str, case: &CaseResult) -> String {
         ("warnings", &case.evidence.warnings),
         ("notes", &case.evidence.notes),
         ("history", &case.evidence.history),
+        ("logs", &case.evidence.logs),
     ] {
         if !lines.is_empty() {
             text.push_str(&format!("{title}:\n"));

@@ -36,6 +36,11 @@ fn case(
             } else {
                 vec![]
             },
+            logs: if status == Status::Fail {
+                vec!["WARN pubsub_components::runtime::delivery: handler failed; retrying".into()]
+            } else {
+                vec![]
+            },
         },
     }
 }

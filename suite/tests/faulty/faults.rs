@@ -62,6 +62,8 @@ pub enum Fault {
     IgnoresGroups,
     /// Puts every consumer in one group, so groups do not each get every message.
     MergesGroups,
+    /// Declares partitions unsupported but does not refuse them with Unsupported.
+    HidesPartitions,
 }
 
 /// The in-memory component with `fault`.
@@ -114,6 +116,7 @@ impl Component for Faulty {
             Fault::DeliversEarly => caps.delayed_delivery = Support::Native,
             Fault::IgnoresTtl => caps.ttl = Support::Native,
             Fault::NeverDeadLetters => caps.dead_letter = Support::Native,
+            Fault::HidesPartitions => caps.partitions = None,
             _ => {}
         }
         caps
