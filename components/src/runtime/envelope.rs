@@ -2,7 +2,7 @@
 
 use crate::error::{PubSubError, Result};
 use base64::Engine;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// The content type of an enveloped payload on the wire.
 pub const CLOUDEVENTS_CONTENT_TYPE: &str = "application/cloudevents+json";
@@ -32,23 +32,35 @@ fn is_json(content_type: Option<&str>) -> bool {
 /// Wraps `data`: JSON payloads go in `data` as JSON (byte for byte), UTF-8 text in
 /// `data` as a string, anything else base64 in `data_base64`.
 pub fn encode(fields: &EnvelopeFields<'_>, data: &[u8]) -> Result<Vec<u8>> {
-    let mut event = json!({
-        "specversion": "1.0",
-        "id": fields.id,
-        "source": fields.source,
-        "type": EVENT_TYPE,
-        "topic": fields.topic,
-        "pubsubname": fields.pubsub_name,
-        "traceparent": fields.traceparent,
-        "time": fields.time,
-    });
-    let object = event.as_object_mut().expect("json! object");
-    if let Some(ct) = fields.content_type {
-        object.insert("datacontenttype".into(), json!(ct));
+    /// The attributes, serialised straight from borrowed fields (no intermediate map).
+    #[derive(serde::Serialize)]
+    struct Attributes<'a> {
+        specversion: &'static str,
+        id: &'a str,
+        source: &'a str,
+        #[serde(rename = "type")]
+        event_type: &'static str,
+        topic: &'a str,
+        pubsubname: &'a str,
+        traceparent: &'a str,
+        time: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        datacontenttype: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        expiration: Option<&'a str>,
     }
-    if let Some(exp) = fields.expiration {
-        object.insert("expiration".into(), json!(exp));
-    }
+    let event = Attributes {
+        specversion: "1.0",
+        id: fields.id,
+        source: fields.source,
+        event_type: EVENT_TYPE,
+        topic: fields.topic,
+        pubsubname: fields.pubsub_name,
+        traceparent: fields.traceparent,
+        time: fields.time,
+        datacontenttype: fields.content_type,
+        expiration: fields.expiration,
+    };
     let text = std::str::from_utf8(data).ok();
     let json_data = text
         .filter(|_| is_json(fields.content_type))

@@ -170,7 +170,9 @@ impl Runtime {
             (data, content_type)
         } else {
             wire.insert(controls::HEADER_ENVELOPE.into(), "cloudevents".into());
-            let id = uuid::Uuid::new_v4().to_string();
+            let id = uuid::Builder::from_random_bytes(rand::random())
+                .into_uuid()
+                .to_string();
             let fields = envelope::EnvelopeFields {
                 id: &id,
                 source: &self.options.app_id,
