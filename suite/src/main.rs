@@ -271,19 +271,20 @@ fn write_report(report: &RunReport, out: &Path) -> anyhow::Result<()> {
 }
 
 fn list(format: ListFormat) -> anyhow::Result<()> {
-    match format {
-        ListFormat::Text => {
-            for case in catalogue() {
-                println!(
-                    "{:<40} {:<13} {:<30} {}",
+    let text = match format {
+        ListFormat::Text => catalogue()
+            .iter()
+            .map(|case| {
+                format!(
+                    "{:<40} {:<13} {:<30} {}\n",
                     case.id,
                     case.level.name(),
                     case.requirement(),
                     case.must
-                );
-            }
-        }
-        ListFormat::Markdown => print!("{}", pubsub_conformance::catalogue::markdown()),
+                )
+            })
+            .collect(),
+        ListFormat::Markdown => pubsub_conformance::catalogue::markdown(),
         ListFormat::Json => {
             let rows: Vec<serde_json::Value> = catalogue()
                 .iter()
@@ -294,8 +295,12 @@ fn list(format: ListFormat) -> anyhow::Result<()> {
                     })
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&rows)?);
+            serde_json::to_string_pretty(&rows)? + "\n"
         }
+    };
+    // A closed pipe (`list | head`) is not an error.
+    match std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
     }
-    Ok(())
 }
