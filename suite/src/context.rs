@@ -105,6 +105,16 @@ impl CaseContext {
             .doing(&what)
     }
 
+    /// Subscribes group `g` to `topic` with the recorder's SUCCESS handler `s1`: the
+    /// plain subscriber most cases need.
+    pub async fn subscribe_recorded(&self, topic: &str) -> Result<SubscriptionHandle, CaseError> {
+        self.subscribe(
+            Subscription::new(topic, self.group("g")),
+            self.recorder.handler("s1"),
+        )
+        .await
+    }
+
     /// Publishes and records the attempt; returns the outcome.
     pub async fn publish(&self, request: PublishRequest) -> Result<MessageId, PubSubError> {
         let key = request.metadata.get(KEY).cloned().unwrap_or_default();
@@ -189,13 +199,9 @@ impl CaseContext {
     }
 }
 
-/// The due time a request's metadata asks for, as the suite computes it.
+/// The due time a request's metadata asks for, read by the runtime's own parser.
 fn due_time(metadata: &pubsub_components::Metadata) -> Option<SystemTime> {
-    if let Some(at) = metadata.get("deliverAt") {
-        return pubsub_components::runtime::controls::parse_time(at);
-    }
-    metadata
-        .get("deliverAfter")
-        .and_then(|d| humantime::parse_duration(d).ok())
-        .map(|d| SystemTime::now() + d)
+    pubsub_components::runtime::controls::parse_controls(metadata, SystemTime::now())
+        .ok()
+        .and_then(|controls| controls.deliver_at)
 }

@@ -83,12 +83,7 @@ pub fn cases() -> Vec<Case> {
 
 async fn delivery(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let subscription = ctx.subscribe_recorded(&topic).await?;
     let keys = ctx.publish_numbered(&topic, "m", 50).await?;
     ctx.recorder
         .wait_for_keys(&keys, ctx.delivery_deadline())
@@ -101,12 +96,7 @@ async fn delivery(ctx: CaseContext) -> CaseRun {
 pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
     let topic = ctx.topic("t");
     let samples = samples(&ctx.caps, ctx.seed(), 12);
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let subscription = ctx.subscribe_recorded(&topic).await?;
     if bulk {
         let request = pubsub_components::runtime::BulkPublishRequest {
             topic: topic.clone(),
@@ -162,12 +152,7 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
 
 async fn invalid_requests(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let subscription = ctx.subscribe_recorded(&topic).await?;
     let bad =
         |key: &str| PublishRequest::new(&topic, key.as_bytes().to_vec()).with_metadata(KEY, key);
     let attempts: Vec<(&str, PublishRequest, &str)> = vec![
@@ -255,12 +240,7 @@ async fn invalid_requests(ctx: CaseContext) -> CaseRun {
 
 async fn cloudevents(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let subscription = ctx.subscribe_recorded(&topic).await?;
     let payloads: Vec<(&str, Vec<u8>, &str)> = vec![
         ("json", br#"{"n":1,"s":"x"}"#.to_vec(), "application/json"),
         ("binary", vec![0, 1, 254, 255], "application/octet-stream"),
@@ -342,12 +322,7 @@ async fn cloudevents(ctx: CaseContext) -> CaseRun {
 
 async fn raw_payload(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let subscription = ctx.subscribe_recorded(&topic).await?;
     let data = vec![0xff, 0x00, b'{', 0x80, 0x7f];
     let request = PublishRequest::new(&topic, data.clone())
         .with_content_type("application/x-protobuf")

@@ -1,12 +1,12 @@
 //! Bulk publish: per-entry status, partial failures, entry ids, metadata merge,
 //! `batchPublishKeepOrder`, size limits.
 
-use super::generate;
+use super::{generate, keyed_entry};
 use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::KEY;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
-use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest, Subscription};
+use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest};
 use pubsub_components::{ErrorKind, Feature, Metadata};
 
 const FEATURE: &[Feature] = &[Feature::BulkPublish];
@@ -80,18 +80,6 @@ pub fn cases() -> Vec<Case> {
     ]
 }
 
-/// An entry tagged with `key` (also its entry id).
-fn entry(key: &str) -> BulkPublishEntry {
-    let mut metadata = Metadata::new();
-    metadata.insert(KEY.into(), key.into());
-    BulkPublishEntry {
-        entry_id: key.into(),
-        event: key.as_bytes().to_vec(),
-        content_type: Some("text/plain".into()),
-        metadata,
-    }
-}
-
 /// An entry the broker must refuse: a raw payload one byte over the declared maximum.
 fn oversize(ctx: &CaseContext, key: &str) -> Result<BulkPublishEntry, CaseError> {
     let max = ctx.caps.max_message_bytes.ok_or_else(|| {
@@ -99,7 +87,7 @@ fn oversize(ctx: &CaseContext, key: &str) -> Result<BulkPublishEntry, CaseError>
             "cannot induce an entry failure: the component declares no maximum message size".into(),
         )
     })?;
-    let mut entry = entry(key);
+    let mut entry = keyed_entry(key);
     entry.event = vec![b'x'; max + 1];
     entry.content_type = Some("application/octet-stream".into());
     entry.metadata.insert("rawPayload".into(), "true".into());
@@ -116,15 +104,13 @@ fn request(topic: &str, entries: Vec<BulkPublishEntry>) -> BulkPublishRequest {
 
 async fn all_success(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let subscription = ctx.subscribe_recorded(&topic).await?;
     let keys: Vec<String> = (0..100).map(|i| format!("e-{i}")).collect();
     let response = ctx
-        .bulk_publish(request(&topic, keys.iter().map(|k| entry(k)).collect()))
+        .bulk_publish(request(
+            &topic,
+            keys.iter().map(|k| keyed_entry(k)).collect(),
+        ))
         .await
         .doing("bulk publishing 100 entries")?;
     ctx.recorder
@@ -152,15 +138,10 @@ async fn partial_failure(ctx: CaseContext) -> CaseRun {
         entries.push(if i % 4 == 1 {
             oversize(&ctx, &key)?
         } else {
-            entry(&key)
+            keyed_entry(&key)
         });
     }
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let subscription = ctx.subscribe_recorded(&topic).await?;
     let response = ctx
         .bulk_publish(request(&topic, entries))
         .await
@@ -196,12 +177,7 @@ async fn partial_failure(ctx: CaseContext) -> CaseRun {
 
 async fn status_mapping(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let subscription = ctx.subscribe_recorded(&topic).await?;
     let strategy = (
         proptest::collection::vec(proptest::bool::weighted(0.3), 1..30),
         proptest::bool::ANY,
@@ -214,7 +190,7 @@ async fn status_mapping(ctx: CaseContext) -> CaseRun {
             entries.push(if *fail {
                 oversize(&ctx, &key)?
             } else {
-                entry(&key)
+                keyed_entry(&key)
             });
         }
         let mut req = request(&topic, entries);
@@ -247,22 +223,29 @@ async fn status_mapping(ctx: CaseContext) -> CaseRun {
 
 async fn entry_ids(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
-    let mut blank = entry("bad-1");
+    let subscription = ctx.subscribe_recorded(&topic).await?;
+    let mut blank = keyed_entry("bad-1");
     blank.entry_id = "   ".into();
-    let mut missing = entry("bad-3");
+    let mut missing = keyed_entry("bad-3");
     missing.entry_id = String::new();
     let attempts = vec![
-        ("missing entryId", vec![entry("bad-0"), missing], "index 1"),
-        ("blank entryId", vec![blank, entry("bad-2")], "index 0"),
+        (
+            "missing entryId",
+            vec![keyed_entry("bad-0"), missing],
+            "index 1",
+        ),
+        (
+            "blank entryId",
+            vec![blank, keyed_entry("bad-2")],
+            "index 0",
+        ),
         (
             "duplicate entryId",
-            vec![entry("bad-4"), entry("bad-5"), entry("bad-4")],
+            vec![
+                keyed_entry("bad-4"),
+                keyed_entry("bad-5"),
+                keyed_entry("bad-4"),
+            ],
             "bad-4",
         ),
     ];
@@ -308,16 +291,11 @@ async fn entry_ids(ctx: CaseContext) -> CaseRun {
 
 async fn metadata_merge(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
-    let mut overriding = entry("e-1");
+    let subscription = ctx.subscribe_recorded(&topic).await?;
+    let mut overriding = keyed_entry("e-1");
     overriding.metadata.insert("app-b".into(), "entry-b".into());
-    let own_map = entry("e-2");
-    let mut no_map = entry("e-3");
+    let own_map = keyed_entry("e-2");
+    let mut no_map = keyed_entry("e-3");
     no_map.metadata.clear();
     let mut req = request(&topic, vec![overriding, own_map, no_map]);
     req.metadata.insert("app-a".into(), "request-a".into());
@@ -367,15 +345,10 @@ async fn keep_order(ctx: CaseContext) -> CaseRun {
         entries.push(if i == FAILING {
             oversize(&ctx, &key)?
         } else {
-            entry(&key)
+            keyed_entry(&key)
         });
     }
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let subscription = ctx.subscribe_recorded(&topic).await?;
     let mut req = request(&topic, entries);
     req.metadata
         .insert("batchPublishKeepOrder".into(), "true".into());
@@ -415,15 +388,10 @@ async fn keep_order(ctx: CaseContext) -> CaseRun {
 
 async fn size_limit(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let subscription = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let subscription = ctx.subscribe_recorded(&topic).await?;
     let entries: Vec<BulkPublishEntry> = (0..10)
         .map(|i| {
-            let mut e = entry(&format!("big-{i}"));
+            let mut e = keyed_entry(&format!("big-{i}"));
             e.event = vec![b'a' + i as u8; 1000];
             e.metadata.insert("rawPayload".into(), "true".into());
             e

@@ -4,7 +4,7 @@ use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::KEY;
 use crate::outcome::{CaseRun, Context, Outcome};
-use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest, Subscription};
+use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest};
 use pubsub_components::{ConsumerSpec, Metadata, TopicSelector};
 use std::collections::BTreeSet;
 use tokio::time::Instant;
@@ -87,12 +87,7 @@ async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
 
 async fn concurrent_publishers(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let handle = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let handle = ctx.subscribe_recorded(&topic).await?;
     let labels: Vec<String> = (0..4).map(|p| format!("p{p}")).collect();
     let singles = labels
         .iter()
@@ -101,14 +96,7 @@ async fn concurrent_publishers(ctx: CaseContext) -> CaseRun {
         let entries: Vec<BulkPublishEntry> = (0..50)
             .map(|i| {
                 let key = format!("b{b}-{i}");
-                let mut metadata = Metadata::new();
-                metadata.insert(KEY.into(), key.clone());
-                BulkPublishEntry {
-                    entry_id: key.clone(),
-                    event: key.into_bytes(),
-                    content_type: Some("text/plain".into()),
-                    metadata,
-                }
+                super::keyed_entry(&key)
             })
             .collect();
         ctx.bulk_publish(BulkPublishRequest {

@@ -69,12 +69,7 @@ async fn finish(
 
 async fn deliver_after(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let handle = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let handle = ctx.subscribe_recorded(&topic).await?;
     let mut keys = Vec::new();
     for (i, ms) in [1200u64, 300, 900, 600, 300, 1200, 600, 900]
         .into_iter()
@@ -96,12 +91,7 @@ async fn deliver_after(ctx: CaseContext) -> CaseRun {
 
 async fn deliver_at(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let handle = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let handle = ctx.subscribe_recorded(&topic).await?;
     let mut keys = Vec::new();
     for (i, ms) in [800u64, 400, 1200, 400].into_iter().enumerate() {
         let key = format!("at-{ms}ms-{i}");

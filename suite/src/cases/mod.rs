@@ -17,7 +17,7 @@ use crate::catalogue::Case;
 use crate::history::KEY;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use pubsub_components::runtime::Event;
+use pubsub_components::runtime::{BulkPublishEntry, Event};
 use pubsub_components::{Capabilities, Metadata};
 
 /// Every case of every family.
@@ -179,4 +179,16 @@ pub fn fidelity_problems(sample: &Sample, event: &Event) -> Vec<String> {
         ));
     }
     problems
+}
+
+/// A bulk entry tagged with `key` (also its entry id and its text payload).
+pub fn keyed_entry(key: &str) -> BulkPublishEntry {
+    let mut metadata = Metadata::new();
+    metadata.insert(KEY.into(), key.into());
+    BulkPublishEntry {
+        entry_id: key.into(),
+        event: key.as_bytes().to_vec(),
+        content_type: Some("text/plain".into()),
+        metadata,
+    }
 }

@@ -5,7 +5,6 @@ use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::Record;
 use crate::outcome::{CaseRun, Context, Outcome};
-use pubsub_components::runtime::Subscription;
 use pubsub_components::{Feature, PartitionUpdate};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -86,12 +85,7 @@ async fn key_routing(ctx: CaseContext) -> CaseRun {
         .create_topic(&topic, 4)
         .await
         .doing("creating a topic with 4 partitions")?;
-    let handle = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let handle = ctx.subscribe_recorded(&topic).await?;
     let mut keys = Vec::new();
     for i in 0..80 {
         let key = format!("m-{i}");
@@ -130,12 +124,7 @@ async fn update_seen(ctx: CaseContext) -> CaseRun {
         .watch_partitions(&topic)
         .await
         .doing("watching partitions")?;
-    let handle = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let handle = ctx.subscribe_recorded(&topic).await?;
     let mut keys = ctx.publish_numbered(&topic, "before", 8).await?;
     let bound = discovery(&ctx.caps);
     component

@@ -3,13 +3,11 @@
 use super::key_of;
 use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
-use crate::history::{Record, KEY};
+use crate::history::Record;
 use crate::outcome::{CaseRun, Context};
 use crate::spans::SpanCapture;
 use pubsub_components::runtime::trace::new_traceparent;
-use pubsub_components::runtime::{
-    BulkPublishEntry, BulkPublishRequest, BulkSubscribeOptions, Status, Subscription,
-};
+use pubsub_components::runtime::{BulkPublishRequest, BulkSubscribeOptions, Status, Subscription};
 use pubsub_components::{Feature, Metadata};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,15 +32,11 @@ async fn per_entry(ctx: CaseContext) -> CaseRun {
     let entries = traces
         .iter()
         .map(|(key, traceparent)| {
-            let mut metadata = Metadata::new();
-            metadata.insert(KEY.into(), key.clone());
-            metadata.insert("traceparent".into(), traceparent.clone());
-            BulkPublishEntry {
-                entry_id: key.clone(),
-                event: key.clone().into_bytes(),
-                content_type: Some("text/plain".into()),
-                metadata,
-            }
+            let mut entry = super::keyed_entry(key);
+            entry
+                .metadata
+                .insert("traceparent".into(), traceparent.clone());
+            entry
         })
         .collect();
     let response = ctx

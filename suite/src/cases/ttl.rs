@@ -3,7 +3,7 @@
 use super::key_of;
 use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
-use crate::history::{Recorder, KEY};
+use crate::history::Recorder;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest, Subscription};
 use pubsub_components::{Feature, Metadata};
@@ -56,15 +56,8 @@ async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     let entries: Vec<BulkPublishEntry> = (0..3)
         .map(|i| {
             let key = format!("expired-bulk-{i}");
-            let mut metadata = Metadata::new();
-            metadata.insert(KEY.into(), key.clone());
             expiring.push(key.clone());
-            BulkPublishEntry {
-                entry_id: key.clone(),
-                event: key.into_bytes(),
-                content_type: Some("text/plain".into()),
-                metadata,
-            }
+            super::keyed_entry(&key)
         })
         .collect();
     let mut request_metadata = Metadata::new();
@@ -148,12 +141,7 @@ async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
 
 async fn live(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let handle = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("g")),
-            ctx.recorder.handler("s1"),
-        )
-        .await?;
+    let handle = ctx.subscribe_recorded(&topic).await?;
     let mut keys = Vec::new();
     for i in 0..5 {
         let key = format!("live-{i}");
