@@ -12,9 +12,10 @@ if ! need cargo; then
 fi
 
 # Debian packages: chromium for the browser test of the HTML report; the brokers the
-# local-process provisioning spawns (redis-server, nats-server) and the servers the external
-# provisioning uses (PostgreSQL, started by scripts/services.sh).
-packages=(ca-certificates pkg-config chromium redis-server nats-server postgresql postgresql-client)
+# local-process provisioning spawns (redis-server, nats-server, mosquitto) and the servers
+# the external provisioning uses (PostgreSQL, RabbitMQ, started by scripts/services.sh).
+packages=(ca-certificates pkg-config chromium redis-server nats-server mosquitto
+    postgresql postgresql-client rabbitmq-server)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

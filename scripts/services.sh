@@ -11,6 +11,7 @@ declare -A services=(
     [redis]="127.0.0.1 6379 redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no"
     [nats]="127.0.0.1 4222 start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server"
     [postgres]="127.0.0.1 5432 pg_ctlcluster --skip-systemctl-redirect \$(ls /etc/postgresql) main start"
+    [rabbitmq]="127.0.0.1 5672 rabbitmq-server -detached"
 )
 
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
@@ -25,7 +26,7 @@ for name in "${!services[@]}"; do
     if [ "$action" = start ]; then
         echo "services.sh: starting $name"
         bash -c "$start"
-        for _ in $(seq 1 60); do
+        for _ in $(seq 1 120); do
             port_open "$host" "$port" && break
             sleep 0.5
         done

@@ -167,6 +167,15 @@ pub trait Component: Send + Sync + 'static {
     /// Opens a consumer.
     async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>>;
 
+    /// Creates the consumer group `spec` describes without consuming, so that
+    /// messages published from now on are kept for it. Brokers whose new groups see
+    /// earlier messages (logs, streams, tables) need nothing; queue and session
+    /// brokers declare the group's queue or session here.
+    async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
+        let _ = spec;
+        Ok(())
+    }
+
     /// Creates a topic with the given partition count (no-op if it exists with it).
     async fn create_topic(&self, topic: &str, partitions: u32) -> Result<()> {
         let _ = (topic, partitions);

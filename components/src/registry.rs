@@ -4,14 +4,23 @@ use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
 use crate::error::PubSubError;
 use crate::memory::{MemoryComponent, MemoryConfig};
+use crate::mqtt::{Mqtt5, MqttConfig};
 use crate::nats::{NatsConfig, NatsJetStream};
 use crate::postgres::{Postgres, PostgresConfig};
+use crate::rabbitmq::{RabbitConfig, RabbitMq};
 use crate::redis_streams::{RedisConfig, RedisStreams};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The component types this build knows, as written after `pubsub.` in `spec.type`.
-pub const KNOWN_TYPES: &[&str] = &["in-memory", "redis-streams", "postgres", "nats-jetstream"];
+pub const KNOWN_TYPES: &[&str] = &[
+    "in-memory",
+    "redis-streams",
+    "postgres",
+    "nats-jetstream",
+    "rabbitmq",
+    "mqtt5",
+];
 
 /// A definition's settings, checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +29,8 @@ pub enum Settings {
     Redis(RedisConfig),
     Postgres(PostgresConfig),
     Nats(NatsConfig),
+    Rabbit(RabbitConfig),
+    Mqtt(MqttConfig),
 }
 
 /// Why a component could not be built.
@@ -39,6 +50,8 @@ pub fn validate(definition: &ComponentDefinition) -> Result<Settings, ConfigErro
         "redis-streams" => redis_config(definition).map(Settings::Redis),
         "postgres" => postgres_config(definition).map(Settings::Postgres),
         "nats-jetstream" => nats_config(definition).map(Settings::Nats),
+        "rabbitmq" => rabbit_config(definition).map(Settings::Rabbit),
+        "mqtt5" => mqtt_config(definition).map(Settings::Mqtt),
         _ => Err(definition.error(
             "spec.type",
             format!(
@@ -56,6 +69,8 @@ pub fn endpoint(settings: &Settings) -> Option<String> {
         Settings::Memory(_) => None,
         Settings::Redis(c) => Some(c.host.clone()),
         Settings::Nats(c) => Some(c.url.clone()),
+        Settings::Rabbit(c) => Some(c.endpoint()),
+        Settings::Mqtt(c) => Some(c.host.clone()),
         Settings::Postgres(c) => {
             let value = |key: &str| {
                 c.connection_string
@@ -93,6 +108,18 @@ pub async fn build(
                 config.url = endpoint.to_string();
             }
             Ok(Arc::new(NatsJetStream::connect(config).await?))
+        }
+        Settings::Rabbit(mut config) => {
+            if let Some(endpoint) = endpoint {
+                config.uri = config.with_endpoint(endpoint);
+            }
+            Ok(Arc::new(RabbitMq::connect(config).await?))
+        }
+        Settings::Mqtt(mut config) => {
+            if let Some(endpoint) = endpoint {
+                config.host = endpoint.to_string();
+            }
+            Ok(Arc::new(Mqtt5::connect(config).await?))
         }
         Settings::Postgres(mut config) => {
             if let Some((host, port)) = endpoint.and_then(|e| e.rsplit_once(':')) {
@@ -244,6 +271,128 @@ fn nats_config(definition: &ComponentDefinition) -> Result<NatsConfig, ConfigErr
             .value::<u64>("ackWaitMs", "milliseconds")?
             .map(Duration::from_millis)
             .unwrap_or(defaults.ack_wait),
+        max_message_bytes: definition
+            .value::<usize>("maxMessageBytes", "a number of bytes")?
+            .unwrap_or(defaults.max_message_bytes),
+    })
+}
+
+fn rabbit_config(definition: &ComponentDefinition) -> Result<RabbitConfig, ConfigError> {
+    definition.check_known(&[
+        "connectionString",
+        "exchange",
+        "prefetch",
+        "queueExpiryMs",
+        "maxMessageBytes",
+    ])?;
+    let defaults = RabbitConfig::default();
+    let uri = definition
+        .metadata
+        .get("connectionString")
+        .cloned()
+        .unwrap_or(defaults.uri);
+    if !(uri.starts_with("amqp://") || uri.starts_with("amqps://")) {
+        return Err(definition.error(
+            "spec.metadata (connectionString)",
+            format!("expected amqp://user:password@host:port/vhost, got '{uri}'"),
+        ));
+    }
+    let exchange = definition
+        .metadata
+        .get("exchange")
+        .cloned()
+        .unwrap_or(defaults.exchange);
+    if exchange.is_empty()
+        || exchange.len() > 100
+        || !exchange
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Err(definition.error(
+            "spec.metadata (exchange)",
+            format!("'{exchange}' must be 1 to 100 letters, digits, '_', '-' or '.'"),
+        ));
+    }
+    let prefetch = definition
+        .value::<u16>("prefetch", "a message count up to 65535")?
+        .unwrap_or(defaults.prefetch);
+    if prefetch == 0 {
+        return Err(definition.error("spec.metadata (prefetch)", "must be at least 1"));
+    }
+    let queue_expiry = definition
+        .value::<u64>("queueExpiryMs", "milliseconds")?
+        .map(Duration::from_millis);
+    if queue_expiry.is_some_and(|e| e < Duration::from_secs(1)) {
+        return Err(definition.error("spec.metadata (queueExpiryMs)", "must be at least 1000 ms"));
+    }
+    Ok(RabbitConfig {
+        uri,
+        exchange,
+        prefetch,
+        queue_expiry,
+        max_message_bytes: definition
+            .value::<usize>("maxMessageBytes", "a number of bytes")?
+            .unwrap_or(defaults.max_message_bytes),
+    })
+}
+
+fn mqtt_config(definition: &ComponentDefinition) -> Result<MqttConfig, ConfigError> {
+    definition.check_known(&[
+        "host",
+        "topicPrefix",
+        "sessionExpirySeconds",
+        "expiryGraceMs",
+        "maxMessageBytes",
+    ])?;
+    let defaults = MqttConfig::default();
+    let host = definition
+        .metadata
+        .get("host")
+        .cloned()
+        .unwrap_or(defaults.host);
+    let host = host
+        .strip_prefix("tcp://")
+        .or_else(|| host.strip_prefix("mqtt://"))
+        .unwrap_or(&host)
+        .to_string();
+    if host
+        .rsplit_once(':')
+        .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+    {
+        return Err(definition.error(
+            "spec.metadata (host)",
+            format!("expected host:port, got '{host}'"),
+        ));
+    }
+    let topic_prefix = definition
+        .metadata
+        .get("topicPrefix")
+        .cloned()
+        .unwrap_or(defaults.topic_prefix);
+    if topic_prefix.contains(['+', '#']) || topic_prefix.starts_with('$') {
+        return Err(definition.error(
+            "spec.metadata (topicPrefix)",
+            format!("'{topic_prefix}' may not hold '+' or '#' nor start with '$'"),
+        ));
+    }
+    let session_expiry = definition
+        .value::<u32>("sessionExpirySeconds", "seconds")?
+        .map(|s| Duration::from_secs(u64::from(s)))
+        .unwrap_or(defaults.session_expiry);
+    if session_expiry.is_zero() {
+        return Err(definition.error(
+            "spec.metadata (sessionExpirySeconds)",
+            "must be at least 1: groups keep their messages in sessions",
+        ));
+    }
+    Ok(MqttConfig {
+        host,
+        topic_prefix,
+        session_expiry,
+        expiry_grace: definition
+            .value::<u64>("expiryGraceMs", "milliseconds")?
+            .map(Duration::from_millis)
+            .unwrap_or(defaults.expiry_grace),
         max_message_bytes: definition
             .value::<usize>("maxMessageBytes", "a number of bytes")?
             .unwrap_or(defaults.max_message_bytes),

@@ -8,7 +8,7 @@ use pubsub_components::runtime::{
     BulkPublishRequest, BulkPublishResponse, Handler, PublishRequest, Runtime, Subscription,
     SubscriptionHandle,
 };
-use pubsub_components::{Capabilities, MessageId, PubSubError};
+use pubsub_components::{Capabilities, ConsumerSpec, MessageId, PubSubError};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
@@ -101,6 +101,32 @@ impl CaseContext {
         let what = format!("subscribing to {}", subscription.topics.describe());
         self.runtime
             .subscribe(subscription, handler)
+            .await
+            .doing(&what)
+    }
+
+    /// Creates a subscription's group before anything is published for it, so that
+    /// queue and session brokers keep those messages for it.
+    pub async fn create_group(&self, subscription: &Subscription) -> Result<(), CaseError> {
+        let what = format!(
+            "creating group {} on {}",
+            subscription.group,
+            subscription.topics.describe()
+        );
+        self.runtime.create_group(subscription).await.doing(&what)
+    }
+
+    /// Creates a consumer's group (for cases that drive the component directly)
+    /// before anything is published for it.
+    pub async fn create_consumer_group(&self, spec: &ConsumerSpec) -> Result<(), CaseError> {
+        let what = format!(
+            "creating group {} on {}",
+            spec.group,
+            spec.topics.describe()
+        );
+        self.runtime
+            .component()
+            .create_group(spec)
             .await
             .doing(&what)
     }

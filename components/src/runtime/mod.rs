@@ -215,8 +215,32 @@ impl Runtime {
         handler: Handler,
     ) -> Result<SubscriptionHandle> {
         self.validate_subscription(&subscription, &handler)?;
+        let spec = self.consumer_spec(&subscription);
+        let consumer = self.component.consumer(spec).await?;
+        Ok(delivery::start(
+            self.clone(),
+            subscription,
+            handler,
+            consumer,
+        ))
+    }
+
+    /// Creates the subscription's consumer group ahead of its first subscriber, so
+    /// that messages published from now on are kept for it even on brokers that only
+    /// keep messages for groups that exist (queues, sessions). A no-op where groups
+    /// see earlier messages anyway.
+    pub async fn create_group(&self, subscription: &Subscription) -> Result<()> {
+        self.validate_topics(subscription)?;
+        self.component
+            .create_group(&self.consumer_spec(subscription))
+            .await
+    }
+
+    /// The consumer a subscription needs: native features are passed to the
+    /// component, emulated ones stay with the runtime.
+    fn consumer_spec(&self, subscription: &Subscription) -> ConsumerSpec {
         let native = |feature| self.mode(feature) == Support::Native;
-        let spec = ConsumerSpec {
+        ConsumerSpec {
             topics: subscription.topics.clone(),
             group: subscription.group.clone(),
             start: subscription.start,
@@ -228,17 +252,34 @@ impl Runtime {
             receiver_delay: subscription
                 .receiver_delay
                 .filter(|_| native(Feature::DelayedDelivery)),
-        };
-        let consumer = self.component.consumer(spec).await?;
-        Ok(delivery::start(
-            self.clone(),
-            subscription,
-            handler,
-            consumer,
-        ))
+        }
     }
 
     fn validate_subscription(&self, subscription: &Subscription, handler: &Handler) -> Result<()> {
+        self.validate_topics(subscription)?;
+        if matches!(handler, Handler::Bulk(_)) {
+            self.require(Feature::BulkSubscribe)?;
+        }
+        match (handler, &subscription.bulk) {
+            (Handler::Bulk(_), Some(bulk)) if bulk.max_messages_count == 0 => {
+                Err(PubSubError::InvalidRequest(
+                    "bulkSubscribe maxMessagesCount must be at least 1".into(),
+                ))
+            }
+            (Handler::Bulk(_), Some(bulk)) if bulk.max_await_duration.is_zero() => {
+                Err(PubSubError::InvalidRequest(
+                    "bulkSubscribe maxAwaitDurationMs must be above 0".into(),
+                ))
+            }
+            (Handler::Single(_), Some(_)) => Err(PubSubError::InvalidRequest(
+                "bulkSubscribe is enabled but the handler takes single messages".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks what a subscription asks for, apart from its handler.
+    fn validate_topics(&self, subscription: &Subscription) -> Result<()> {
         match &subscription.topics {
             crate::TopicSelector::Single(t) => controls::validate_topic(t)?,
             crate::TopicSelector::List(ts) => {
@@ -278,25 +319,7 @@ impl Runtime {
         if subscription.receiver_delay.is_some() {
             self.require(Feature::DelayedDelivery)?;
         }
-        if matches!(handler, Handler::Bulk(_)) {
-            self.require(Feature::BulkSubscribe)?;
-        }
-        match (handler, &subscription.bulk) {
-            (Handler::Bulk(_), Some(bulk)) if bulk.max_messages_count == 0 => {
-                Err(PubSubError::InvalidRequest(
-                    "bulkSubscribe maxMessagesCount must be at least 1".into(),
-                ))
-            }
-            (Handler::Bulk(_), Some(bulk)) if bulk.max_await_duration.is_zero() => {
-                Err(PubSubError::InvalidRequest(
-                    "bulkSubscribe maxAwaitDurationMs must be above 0".into(),
-                ))
-            }
-            (Handler::Single(_), Some(_)) => Err(PubSubError::InvalidRequest(
-                "bulkSubscribe is enabled but the handler takes single messages".into(),
-            )),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 }
 

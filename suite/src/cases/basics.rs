@@ -497,8 +497,9 @@ async fn message_id_round_trip(ctx: CaseContext) -> CaseRun {
     // Delivered ids: owner topic named, and acceptable to ack after the round trip.
     let topic = ctx.topic("t");
     let group = ctx.group("g");
-    let keys = ctx.publish_numbered(&topic, "m", 5).await?;
     let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), &group);
+    ctx.create_consumer_group(&spec).await?;
+    let keys = ctx.publish_numbered(&topic, "m", 5).await?;
     let consumer = ctx
         .runtime
         .component()

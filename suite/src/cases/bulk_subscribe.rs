@@ -71,13 +71,6 @@ async fn max_messages(ctx: CaseContext) -> CaseRun {
         } else {
             vec![ctx.topic(&format!("r{run}-a"))]
         };
-        let mut keys = Vec::new();
-        for (t, topic) in topics.iter().enumerate() {
-            keys.extend(
-                ctx.publish_numbered(topic, &format!("r{run}-t{t}"), *count)
-                    .await?,
-            );
-        }
         let selector = if topics.len() > 1 {
             TopicSelector::List(topics.clone())
         } else {
@@ -85,6 +78,14 @@ async fn max_messages(ctx: CaseContext) -> CaseRun {
         };
         let mut subscription = Subscription::selecting(selector, ctx.group(&format!("r{run}")));
         subscription.bulk = bulk(*max, 200);
+        ctx.create_group(&subscription).await?;
+        let mut keys = Vec::new();
+        for (t, topic) in topics.iter().enumerate() {
+            keys.extend(
+                ctx.publish_numbered(topic, &format!("r{run}-t{t}"), *count)
+                    .await?,
+            );
+        }
         let handle = ctx
             .subscribe(
                 subscription,
@@ -194,13 +195,14 @@ async fn statuses(ctx: CaseContext) -> CaseRun {
     } else {
         None
     };
+    let mut subscription = Subscription::new(&topic, ctx.group("g"));
+    subscription.bulk = bulk(20, 200);
+    subscription.dead_letter_topic = dead_letters.then(|| dlq_topic.clone());
+    ctx.create_group(&subscription).await?;
     let mut keys = Vec::new();
     for prefix in ["success", "retry", "drop", "missing"] {
         keys.extend(ctx.publish_numbered(&topic, prefix, 3).await?);
     }
-    let mut subscription = Subscription::new(&topic, ctx.group("g"));
-    subscription.bulk = bulk(20, 200);
-    subscription.dead_letter_topic = dead_letters.then(|| dlq_topic.clone());
     let handle = ctx
         .subscribe(
             subscription,
@@ -290,10 +292,11 @@ async fn statuses(ctx: CaseContext) -> CaseRun {
 
 async fn handler_error(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let keys = ctx.publish_numbered(&topic, "m", 10).await?;
-    let failed_once = Arc::new(AtomicBool::new(false));
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.bulk = bulk(10, 200);
+    ctx.create_group(&subscription).await?;
+    let keys = ctx.publish_numbered(&topic, "m", 10).await?;
+    let failed_once = Arc::new(AtomicBool::new(false));
     let flag = failed_once.clone();
     let handle = ctx
         .subscribe(

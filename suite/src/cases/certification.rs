@@ -32,9 +32,10 @@ pub fn cases() -> Vec<Case> {
 
 async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    let keys = ctx.publish_numbered(&topic, "m", 40).await?;
     let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
     let component = ctx.runtime.component().clone();
+    ctx.create_consumer_group(&spec).await?;
+    let keys = ctx.publish_numbered(&topic, "m", 40).await?;
     let leaving = component
         .consumer(spec.clone())
         .await

@@ -138,12 +138,13 @@ async fn owner_topic(ctx: CaseContext) -> CaseRun {
 
 async fn ack_owner(ctx: CaseContext) -> CaseRun {
     let (a, b) = (ctx.topic("a"), ctx.topic("b"));
-    ctx.publish_numbered(&a, "a", 3).await?;
-    ctx.publish_numbered(&b, "b", 3).await?;
     let spec = ConsumerSpec::new(
         TopicSelector::List(vec![a.clone(), b.clone()]),
         ctx.group("g"),
     );
+    ctx.create_consumer_group(&spec).await?;
+    ctx.publish_numbered(&a, "a", 3).await?;
+    ctx.publish_numbered(&b, "b", 3).await?;
     let consumer = ctx
         .runtime
         .component()
@@ -196,12 +197,13 @@ async fn ack_owner(ctx: CaseContext) -> CaseRun {
 
 async fn ack_refused(ctx: CaseContext) -> CaseRun {
     let (a, b, other) = (ctx.topic("a"), ctx.topic("b"), ctx.topic("not-subscribed"));
-    ctx.publish_numbered(&a, "a", 1).await?;
-    ctx.publish_numbered(&other, "other", 1).await?;
     let spec = ConsumerSpec::new(
         TopicSelector::List(vec![a.clone(), b.clone()]),
         ctx.group("g"),
     );
+    ctx.create_consumer_group(&spec).await?;
+    ctx.publish_numbered(&a, "a", 1).await?;
+    ctx.publish_numbered(&other, "other", 1).await?;
     let consumer = ctx
         .runtime
         .component()
@@ -251,12 +253,13 @@ async fn ack_refused(ctx: CaseContext) -> CaseRun {
 
 async fn seek(ctx: CaseContext) -> CaseRun {
     let (a, b) = (ctx.topic("a"), ctx.topic("b"));
-    ctx.publish_numbered(&a, "a", 5).await?;
-    ctx.publish_numbered(&b, "b", 5).await?;
     let spec = ConsumerSpec::new(
         TopicSelector::List(vec![a.clone(), b.clone()]),
         ctx.group("g"),
     );
+    ctx.create_consumer_group(&spec).await?;
+    ctx.publish_numbered(&a, "a", 5).await?;
+    ctx.publish_numbered(&b, "b", 5).await?;
     let consumer = ctx
         .runtime
         .component()
@@ -315,6 +318,11 @@ async fn seek(ctx: CaseContext) -> CaseRun {
 
 async fn last_message_ids(ctx: CaseContext) -> CaseRun {
     let (a, b) = (ctx.topic("a"), ctx.topic("b"));
+    let spec = ConsumerSpec::new(
+        TopicSelector::List(vec![a.clone(), b.clone()]),
+        ctx.group("g"),
+    );
+    ctx.create_consumer_group(&spec).await?;
     let mut last = Vec::new();
     for (topic, label, count) in [(&a, "a", 3), (&b, "b", 2)] {
         let mut id = None;
@@ -327,10 +335,6 @@ async fn last_message_ids(ctx: CaseContext) -> CaseRun {
         }
         last.extend(id);
     }
-    let spec = ConsumerSpec::new(
-        TopicSelector::List(vec![a.clone(), b.clone()]),
-        ctx.group("g"),
-    );
     let consumer = ctx
         .runtime
         .component()

@@ -39,6 +39,8 @@ async fn ordering(ctx: CaseContext, with_retry: bool) -> CaseRun {
             .await
             .doing("creating a topic with 4 partitions")?;
     }
+    let subscription = Subscription::new(&topic, ctx.group("g"));
+    ctx.create_group(&subscription).await?;
     let count = if with_retry { 400 } else { 1000 };
     let mut keys = Vec::with_capacity(count);
     // Published before subscribing, so the subscriber receives them in large batches.
@@ -61,9 +63,7 @@ async fn ordering(ctx: CaseContext, with_retry: bool) -> CaseRun {
             Status::Success
         }
     });
-    let handle = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), handler)
-        .await?;
+    let handle = ctx.subscribe(subscription, handler).await?;
     ctx.recorder
         .wait_for_keys(&keys, ctx.within(ctx.caps.delivery_bound * 3))
         .await;

@@ -50,6 +50,8 @@ pub fn cases() -> Vec<Case> {
 
 async fn redelivery(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
+    let subscription = Subscription::new(&topic, ctx.group("g"));
+    ctx.create_group(&subscription).await?;
     let keys = ctx.publish_numbered(&topic, "m", 10).await?;
     let handler = ctx.recorder.scripted("s1", |event| {
         let index: usize = key_of(event).trim_start_matches("m-").parse().unwrap_or(0);
@@ -59,9 +61,7 @@ async fn redelivery(ctx: CaseContext) -> CaseRun {
             Status::Success
         }
     });
-    let handle = ctx
-        .subscribe(Subscription::new(&topic, ctx.group("g")), handler)
-        .await?;
+    let handle = ctx.subscribe(subscription, handler).await?;
     let deadline = ctx.within(ctx.caps.delivery_bound + ctx.caps.redelivery_bound * 2);
     let needed = |k: &String| {
         if k.trim_start_matches("m-")
@@ -115,6 +115,11 @@ async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     } else {
         None
     };
+    let mut subscription = Subscription::new(&topic, ctx.group("g"));
+    subscription.max_deliveries = MAX_DELIVERIES;
+    subscription.retry_delay = Duration::from_millis(50);
+    subscription.dead_letter_topic = with_dead_letter.then(|| dlq_topic.clone());
+    ctx.create_group(&subscription).await?;
     let poison = ctx
         .message(&topic, "poison")
         .with_metadata("app-origin", "retry ✓");
@@ -122,10 +127,6 @@ async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
         .await
         .doing("publishing the poison message")?;
     let healthy = ctx.publish_numbered(&topic, "ok", 5).await?;
-    let mut subscription = Subscription::new(&topic, ctx.group("g"));
-    subscription.max_deliveries = MAX_DELIVERIES;
-    subscription.retry_delay = Duration::from_millis(50);
-    subscription.dead_letter_topic = with_dead_letter.then(|| dlq_topic.clone());
     let handler = ctx.recorder.scripted("s1", |event| {
         if key_of(event) == "poison" {
             Status::Retry
@@ -224,14 +225,15 @@ async fn drop_to_dead_letter(ctx: CaseContext) -> CaseRun {
             dlq.handler("dead-letters"),
         )
         .await?;
+    let mut subscription = Subscription::new(&topic, ctx.group("g"));
+    subscription.dead_letter_topic = Some(dlq_topic.clone());
+    ctx.create_group(&subscription).await?;
     let request: PublishRequest = ctx
         .message(&topic, "dropped")
         .with_metadata("app-origin", "drop ✓");
     ctx.publish(request)
         .await
         .doing("publishing the message to drop")?;
-    let mut subscription = Subscription::new(&topic, ctx.group("g"));
-    subscription.dead_letter_topic = Some(dlq_topic.clone());
     let handle = ctx
         .subscribe(subscription, ctx.recorder.scripted("s1", |_| Status::Drop))
         .await?;

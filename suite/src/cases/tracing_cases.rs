@@ -26,6 +26,12 @@ pub fn cases() -> Vec<Case> {
 
 async fn per_entry(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
+    let mut subscription = Subscription::new(&topic, ctx.group("g"));
+    subscription.bulk = Some(BulkSubscribeOptions {
+        max_messages_count: 10,
+        max_await_duration: Duration::from_millis(200),
+    });
+    ctx.create_group(&subscription).await?;
     let traces: BTreeMap<String, String> = (0..10)
         .map(|i| (format!("e-{i}"), new_traceparent()))
         .collect();
@@ -48,11 +54,6 @@ async fn per_entry(ctx: CaseContext) -> CaseRun {
         .await
         .doing("bulk publishing entries with their own traceparent")?;
     let capture = SpanCapture::default();
-    let mut subscription = Subscription::new(&topic, ctx.group("g"));
-    subscription.bulk = Some(BulkSubscribeOptions {
-        max_messages_count: 10,
-        max_await_duration: Duration::from_millis(200),
-    });
     let handle = ctx
         .subscribe(
             subscription,

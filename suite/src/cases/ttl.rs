@@ -41,6 +41,13 @@ pub fn cases() -> Vec<Case> {
 async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     let topic = ctx.topic("t");
     let dlq_topic = ctx.topic("dlq");
+    let dlq_subscription = Subscription::new(&dlq_topic, ctx.group("dlq"));
+    let mut subscription = Subscription::new(&topic, ctx.group("g"));
+    subscription.dead_letter_topic = with_dead_letter.then(|| dlq_topic.clone());
+    if with_dead_letter {
+        ctx.create_group(&dlq_subscription).await?;
+    }
+    ctx.create_group(&subscription).await?;
     let mut expiring = Vec::new();
     // Per message, through the single path.
     for i in 0..3 {
@@ -84,17 +91,12 @@ async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     let dlq = Recorder::new();
     let dlq_handle = if with_dead_letter {
         Some(
-            ctx.subscribe(
-                Subscription::new(&dlq_topic, ctx.group("dlq")),
-                dlq.handler("dead-letters"),
-            )
-            .await?,
+            ctx.subscribe(dlq_subscription, dlq.handler("dead-letters"))
+                .await?,
         )
     } else {
         None
     };
-    let mut subscription = Subscription::new(&topic, ctx.group("g"));
-    subscription.dead_letter_topic = with_dead_letter.then(|| dlq_topic.clone());
     let handle = ctx
         .subscribe(subscription, ctx.recorder.handler("s1"))
         .await?;

@@ -1,0 +1,742 @@
+//! MQTT 5 component (`rumqttc`, tested against Mosquitto): QoS 1 publishes whose
+//! PUBACKs are mapped back to each request and bulk entry, manual acks, user
+//! properties for metadata, the content-type property, shared subscriptions
+//! (`$share/<group>/<topic>`) for consumer groups, and persistent sessions so a group
+//! keeps what is published while none of its members is connected.
+//!
+//! What follows from MQTT itself, declared in the capabilities:
+//! * MQTT has no negative ack and a broker redelivers only when a session resumes, so
+//!   a nack keeps the message unacknowledged and the consumer hands it out again
+//!   itself once the delay has passed (redelivery is local to the consumer).
+//! * A broker drops a message whose expiry interval passed without dead-lettering
+//!   it, which the contract requires, so TTL is emulated by the runtime; the expiry
+//!   interval is still set (TTL plus `expiryGraceMs`) so the broker does not keep
+//!   expired messages for ever.
+//! * One member per group and process holds the group's persistent session (the
+//!   anchor); further members use clean sessions, and what such a member leaves
+//!   unacknowledged when it disconnects is lost (MQTT does not redistribute it).
+//! * Patterns subscribe the deepest literal level with `#` and are filtered here.
+
+use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
+use crate::component::{
+    check_message_size, glob_match, owner_topic, Component, Consumer, ConsumerSpec, TopicSelector,
+};
+use crate::error::{PubSubError, Result};
+use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
+use async_trait::async_trait;
+use rumqttc::v5::mqttbytes::v5::{
+    Filter, Packet, PubAckReason, Publish, PublishProperties, SubscribeReasonCode,
+};
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
+use rumqttc::Outgoing;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// Settings (YAML metadata `host`, `topicPrefix`, `sessionExpirySeconds`,
+/// `expiryGraceMs`, `maxMessageBytes`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MqttConfig {
+    /// `host:port` of the broker.
+    pub host: String,
+    /// Put before every topic on the broker (e.g. `pcs/`).
+    pub topic_prefix: String,
+    /// How long a group's session outlives its last member.
+    pub session_expiry: Duration,
+    /// Added to a message's TTL for the broker's expiry interval.
+    pub expiry_grace: Duration,
+    pub max_message_bytes: usize,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            host: "127.0.0.1:1883".into(),
+            topic_prefix: String::new(),
+            session_expiry: Duration::from_secs(3600),
+            expiry_grace: Duration::from_secs(60),
+            max_message_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// User properties the component owns; metadata entries are `m:<key>`.
+const PROP_ID: &str = "i:id";
+const PROP_PUBLISHED: &str = "i:published-ms";
+const PROP_KEY: &str = "i:partition-key";
+const METADATA_PREFIX: &str = "m:";
+/// Requests queued towards one connection's event loop.
+const REQUEST_CAPACITY: usize = 1024;
+/// QoS 1 messages in flight per connection, each way.
+const IN_FLIGHT: u16 = 1000;
+/// Room for a packet's topic and properties (metadata) beyond its payload.
+const PACKET_OVERHEAD: usize = 256 * 1024;
+/// How long connecting and subscribing may take.
+const SETUP_BOUND: Duration = Duration::from_secs(10);
+
+fn mqtt<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> PubSubError + '_ {
+    move |e| PubSubError::broker(context, e)
+}
+
+fn split_host(host: &str) -> Result<(String, u16)> {
+    let (name, port) = host
+        .rsplit_once(':')
+        .ok_or_else(|| PubSubError::InvalidRequest(format!("expected host:port, got '{host}'")))?;
+    let port = port
+        .parse()
+        .map_err(|_| PubSubError::InvalidRequest(format!("bad port in '{host}'")))?;
+    Ok((name.to_string(), port))
+}
+
+fn options(config: &MqttConfig, client_id: &str, session: Option<Duration>) -> Result<MqttOptions> {
+    let (host, port) = split_host(&config.host)?;
+    let mut options = MqttOptions::new(client_id, host, port);
+    options
+        .set_keep_alive(Duration::from_secs(30))
+        .set_manual_acks(true)
+        .set_receive_maximum(Some(IN_FLIGHT))
+        .set_outgoing_inflight_upper_limit(IN_FLIGHT)
+        .set_max_packet_size(Some(
+            (config.max_message_bytes + PACKET_OVERHEAD).min(u32::MAX as usize) as u32,
+        ))
+        .set_clean_start(session.is_none())
+        .set_session_expiry_interval(session.map(|s| s.as_secs().min(u32::MAX as u64) as u32));
+    Ok(options)
+}
+
+fn millis_since_epoch(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Publishes waiting for their PUBACK. The event loop reports each publish's packet
+/// id in request order, so a FIFO of waiters maps packet ids back to requests.
+#[derive(Default)]
+struct Acks {
+    queued: VecDeque<oneshot::Sender<Result<()>>>,
+    in_flight: HashMap<u16, oneshot::Sender<Result<()>>>,
+}
+
+impl Acks {
+    fn sent(&mut self, pkid: u16) {
+        if let Some(waiter) = self.queued.pop_front() {
+            self.in_flight.insert(pkid, waiter);
+        }
+    }
+
+    fn acked(&mut self, pkid: u16, reason: PubAckReason) {
+        if let Some(waiter) = self.in_flight.remove(&pkid) {
+            let result = match reason {
+                PubAckReason::Success | PubAckReason::NoMatchingSubscribers => Ok(()),
+                other => Err(PubSubError::broker(
+                    "publishing",
+                    format!("the broker refused the message: {other:?}"),
+                )),
+            };
+            let _ = waiter.send(result);
+        }
+    }
+
+    fn fail_all(&mut self, why: &str) {
+        for waiter in self
+            .queued
+            .drain(..)
+            .chain(self.in_flight.drain().map(|(_, w)| w))
+        {
+            let _ = waiter.send(Err(PubSubError::broker("publishing", why)));
+        }
+    }
+}
+
+/// The MQTT 5 component.
+pub struct Mqtt5 {
+    config: MqttConfig,
+    client: AsyncClient,
+    acks: Arc<Mutex<Acks>>,
+    /// Keeps queueing a waiter and handing its publish over in the same order.
+    send_order: tokio::sync::Mutex<()>,
+    /// Group sessions held by a live consumer of this component.
+    anchors: Arc<Mutex<HashSet<String>>>,
+    publisher: JoinHandle<()>,
+}
+
+impl Drop for Mqtt5 {
+    fn drop(&mut self) {
+        self.publisher.abort();
+    }
+}
+
+impl Mqtt5 {
+    /// Connects the publishing session (and waits for the broker to accept it).
+    pub async fn connect(config: MqttConfig) -> Result<Self> {
+        let client_id = format!("pcs-pub-{}", uuid::Uuid::new_v4().simple());
+        let (client, mut events) =
+            AsyncClient::new(options(&config, &client_id, None)?, REQUEST_CAPACITY);
+        let connected = tokio::time::timeout(SETUP_BOUND, async {
+            loop {
+                match events.poll().await {
+                    Ok(Event::Incoming(Packet::ConnAck(_))) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+        .await;
+        let context = format!("connecting to MQTT at {}", config.host);
+        match connected {
+            Err(_) => return Err(PubSubError::broker(context, "no CONNACK within 10 s")),
+            Ok(Err(e)) => return Err(PubSubError::broker(context, e)),
+            Ok(Ok(())) => {}
+        }
+        let acks = Arc::new(Mutex::new(Acks::default()));
+        let publisher = tokio::spawn(run_publisher(events, acks.clone()));
+        Ok(Mqtt5 {
+            config,
+            client,
+            acks,
+            send_order: tokio::sync::Mutex::new(()),
+            anchors: Arc::new(Mutex::new(HashSet::new())),
+            publisher,
+        })
+    }
+
+    fn broker_topic(&self, topic: &str) -> String {
+        format!("{}{topic}", self.config.topic_prefix)
+    }
+
+    /// Hands one publish to the event loop; the receiver resolves on its PUBACK.
+    async fn send(
+        &self,
+        message: &OutgoingMessage,
+    ) -> Result<(MessageId, oneshot::Receiver<Result<()>>)> {
+        check_message_size(message, self.config.max_message_bytes)?;
+        let position = (uuid::Uuid::new_v4().as_u128() as u64) >> 1;
+        let mut user_properties = vec![
+            (PROP_ID.to_string(), position.to_string()),
+            (
+                PROP_PUBLISHED.to_string(),
+                millis_since_epoch(SystemTime::now()).to_string(),
+            ),
+        ];
+        if let Some(key) = &message.partition_key {
+            user_properties.push((PROP_KEY.to_string(), key.clone()));
+        }
+        user_properties.extend(
+            message
+                .metadata
+                .iter()
+                .map(|(k, v)| (format!("{METADATA_PREFIX}{k}"), v.clone())),
+        );
+        let message_expiry_interval = message.expires_at.map(|at| {
+            let left = at.duration_since(SystemTime::now()).unwrap_or_default();
+            (left + self.config.expiry_grace)
+                .as_secs()
+                .clamp(1, u64::from(u32::MAX)) as u32
+        });
+        let properties = PublishProperties {
+            content_type: message.content_type.clone(),
+            user_properties,
+            message_expiry_interval,
+            ..Default::default()
+        };
+        let (waiter, acked) = oneshot::channel();
+        let _order = self.send_order.lock().await;
+        self.acks
+            .lock()
+            .expect("acks lock")
+            .queued
+            .push_back(waiter);
+        let handed = self
+            .client
+            .publish_with_properties(
+                self.broker_topic(&message.topic),
+                QoS::AtLeastOnce,
+                false,
+                message.payload.clone(),
+                properties,
+            )
+            .await;
+        if let Err(e) = handed {
+            self.acks.lock().expect("acks lock").queued.pop_back();
+            return Err(PubSubError::broker("publishing", e));
+        }
+        Ok((MessageId::new(&message.topic, None, position), acked))
+    }
+
+    /// The broker-side filters of a selector, and whether deliveries need filtering.
+    fn filters(&self, spec: &ConsumerSpec) -> Result<Vec<String>> {
+        if spec.group.is_empty() || spec.group.contains(['/', '+', '#']) {
+            return Err(PubSubError::InvalidRequest(format!(
+                "group '{}' cannot name an MQTT shared subscription (no '/', '+' or '#')",
+                spec.group
+            )));
+        }
+        let share = |filter: String| format!("$share/{}/{filter}", spec.group);
+        Ok(match &spec.topics {
+            TopicSelector::Single(topic) => vec![share(self.broker_topic(topic))],
+            TopicSelector::List(topics) => {
+                topics.iter().map(|t| share(self.broker_topic(t))).collect()
+            }
+            TopicSelector::Pattern(pattern) => {
+                let literal = pattern.split('*').next().unwrap_or("");
+                let level = literal.rfind('/').map_or("", |i| &literal[..=i]);
+                vec![share(format!("{}{level}#", self.config.topic_prefix))]
+            }
+        })
+    }
+
+    /// The client id of a group's persistent session in this component.
+    fn anchor_id(spec: &ConsumerSpec) -> String {
+        let digest = format!("{}\u{0}{}", spec.group, spec.topics.describe())
+            .bytes()
+            .fold(0xcbf29ce484222325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+            });
+        format!("pcs-group-{digest:016x}")
+    }
+
+    /// Connects a session and subscribes; returns it with whatever was delivered
+    /// before the SUBACK (a resumed session's backlog).
+    async fn open_session(
+        &self,
+        client_id: &str,
+        persistent: bool,
+        filters: Vec<String>,
+    ) -> Result<(AsyncClient, EventLoop, Vec<Publish>)> {
+        let session = persistent.then_some(self.config.session_expiry);
+        let (client, mut events) =
+            AsyncClient::new(options(&self.config, client_id, session)?, REQUEST_CAPACITY);
+        client
+            .subscribe_many(
+                filters
+                    .iter()
+                    .map(|f| Filter::new(f.clone(), QoS::AtLeastOnce)),
+            )
+            .await
+            .map_err(mqtt("subscribing"))?;
+        let mut early = Vec::new();
+        let subscribed = tokio::time::timeout(SETUP_BOUND, async {
+            loop {
+                match events.poll().await {
+                    Ok(Event::Incoming(Packet::SubAck(ack))) => return Ok(ack),
+                    Ok(Event::Incoming(Packet::Publish(publish))) => early.push(publish),
+                    Ok(_) => {}
+                    Err(e) => return Err(PubSubError::broker("subscribing", e)),
+                }
+            }
+        })
+        .await
+        .map_err(|_| PubSubError::broker("subscribing", "no SUBACK within 10 s"))??;
+        if let Some(refused) = subscribed
+            .return_codes
+            .iter()
+            .find(|code| !matches!(code, SubscribeReasonCode::Success(_)))
+        {
+            return Err(PubSubError::broker(
+                "subscribing",
+                format!("the broker refused {filters:?}: {refused:?}"),
+            ));
+        }
+        Ok((client, events, early))
+    }
+}
+
+async fn run_publisher(mut events: EventLoop, acks: Arc<Mutex<Acks>>) {
+    loop {
+        match events.poll().await {
+            Ok(Event::Outgoing(Outgoing::Publish(pkid))) => {
+                acks.lock().expect("acks lock").sent(pkid)
+            }
+            Ok(Event::Incoming(Packet::PubAck(ack))) => {
+                acks.lock().expect("acks lock").acked(ack.pkid, ack.reason)
+            }
+            Ok(_) => {}
+            Err(e) => {
+                acks.lock()
+                    .expect("acks lock")
+                    .fail_all(&format!("the connection failed: {e}"));
+                // The next poll reconnects; do not spin while the broker is away.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Component for Mqtt5 {
+    fn kind(&self) -> &str {
+        "mqtt5"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            bulk_publish: Support::Native,
+            bulk_subscribe: Support::Emulated,
+            ttl: Support::Emulated,
+            dead_letter: Support::Emulated,
+            delayed_delivery: Support::Emulated,
+            ordering: OrderingScope::PerTopic,
+            multi_topic: true,
+            seek: false,
+            partitions: None,
+            delivery: DeliveryGuarantee::AtLeastOnce,
+            max_message_bytes: Some(self.config.max_message_bytes),
+            delivery_bound: Duration::from_secs(5),
+            redelivery_bound: Duration::from_secs(2),
+            delay_precision: Duration::from_millis(300),
+            clock_tolerance: Duration::from_millis(50),
+        }
+    }
+
+    async fn broker_version(&self) -> Result<String> {
+        let client_id = format!("pcs-probe-{}", uuid::Uuid::new_v4().simple());
+        let probe = self
+            .open_session(&client_id, false, vec!["$SYS/broker/version".into()])
+            .await;
+        let version = match probe {
+            Ok((client, mut events, early)) => {
+                let retained = async {
+                    if let Some(p) = early.into_iter().next() {
+                        return Some(p);
+                    }
+                    loop {
+                        match events.poll().await {
+                            Ok(Event::Incoming(Packet::Publish(p))) => return Some(p),
+                            Ok(_) => {}
+                            Err(_) => return None,
+                        }
+                    }
+                };
+                let found = tokio::time::timeout(Duration::from_secs(2), retained)
+                    .await
+                    .ok()
+                    .flatten();
+                let _ = client.try_disconnect();
+                found.map(|p| String::from_utf8_lossy(&p.payload).into_owned())
+            }
+            Err(_) => None,
+        };
+        Ok(format!(
+            "{} at {} (MQTT 5)",
+            version.unwrap_or_else(|| "MQTT broker (version unknown)".into()),
+            self.config.host
+        ))
+    }
+
+    async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
+        let (id, acked) = self.send(&message).await?;
+        settle(acked).await.map(|_| id)
+    }
+
+    async fn publish_batch(
+        &self,
+        messages: Vec<OutgoingMessage>,
+    ) -> Result<Vec<Result<MessageId>>> {
+        let mut pending = Vec::with_capacity(messages.len());
+        for message in &messages {
+            pending.push(self.send(message).await);
+        }
+        let mut results = Vec::with_capacity(pending.len());
+        for sent in pending {
+            results.push(match sent {
+                Ok((id, acked)) => settle(acked).await.map(|_| id),
+                Err(e) => Err(e),
+            });
+        }
+        Ok(results)
+    }
+
+    async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
+        let anchor = Self::anchor_id(spec);
+        if self.anchors.lock().expect("anchors lock").contains(&anchor) {
+            return Ok(()); // a live member holds the session already
+        }
+        let (client, mut events, _) = self
+            .open_session(&anchor, true, self.filters(spec)?)
+            .await?;
+        client.disconnect().await.map_err(mqtt("disconnecting"))?;
+        // Let the DISCONNECT go out; the session stays on the broker.
+        let _ = tokio::time::timeout(SETUP_BOUND, async {
+            while let Ok(event) = events.poll().await {
+                if matches!(event, Event::Outgoing(Outgoing::Disconnect)) {
+                    break;
+                }
+            }
+        })
+        .await;
+        Ok(())
+    }
+
+    async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        let filters = self.filters(&spec)?;
+        let anchor_id = Self::anchor_id(&spec);
+        let anchor = self
+            .anchors
+            .lock()
+            .expect("anchors lock")
+            .insert(anchor_id.clone())
+            .then_some(anchor_id);
+        let client_id = anchor
+            .clone()
+            .unwrap_or_else(|| format!("pcs-member-{}", uuid::Uuid::new_v4().simple()));
+        let opened = self
+            .open_session(&client_id, anchor.is_some(), filters)
+            .await;
+        let (client, events, early) = match opened {
+            Ok(session) => session,
+            Err(e) => {
+                if let Some(anchor) = &anchor {
+                    self.anchors.lock().expect("anchors lock").remove(anchor);
+                }
+                return Err(e);
+            }
+        };
+        let (deliveries, incoming) = mpsc::unbounded_channel();
+        let unacked = Arc::new(Mutex::new(HashMap::new()));
+        let reader = Reader {
+            topics: spec.topics.clone(),
+            prefix: self.config.topic_prefix.clone(),
+            client: client.clone(),
+            deliveries: deliveries.clone(),
+            unacked: unacked.clone(),
+        };
+        let task = tokio::spawn(reader.run(events, early));
+        Ok(Box::new(MqttConsumer {
+            topics: spec.topics,
+            client,
+            incoming: tokio::sync::Mutex::new(incoming),
+            deliveries,
+            unacked,
+            anchor: anchor.map(|a| (a, self.anchors.clone())),
+            task,
+        }))
+    }
+}
+
+/// Waits for a publish's PUBACK.
+async fn settle(acked: oneshot::Receiver<Result<()>>) -> Result<()> {
+    acked.await.unwrap_or_else(|_| {
+        Err(PubSubError::Closed(
+            "the MQTT connection closed before the PUBACK".into(),
+        ))
+    })
+}
+
+type Unacked = Arc<Mutex<HashMap<MessageId, (Publish, ReceivedMessage)>>>;
+
+/// Reads one consumer session's event loop into its delivery queue.
+struct Reader {
+    topics: TopicSelector,
+    prefix: String,
+    client: AsyncClient,
+    deliveries: mpsc::UnboundedSender<ReceivedMessage>,
+    unacked: Unacked,
+}
+
+impl Reader {
+    async fn run(self, mut events: EventLoop, early: Vec<Publish>) {
+        for publish in early {
+            self.take(publish);
+        }
+        loop {
+            match events.poll().await {
+                Ok(Event::Incoming(Packet::Publish(publish))) => self.take(publish),
+                Ok(Event::Outgoing(Outgoing::Disconnect)) => break,
+                Ok(_) => {}
+                Err(_) if self.deliveries.is_closed() => break,
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    fn take(&self, publish: Publish) {
+        let topic = String::from_utf8_lossy(&publish.topic).into_owned();
+        let topic = topic
+            .strip_prefix(&self.prefix)
+            .unwrap_or(&topic)
+            .to_string();
+        let covered = match &self.topics {
+            TopicSelector::Pattern(pattern) => glob_match(pattern, &topic),
+            selector => selector.matches(&topic),
+        };
+        if !covered {
+            // Under the pattern's broker filter but not the pattern: not this group's.
+            let _ = self.client.try_ack(&publish);
+            return;
+        }
+        let message = convert(topic, &publish);
+        self.unacked
+            .lock()
+            .expect("unacked lock")
+            .insert(message.id.clone(), (publish, message.clone()));
+        let _ = self.deliveries.send(message);
+    }
+}
+
+fn convert(topic: String, publish: &Publish) -> ReceivedMessage {
+    let empty = PublishProperties::default();
+    let properties = publish.properties.as_ref().unwrap_or(&empty);
+    let property = |name: &str| {
+        properties
+            .user_properties
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let metadata: Metadata = properties
+        .user_properties
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(METADATA_PREFIX)?.to_string(), v.clone())))
+        .collect();
+    let position = property(PROP_ID)
+        .and_then(|id| id.parse().ok())
+        .unwrap_or(u64::from(publish.pkid));
+    let published = property(PROP_PUBLISHED)
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+        .unwrap_or_else(SystemTime::now);
+    ReceivedMessage {
+        id: MessageId::new(topic, None, position),
+        payload: publish.payload.to_vec(),
+        content_type: properties.content_type.clone(),
+        metadata,
+        partition_key: property(PROP_KEY),
+        // A resumed session redelivers with DUP set; how often is not known.
+        attempt: if publish.dup { 2 } else { 1 },
+        publish_time: published,
+    }
+}
+
+struct MqttConsumer {
+    topics: TopicSelector,
+    client: AsyncClient,
+    incoming: tokio::sync::Mutex<mpsc::UnboundedReceiver<ReceivedMessage>>,
+    /// Local redeliveries go back into the same queue.
+    deliveries: mpsc::UnboundedSender<ReceivedMessage>,
+    unacked: Unacked,
+    anchor: Option<(String, Arc<Mutex<HashSet<String>>>)>,
+    task: JoinHandle<()>,
+}
+
+impl MqttConsumer {
+    fn unsettled(&self, id: &MessageId) -> Result<()> {
+        owner_topic(id, &self.topics)?;
+        if self.unacked.lock().expect("unacked lock").contains_key(id) {
+            Ok(())
+        } else {
+            Err(PubSubError::NotFound(format!(
+                "message {id} is not awaiting settlement"
+            )))
+        }
+    }
+}
+
+impl Drop for MqttConsumer {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Some((anchor, anchors)) = &self.anchor {
+            anchors.lock().expect("anchors lock").remove(anchor);
+        }
+    }
+}
+
+#[async_trait]
+impl Consumer for MqttConsumer {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        let mut incoming = self.incoming.lock().await;
+        let first = match tokio::time::timeout(wait, incoming.recv()).await {
+            Err(_) => return Ok(Vec::new()),
+            Ok(None) => return Err(PubSubError::Closed("the consumer was closed".into())),
+            Ok(Some(message)) => message,
+        };
+        let mut received = vec![first];
+        while received.len() < max {
+            match incoming.try_recv() {
+                Ok(message) => received.push(message),
+                Err(_) => break,
+            }
+        }
+        Ok(received)
+    }
+
+    async fn ack(&self, id: &MessageId) -> Result<()> {
+        self.unsettled(id)?;
+        let entry = self.unacked.lock().expect("unacked lock").remove(id);
+        match entry {
+            Some((publish, _)) => self
+                .client
+                .ack(&publish)
+                .await
+                .map_err(mqtt("acknowledging")),
+            None => Ok(()),
+        }
+    }
+
+    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        self.unsettled(id)?;
+        let again = {
+            let mut unacked = self.unacked.lock().expect("unacked lock");
+            let Some((_, message)) = unacked.get_mut(id) else {
+                return Ok(());
+            };
+            message.attempt += 1;
+            message.clone()
+        };
+        // No negative ack in MQTT: hand it out again from here once the delay passed.
+        let deliveries = self.deliveries.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = deliveries.send(again);
+        });
+        Ok(())
+    }
+
+    async fn close(&self) -> Result<()> {
+        let _ = self.client.disconnect().await;
+        self.incoming.lock().await.close();
+        if let Some((anchor, anchors)) = &self.anchor {
+            anchors.lock().expect("anchors lock").remove(anchor);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(topics: TopicSelector) -> ConsumerSpec {
+        ConsumerSpec::new(topics, "g1")
+    }
+
+    #[test]
+    fn acks_map_packet_ids_back_to_requests_in_order() {
+        let mut acks = Acks::default();
+        let (first, mut first_rx) = oneshot::channel();
+        let (second, mut second_rx) = oneshot::channel();
+        acks.queued.push_back(first);
+        acks.queued.push_back(second);
+        acks.sent(7);
+        acks.sent(8);
+        acks.acked(8, PubAckReason::QuotaExceeded);
+        acks.acked(7, PubAckReason::Success);
+        assert!(first_rx.try_recv().unwrap().is_ok());
+        let refused = second_rx.try_recv().unwrap().unwrap_err();
+        assert!(refused.to_string().contains("QuotaExceeded"), "{refused}");
+    }
+
+    #[test]
+    fn anchors_differ_by_group_and_topics() {
+        let a = Mqtt5::anchor_id(&spec(TopicSelector::Single("a".into())));
+        let b = Mqtt5::anchor_id(&spec(TopicSelector::Single("b".into())));
+        assert_ne!(a, b);
+        assert_eq!(
+            a,
+            Mqtt5::anchor_id(&spec(TopicSelector::Single("a".into())))
+        );
+    }
+}

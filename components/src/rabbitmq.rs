@@ -1,0 +1,661 @@
+//! RabbitMQ component (AMQP 0-9-1, `lapin`): one durable topic exchange for every
+//! topic, one durable quorum queue per consumer group, publisher confirms mapped to
+//! entries, per-message expiration (native TTL), dead-letter exchanges and delivery
+//! limits (native dead letters), nack with requeue for redelivery.
+//!
+//! Routing: a topic's routing key spells the topic one character per word
+//! (`a.b-c` -> `a.%2E.b.-.c`), so that a glob pattern maps exactly onto an AMQP binding
+//! pattern (`*` -> `#`, which matches any run of words). Multi-topic and pattern
+//! consumers bind one queue once per topic or pattern; the delivery's routing key
+//! names the owner topic.
+//!
+//! RabbitMQ keeps messages only for queues that exist: a group sees what was
+//! published after it was created (`create_group` or its first consumer).
+
+use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
+use crate::component::{
+    check_message_size, owner_topic, Component, Consumer, ConsumerSpec, TopicSelector,
+};
+use crate::error::{PubSubError, Result};
+use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
+use crate::runtime::controls::keys;
+use async_trait::async_trait;
+use futures::{FutureExt, StreamExt};
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    BasicRejectOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::PublisherConfirm;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Settings (YAML metadata `connectionString`, `exchange`, `prefetch`,
+/// `queueExpiryMs`, `maxMessageBytes`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RabbitConfig {
+    /// `amqp://user:password@host:port/vhost`.
+    pub uri: String,
+    /// The topic exchange every topic is published to.
+    pub exchange: String,
+    /// Unacknowledged messages a consumer may hold.
+    pub prefetch: u16,
+    /// Group queues unused (no consumer, no redeclaration) this long are deleted.
+    pub queue_expiry: Option<Duration>,
+    pub max_message_bytes: usize,
+}
+
+impl Default for RabbitConfig {
+    fn default() -> Self {
+        RabbitConfig {
+            uri: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
+            exchange: "pubsub".into(),
+            prefetch: 512,
+            queue_expiry: None,
+            max_message_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl RabbitConfig {
+    /// `host:port` of the URI.
+    pub fn endpoint(&self) -> String {
+        let rest = self.uri.split_once("://").map_or(&*self.uri, |(_, r)| r);
+        let authority = rest.split('/').next().unwrap_or(rest);
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        if host.contains(':') {
+            host.to_string()
+        } else {
+            format!("{host}:5672")
+        }
+    }
+
+    /// The URI with its `host:port` replaced.
+    pub fn with_endpoint(&self, endpoint: &str) -> String {
+        let current = self.endpoint();
+        match self.uri.find(&current) {
+            Some(_) => self.uri.replacen(&current, endpoint, 1),
+            None => {
+                let host = current.trim_end_matches(":5672");
+                self.uri.replacen(host, endpoint, 1)
+            }
+        }
+    }
+}
+
+const HEADER_METADATA: &str = "pcs-metadata";
+const HEADER_TOPIC: &str = "pcs-topic";
+const HEADER_KEY: &str = "pcs-partition-key";
+const HEADER_PUBLISHED: &str = "pcs-published-ms";
+/// AMQP routing keys are at most 255 bytes; a topic spelled one character per word
+/// takes up to 4 bytes per character.
+const MAX_ROUTED_TOPIC: usize = 63;
+
+fn amqp<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> PubSubError + '_ {
+    move |e| PubSubError::broker(context, e)
+}
+
+/// One topic character as one routing-key word: letters, digits, `-` and `_` as
+/// themselves, anything else as `%XX`.
+fn word(c: char) -> String {
+    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+        c.to_string()
+    } else {
+        format!("%{:02X}", c as u32)
+    }
+}
+
+/// The routing key of a topic.
+fn routing_key(topic: &str) -> Result<ShortString> {
+    if topic.chars().count() > MAX_ROUTED_TOPIC {
+        return Err(PubSubError::InvalidRequest(format!(
+            "topic '{topic}' is longer than {MAX_ROUTED_TOPIC} characters, the most a RabbitMQ routing key can spell"
+        )));
+    }
+    let key: Vec<String> = topic.chars().map(word).collect();
+    short(key.join("."))
+}
+
+/// The binding key of a glob pattern: `*` matches any run of words.
+fn binding_key(pattern: &str) -> Result<ShortString> {
+    let key: Vec<String> = pattern
+        .chars()
+        .map(|c| if c == '*' { "#".into() } else { word(c) })
+        .collect();
+    short(key.join("."))
+}
+
+/// The topic a routing key spells.
+fn topic_of(routing_key: &str) -> String {
+    routing_key
+        .split('.')
+        .map(|w| match w.strip_prefix('%') {
+            Some(hex) => u32::from_str_radix(hex, 16)
+                .ok()
+                .and_then(char::from_u32)
+                .map(String::from)
+                .unwrap_or_default(),
+            None => w.to_string(),
+        })
+        .collect()
+}
+
+fn short(text: String) -> Result<ShortString> {
+    ShortString::try_new(text)
+        .map_err(|e| PubSubError::InvalidRequest(format!("name too long for AMQP: {e}")))
+}
+
+fn long(text: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(text.as_bytes().to_vec()))
+}
+
+fn text_header(headers: &FieldTable, name: &str) -> Option<String> {
+    match headers.inner().get(name)? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
+        _ => None,
+    }
+}
+
+fn number_header(headers: &FieldTable, name: &str) -> Option<i64> {
+    match headers.inner().get(name)? {
+        AMQPValue::LongLongInt(n) => Some(*n),
+        AMQPValue::LongInt(n) => Some(i64::from(*n)),
+        AMQPValue::LongUInt(n) => Some(i64::from(*n)),
+        AMQPValue::ShortInt(n) => Some(i64::from(*n)),
+        AMQPValue::ShortShortUInt(n) => Some(i64::from(*n)),
+        _ => None,
+    }
+}
+
+fn millis_since_epoch(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The RabbitMQ component.
+pub struct RabbitMq {
+    config: RabbitConfig,
+    connection: Connection,
+    publisher: Channel,
+}
+
+impl RabbitMq {
+    /// Connects, opens a confirming publisher channel and declares the exchange.
+    pub async fn connect(config: RabbitConfig) -> Result<Self> {
+        let connection = Connection::connect(&config.uri, ConnectionProperties::default())
+            .await
+            .map_err(|e| {
+                PubSubError::broker(
+                    format!("connecting to RabbitMQ at {}", config.endpoint()),
+                    e,
+                )
+            })?;
+        let publisher = connection
+            .create_channel()
+            .await
+            .map_err(amqp("opening the publisher channel"))?;
+        publisher
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(amqp("enabling publisher confirms"))?;
+        publisher
+            .exchange_declare(
+                short(config.exchange.clone())?,
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(amqp("declaring the exchange"))?;
+        Ok(RabbitMq {
+            config,
+            connection,
+            publisher,
+        })
+    }
+
+    /// Starts publishing one message; the returned confirm resolves once the broker
+    /// has taken responsibility for it.
+    async fn send(&self, message: &OutgoingMessage) -> Result<(MessageId, PublisherConfirm)> {
+        check_message_size(message, self.config.max_message_bytes)?;
+        let key = routing_key(&message.topic)?;
+        let position = (uuid::Uuid::new_v4().as_u128() as u64) >> 1;
+        let mut headers = FieldTable::default();
+        headers.insert(
+            HEADER_METADATA.into(),
+            long(&serde_json::to_string(&message.metadata).unwrap_or_default()),
+        );
+        headers.insert(HEADER_TOPIC.into(), long(&message.topic));
+        headers.insert(
+            HEADER_PUBLISHED.into(),
+            AMQPValue::LongLongInt(millis_since_epoch(SystemTime::now())),
+        );
+        if let Some(partition_key) = &message.partition_key {
+            headers.insert(HEADER_KEY.into(), long(partition_key));
+        }
+        let mut properties = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id(position.to_string().into())
+            .with_headers(headers);
+        if let Some(content_type) = &message.content_type {
+            properties = properties.with_content_type(short(content_type.clone())?);
+        }
+        if let Some(expires_at) = message.expires_at {
+            let left = expires_at
+                .duration_since(SystemTime::now())
+                .unwrap_or_default()
+                .as_millis()
+                .max(1);
+            properties = properties.with_expiration(left.to_string().into());
+        }
+        let confirm = self
+            .publisher
+            .basic_publish(
+                short(self.config.exchange.clone())?,
+                key,
+                BasicPublishOptions::default(),
+                &message.payload,
+                properties,
+            )
+            .await
+            .map_err(amqp("publishing"))?;
+        Ok((MessageId::new(&message.topic, None, position), confirm))
+    }
+
+    /// The queue of a group over `topics`.
+    fn queue_name(&self, spec: &ConsumerSpec) -> Result<ShortString> {
+        let selector = match &spec.topics {
+            TopicSelector::Single(topic) => topic.clone(),
+            other => {
+                let digest = other
+                    .describe()
+                    .bytes()
+                    .fold(0xcbf29ce484222325u64, |h, b| {
+                        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+                    });
+                format!("multi-{digest:016x}")
+            }
+        };
+        let name = format!("{}.{}.{selector}", self.config.exchange, spec.group);
+        short(name).map_err(|_| {
+            PubSubError::InvalidRequest(format!(
+                "group '{}' with topic '{}' makes a queue name over 255 bytes",
+                spec.group,
+                spec.topics.describe()
+            ))
+        })
+    }
+
+    /// Declares the group's quorum queue with its dead-letter settings and binds it to
+    /// every topic or pattern of the spec. Redeclaring with other settings fails.
+    async fn declare_group(&self, channel: &Channel, spec: &ConsumerSpec) -> Result<ShortString> {
+        let queue = self.queue_name(spec)?;
+        let mut arguments = FieldTable::default();
+        arguments.insert("x-queue-type".into(), long("quorum"));
+        if let Some(expiry) = self.config.queue_expiry {
+            arguments.insert(
+                "x-expires".into(),
+                AMQPValue::LongLongInt(expiry.as_millis() as i64),
+            );
+        }
+        if let Some(max) = spec.max_deliveries {
+            // The limit counts returns: a message is delivered at most limit + 1 times.
+            arguments.insert(
+                "x-delivery-limit".into(),
+                AMQPValue::LongLongInt(i64::from(max.saturating_sub(1))),
+            );
+        }
+        if let Some(dead_letter_topic) = &spec.dead_letter_topic {
+            arguments.insert("x-dead-letter-exchange".into(), long(&self.config.exchange));
+            arguments.insert(
+                "x-dead-letter-routing-key".into(),
+                long(routing_key(dead_letter_topic)?.as_str()),
+            );
+        }
+        channel
+            .queue_declare(
+                queue.clone(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                arguments,
+            )
+            .await
+            .map_err(amqp("declaring the group's queue"))?;
+        let bindings = match &spec.topics {
+            TopicSelector::Single(topic) => vec![routing_key(topic)?],
+            TopicSelector::List(topics) => topics
+                .iter()
+                .map(|t| routing_key(t))
+                .collect::<Result<_>>()?,
+            TopicSelector::Pattern(pattern) => vec![binding_key(pattern)?],
+        };
+        for binding in bindings {
+            channel
+                .queue_bind(
+                    queue.clone(),
+                    short(self.config.exchange.clone())?,
+                    binding,
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(amqp("binding the group's queue"))?;
+        }
+        Ok(queue)
+    }
+
+    /// The server's version, read from its `connection.start` greeting.
+    async fn server_version(&self) -> Option<String> {
+        let mut stream = tokio::net::TcpStream::connect(self.config.endpoint())
+            .await
+            .ok()?;
+        stream.write_all(b"AMQP\x00\x00\x09\x01").await.ok()?;
+        let mut greeting = vec![0u8; 4096];
+        let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut greeting))
+            .await
+            .ok()?
+            .ok()?;
+        let greeting = &greeting[..read];
+        let at = greeting.windows(8).position(|w| w == b"\x07versionS")? + 8;
+        let len = u32::from_be_bytes(greeting.get(at..at + 4)?.try_into().ok()?) as usize;
+        let version = greeting.get(at + 4..at + 4 + len)?;
+        Some(String::from_utf8_lossy(version).into_owned())
+    }
+}
+
+#[async_trait]
+impl Component for RabbitMq {
+    fn kind(&self) -> &str {
+        "rabbitmq"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            bulk_publish: Support::Native,
+            bulk_subscribe: Support::Emulated,
+            ttl: Support::Native,
+            dead_letter: Support::Native,
+            delayed_delivery: Support::Emulated,
+            ordering: OrderingScope::PerTopic,
+            multi_topic: true,
+            seek: false,
+            partitions: None,
+            delivery: DeliveryGuarantee::AtLeastOnce,
+            max_message_bytes: Some(self.config.max_message_bytes),
+            delivery_bound: Duration::from_secs(5),
+            redelivery_bound: Duration::from_secs(2),
+            delay_precision: Duration::from_millis(300),
+            clock_tolerance: Duration::from_millis(50),
+        }
+    }
+
+    async fn broker_version(&self) -> Result<String> {
+        let version = self
+            .server_version()
+            .await
+            .unwrap_or_else(|| "(version unknown)".into());
+        Ok(format!("RabbitMQ {version} at {}", self.config.endpoint()))
+    }
+
+    async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
+        let (id, confirm) = self.send(&message).await?;
+        settle(confirm).await.map(|_| id)
+    }
+
+    async fn publish_batch(
+        &self,
+        messages: Vec<OutgoingMessage>,
+    ) -> Result<Vec<Result<MessageId>>> {
+        let mut pending = Vec::with_capacity(messages.len());
+        for message in &messages {
+            pending.push(self.send(message).await);
+        }
+        let mut results = Vec::with_capacity(pending.len());
+        for sent in pending {
+            results.push(match sent {
+                Ok((id, confirm)) => settle(confirm).await.map(|_| id),
+                Err(e) => Err(e),
+            });
+        }
+        Ok(results)
+    }
+
+    async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
+        let channel = self
+            .connection
+            .create_channel()
+            .await
+            .map_err(amqp("opening a channel"))?;
+        let declared = self.declare_group(&channel, spec).await;
+        let _ = channel.close(200, "group created".into()).await;
+        declared.map(|_| ())
+    }
+
+    async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        let channel = self
+            .connection
+            .create_channel()
+            .await
+            .map_err(amqp("opening a consumer channel"))?;
+        let queue = self.declare_group(&channel, &spec).await?;
+        channel
+            .basic_qos(self.config.prefetch, BasicQosOptions::default())
+            .await
+            .map_err(amqp("setting the prefetch"))?;
+        let deliveries = channel
+            .basic_consume(
+                queue,
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(amqp("starting to consume"))?;
+        Ok(Box::new(RabbitConsumer {
+            topics: spec.topics,
+            channel,
+            deliveries: tokio::sync::Mutex::new(deliveries),
+            tags: Mutex::new(HashMap::new()),
+        }))
+    }
+}
+
+/// Waits for a publisher confirm; a nack or a return is a failed publish.
+async fn settle(confirm: PublisherConfirm) -> Result<()> {
+    let confirmation = confirm
+        .await
+        .map_err(amqp("waiting for the publisher confirm"))?;
+    if confirmation.is_nack() {
+        return Err(PubSubError::broker(
+            "publishing",
+            "the broker refused the message (publisher nack)",
+        ));
+    }
+    Ok(())
+}
+
+struct RabbitConsumer {
+    topics: TopicSelector,
+    channel: Channel,
+    deliveries: tokio::sync::Mutex<lapin::Consumer>,
+    /// The delivery tag of each unsettled message.
+    tags: Mutex<HashMap<MessageId, u64>>,
+}
+
+impl RabbitConsumer {
+    fn tag(&self, id: &MessageId) -> Result<u64> {
+        owner_topic(id, &self.topics)?;
+        self.tags
+            .lock()
+            .expect("tags lock")
+            .remove(id)
+            .ok_or_else(|| {
+                PubSubError::NotFound(format!("message {id} is not awaiting settlement"))
+            })
+    }
+
+    fn convert(&self, delivery: lapin::message::Delivery) -> ReceivedMessage {
+        let properties = &delivery.properties;
+        let empty = FieldTable::default();
+        let headers = properties.headers().as_ref().unwrap_or(&empty);
+        let topic = topic_of(delivery.routing_key.as_str());
+        let mut metadata: Metadata = text_header(headers, HEADER_METADATA)
+            .and_then(|json| serde_json::from_str(&json).ok())
+            .unwrap_or_default();
+        if let Some(reason) = text_header(headers, "x-first-death-reason") {
+            let reason = match reason.as_str() {
+                "rejected" => "dropped",
+                "delivery_limit" => "maxDeliveries",
+                other => other,
+            };
+            metadata.insert(keys::DEAD_LETTER_REASON.into(), reason.into());
+            if let Some(original) = text_header(headers, HEADER_TOPIC) {
+                metadata.insert(keys::ORIGINAL_TOPIC.into(), original);
+            }
+        }
+        let position = properties
+            .message_id()
+            .as_ref()
+            .and_then(|id| id.as_str().parse().ok())
+            .unwrap_or(delivery.delivery_tag);
+        let returns = number_header(headers, "x-delivery-count").unwrap_or(0);
+        let published = number_header(headers, HEADER_PUBLISHED)
+            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+            .unwrap_or_else(SystemTime::now);
+        let id = MessageId::new(topic, None, position);
+        self.tags
+            .lock()
+            .expect("tags lock")
+            .insert(id.clone(), delivery.delivery_tag);
+        ReceivedMessage {
+            id,
+            content_type: properties
+                .content_type()
+                .as_ref()
+                .map(|c| c.as_str().to_string()),
+            partition_key: text_header(headers, HEADER_KEY),
+            metadata,
+            attempt: 1 + returns.max(0) as u32,
+            publish_time: published,
+            payload: delivery.data,
+        }
+    }
+}
+
+#[async_trait]
+impl Consumer for RabbitConsumer {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        let mut deliveries = self.deliveries.lock().await;
+        let first = match tokio::time::timeout(wait, deliveries.next()).await {
+            Err(_) => return Ok(Vec::new()),
+            Ok(None) => return Err(PubSubError::Closed("the consumer was cancelled".into())),
+            Ok(Some(delivery)) => delivery.map_err(amqp("receiving"))?,
+        };
+        let mut received = vec![self.convert(first)];
+        while received.len() < max {
+            match deliveries.next().now_or_never() {
+                Some(Some(Ok(delivery))) => received.push(self.convert(delivery)),
+                _ => break,
+            }
+        }
+        Ok(received)
+    }
+
+    async fn ack(&self, id: &MessageId) -> Result<()> {
+        let tag = self.tag(id)?;
+        self.channel
+            .basic_ack(tag, BasicAckOptions::default())
+            .await
+            .map_err(amqp("acknowledging"))
+    }
+
+    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        let tag = self.tag(id)?;
+        let requeue = BasicNackOptions {
+            requeue: true,
+            ..Default::default()
+        };
+        if delay.is_zero() {
+            return self
+                .channel
+                .basic_nack(tag, requeue)
+                .await
+                .map_err(amqp("requeueing"));
+        }
+        // RabbitMQ requeues at once; the message stays unacknowledged here until its
+        // delay has passed (closing the channel returns it earlier, which is allowed).
+        let channel = self.channel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = channel.basic_nack(tag, requeue).await;
+        });
+        Ok(())
+    }
+
+    async fn reject(&self, id: &MessageId, _reason: &str) -> Result<()> {
+        let tag = self.tag(id)?;
+        self.channel
+            .basic_reject(tag, BasicRejectOptions { requeue: false })
+            .await
+            .map_err(amqp("dead-lettering"))
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.channel.status().connected() {
+            self.channel
+                .close(200, "consumer closed".into())
+                .await
+                .map_err(amqp("closing the consumer channel"))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("orders")]
+    #[case("a.b/c:d")]
+    #[case("pcs-1a2b_x")]
+    fn routing_keys_spell_topics_back(#[case] topic: &str) {
+        let key = routing_key(topic).unwrap();
+        assert_eq!(topic_of(key.as_str()), topic);
+    }
+
+    #[test]
+    fn a_glob_becomes_a_binding_pattern() {
+        assert_eq!(binding_key("ab*").unwrap().as_str(), "a.b.#");
+        assert_eq!(binding_key("a.*").unwrap().as_str(), "a.%2E.#");
+    }
+
+    #[test]
+    fn overlong_topics_are_refused_by_name() {
+        let topic = "t".repeat(MAX_ROUTED_TOPIC + 1);
+        let error = routing_key(&topic).unwrap_err();
+        assert!(error.to_string().contains("longer than 63"), "{error}");
+    }
+
+    #[test]
+    fn endpoints_are_read_and_replaced() {
+        let config = RabbitConfig::default();
+        assert_eq!(config.endpoint(), "127.0.0.1:5672");
+        assert_eq!(
+            config.with_endpoint("127.0.0.1:40000"),
+            "amqp://guest:guest@127.0.0.1:40000/%2f"
+        );
+    }
+}
