@@ -33,7 +33,7 @@ use rumqttc::Outgoing;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 /// Settings (YAML metadata `host`, `topicPrefix`, `sessionExpirySeconds`,
@@ -459,15 +459,8 @@ impl Component for Mqtt5 {
             .open_session(&anchor, true, self.filters(spec)?)
             .await?;
         client.disconnect().await.map_err(mqtt("disconnecting"))?;
-        // Let the DISCONNECT go out; the session stays on the broker.
-        let _ = tokio::time::timeout(SETUP_BOUND, async {
-            while let Ok(event) = events.poll().await {
-                if matches!(event, Event::Outgoing(Outgoing::Disconnect)) {
-                    break;
-                }
-            }
-        })
-        .await;
+        // The session stays on the broker.
+        drain_until_closed(&mut events).await;
         Ok(())
     }
 
@@ -504,7 +497,11 @@ impl Component for Mqtt5 {
             deliveries: deliveries.clone(),
             unacked: unacked.clone(),
         };
-        let task = tokio::spawn(reader.run(events, early));
+        let (finished, done) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            reader.run(events, early).await;
+            let _ = finished.send(true);
+        });
         Ok(Box::new(MqttConsumer {
             topics: spec.topics,
             client,
@@ -513,8 +510,15 @@ impl Component for Mqtt5 {
             unacked,
             anchor: anchor.map(|a| (a, self.anchors.clone())),
             task,
+            done,
         }))
     }
+}
+
+/// Polls a connection that was asked to disconnect until the broker has closed it,
+/// so everything queued before the DISCONNECT (acks) went out.
+async fn drain_until_closed(events: &mut EventLoop) {
+    let _ = tokio::time::timeout(SETUP_BOUND, async { while events.poll().await.is_ok() {} }).await;
 }
 
 /// Waits for a publish's PUBACK.
@@ -545,7 +549,11 @@ impl Reader {
         loop {
             match events.poll().await {
                 Ok(Event::Incoming(Packet::Publish(publish))) => self.take(publish),
-                Ok(Event::Outgoing(Outgoing::Disconnect)) => break,
+                Ok(Event::Outgoing(Outgoing::Disconnect)) => {
+                    // Closing: what was queued before went out with it.
+                    drain_until_closed(&mut events).await;
+                    break;
+                }
                 Ok(_) => {}
                 Err(_) if self.deliveries.is_closed() => break,
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -620,6 +628,8 @@ struct MqttConsumer {
     unacked: Unacked,
     anchor: Option<(String, Arc<Mutex<HashSet<String>>>)>,
     task: JoinHandle<()>,
+    /// Becomes true once the session's connection is closed.
+    done: watch::Receiver<bool>,
 }
 
 impl MqttConsumer {
@@ -697,6 +707,8 @@ impl Consumer for MqttConsumer {
 
     async fn close(&self) -> Result<()> {
         let _ = self.client.disconnect().await;
+        let mut done = self.done.clone();
+        let _ = tokio::time::timeout(SETUP_BOUND, done.wait_for(|closed| *closed)).await;
         self.incoming.lock().await.close();
         if let Some((anchor, anchors)) = &self.anchor {
             anchors.lock().expect("anchors lock").remove(anchor);

@@ -74,15 +74,34 @@ pub trait Provisioner: Send + Sync {
     ) -> Result<Provisioned, NotProvisioned>;
 }
 
-/// How to run a broker type as a local process or a container.
+/// A command line: the program (see [`process::resolve_program`]) and its arguments.
+pub type CommandLine = &'static [&'static str];
+
+/// How to run a broker type as a local process or a container. In every template,
+/// `{port}` is the broker's port, `{aux_port}` a second free port and `{dir}` its
+/// data directory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrokerSpec {
+    /// A short name for data directories and messages.
+    pub name: &'static str,
     /// The installed binary.
     pub program: &'static str,
     /// Debian packages that provide it.
     pub package: &'static str,
-    /// Arguments, with `{port}` and `{dir}` replaced.
     pub args: &'static [&'static str],
+    pub env: &'static [(&'static str, &'static str)],
+    /// Files written into the data directory before the first start: (name, content).
+    pub files: &'static [(&'static str, &'static str)],
+    /// Run once before the first start (e.g. initdb).
+    pub init: &'static [CommandLine],
+    /// Run once after the first start (e.g. createdb).
+    pub after_start: &'static [CommandLine],
+    /// When the suite runs as root: the user the broker must run as.
+    pub run_as: Option<&'static str>,
+    /// How long starting may take before the broker accepts connections.
+    pub ready_within: Duration,
+    /// Slow to start: the definition's endpoint is tried before spawning one.
+    pub prefer_external: bool,
     /// The container image and tag, for the container kind.
     pub image: &'static str,
     pub tag: &'static str,
@@ -95,10 +114,17 @@ pub fn needs_broker(component_type: &str) -> bool {
     component_type != "in-memory"
 }
 
+const NO_FILES: &[(&str, &str)] = &[];
+const NO_ENV: &[(&str, &str)] = &[];
+const NO_COMMANDS: &[CommandLine] = &[];
+const POSTGRES_BIN: &str = "/usr/lib/postgresql/*/bin/postgres";
+
 /// How to spawn the broker a component type needs, where this suite knows how.
 pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
+    let quick = Duration::from_secs(15);
     match component_type {
         "redis-streams" => Some(BrokerSpec {
+            name: "redis",
             program: "redis-server",
             package: "redis-server",
             args: &[
@@ -113,17 +139,132 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
                 "--dir",
                 "{dir}",
             ],
+            env: NO_ENV,
+            files: NO_FILES,
+            init: NO_COMMANDS,
+            after_start: NO_COMMANDS,
+            run_as: None,
+            ready_within: quick,
+            prefer_external: false,
             image: "redis",
             tag: "7-alpine",
             container_port: 6379,
         }),
         "nats-jetstream" => Some(BrokerSpec {
+            name: "nats",
             program: "nats-server",
             package: "nats-server",
             args: &["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "{dir}"],
+            env: NO_ENV,
+            files: NO_FILES,
+            init: NO_COMMANDS,
+            after_start: NO_COMMANDS,
+            run_as: None,
+            ready_within: quick,
+            prefer_external: false,
             image: "nats",
             tag: "2.10-alpine",
             container_port: 4222,
+        }),
+        "mqtt5" => Some(BrokerSpec {
+            name: "mosquitto",
+            program: "mosquitto",
+            package: "mosquitto",
+            args: &["-c", "{dir}/mosquitto.conf"],
+            env: NO_ENV,
+            files: &[(
+                "mosquitto.conf",
+                "listener {port} 127.0.0.1\nallow_anonymous true\n\
+                 max_queued_messages 0\npersistence true\npersistence_location {dir}/\n",
+            )],
+            init: NO_COMMANDS,
+            after_start: NO_COMMANDS,
+            run_as: None,
+            ready_within: quick,
+            prefer_external: false,
+            image: "eclipse-mosquitto",
+            tag: "2",
+            container_port: 1883,
+        }),
+        "rabbitmq" => Some(BrokerSpec {
+            name: "rabbitmq",
+            // The Debian wrapper in /usr/sbin switches user and ignores the environment.
+            program: "/usr/lib/rabbitmq/bin/rabbitmq-server",
+            package: "rabbitmq-server",
+            args: &[],
+            env: &[
+                ("RABBITMQ_NODENAME", "pcs-{port}@localhost"),
+                ("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1"),
+                ("RABBITMQ_NODE_PORT", "{port}"),
+                ("RABBITMQ_DIST_PORT", "{aux_port}"),
+                ("RABBITMQ_MNESIA_BASE", "{dir}/mnesia"),
+                ("RABBITMQ_LOG_BASE", "{dir}/log"),
+                ("RABBITMQ_CONFIG_FILE", "{dir}/rabbitmq.conf"),
+                ("RABBITMQ_CONF_ENV_FILE", "{dir}/rabbitmq-env.conf"),
+                ("RABBITMQ_ENABLED_PLUGINS_FILE", "{dir}/enabled_plugins"),
+            ],
+            files: &[
+                (
+                    "rabbitmq.conf",
+                    "listeners.tcp.1 = 127.0.0.1:{port}\nloopback_users = none\n",
+                ),
+                ("rabbitmq-env.conf", ""),
+                ("enabled_plugins", "[].\n"),
+            ],
+            init: NO_COMMANDS,
+            after_start: NO_COMMANDS,
+            run_as: None,
+            ready_within: Duration::from_secs(60),
+            prefer_external: true,
+            image: "rabbitmq",
+            tag: "3-alpine",
+            container_port: 5672,
+        }),
+        "postgres" => Some(BrokerSpec {
+            name: "postgres",
+            program: POSTGRES_BIN,
+            package: "postgresql",
+            args: &[
+                "-D",
+                "{dir}/data",
+                "-p",
+                "{port}",
+                "-k",
+                "{dir}",
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+            ],
+            env: NO_ENV,
+            files: NO_FILES,
+            init: &[&[
+                "/usr/lib/postgresql/*/bin/initdb",
+                "-D",
+                "{dir}/data",
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+            ]],
+            after_start: &[&[
+                "/usr/lib/postgresql/*/bin/createdb",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                "{port}",
+                "-U",
+                "postgres",
+                "test",
+            ]],
+            // PostgreSQL refuses to run as root.
+            run_as: Some("postgres"),
+            ready_within: Duration::from_secs(60),
+            prefer_external: true,
+            image: "postgres",
+            tag: "16-alpine",
+            container_port: 5432,
         }),
         _ => None,
     }
@@ -204,15 +345,13 @@ impl Provisioner for LocalProcess {
                 "use in-process",
             )
         })?;
-        let process = BrokerProcess::spawn(&spec, Duration::from_secs(15))
-            .await
-            .map_err(|e| {
-                not(
-                    self.kind(),
-                    e,
-                    format!("install Debian's {} (scripts/install.sh)", spec.package),
-                )
-            })?;
+        let process = BrokerProcess::spawn(&spec).await.map_err(|e| {
+            not(
+                self.kind(),
+                e,
+                format!("install Debian's {} (scripts/install.sh)", spec.package),
+            )
+        })?;
         let endpoint = format!("127.0.0.1:{}", process.port());
         build(
             self.kind(),
@@ -322,7 +461,8 @@ impl Provisioner for Container {
 
 /// The provisioners that can serve a component type, in `auto` order: a named external
 /// endpoint first, then a spawned process, then the definition's endpoint, then a
-/// container.
+/// container; for brokers slow to start, the definition's endpoint before a spawned
+/// process.
 pub fn auto_order(component_type: &str) -> Vec<Box<dyn Provisioner>> {
     if !registry::KNOWN_TYPES.contains(&component_type) {
         return Vec::new();
@@ -330,14 +470,19 @@ pub fn auto_order(component_type: &str) -> Vec<Box<dyn Provisioner>> {
     if !needs_broker(component_type) {
         return vec![Box::new(InProcess)];
     }
-    if broker_spec(component_type).is_none() {
-        return vec![Box::new(External), Box::new(Container)];
+    match broker_spec(component_type) {
+        None => vec![Box::new(External), Box::new(Container)],
+        Some(spec) if spec.prefer_external => vec![
+            Box::new(External),
+            Box::new(LocalProcess),
+            Box::new(Container),
+        ],
+        Some(_) => vec![
+            Box::new(LocalProcess),
+            Box::new(External),
+            Box::new(Container),
+        ],
     }
-    vec![
-        Box::new(LocalProcess),
-        Box::new(External),
-        Box::new(Container),
-    ]
 }
 
 /// Tries each provisioner in order; returns the first that serves, or every reason.
@@ -425,23 +570,58 @@ mod tests {
         );
     }
 
+    /// Spawns the broker of `component_type`, checks it answers, kills it, checks it
+    /// is gone, restarts it on the same port and checks it answers again.
+    async fn spawn_kill_restart(component_type: &str) {
+        let spec = broker_spec(component_type).unwrap();
+        let mut process = BrokerProcess::spawn(&spec)
+            .await
+            .unwrap_or_else(|e| panic!("spawning {}: {e}", spec.name));
+        let port = process.port();
+        let answers = || tokio::net::TcpStream::connect(("127.0.0.1", port));
+        assert!(answers().await.is_ok());
+        process.kill().await;
+        assert!(answers().await.is_err(), "{} still answers", spec.name);
+        process
+            .restart()
+            .await
+            .unwrap_or_else(|e| panic!("restarting {}: {e}", spec.name));
+        assert!(answers().await.is_ok());
+    }
+
     #[tokio::test]
     async fn a_local_redis_is_spawned_killed_and_restarted() {
-        let spec = broker_spec("redis-streams").unwrap();
-        let mut process = BrokerProcess::spawn(&spec, Duration::from_secs(15))
-            .await
-            .unwrap();
-        let port = process.port();
-        assert!(tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok());
-        process.kill().await;
-        assert!(tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err());
-        process.restart(Duration::from_secs(15)).await.unwrap();
-        assert!(tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok());
+        spawn_kill_restart("redis-streams").await;
+    }
+
+    #[tokio::test]
+    async fn a_local_mosquitto_is_spawned_killed_and_restarted() {
+        spawn_kill_restart("mqtt5").await;
+    }
+
+    #[tokio::test]
+    async fn a_local_postgres_is_initialised_spawned_killed_and_restarted() {
+        spawn_kill_restart("postgres").await;
+    }
+
+    #[tokio::test]
+    async fn a_local_rabbitmq_is_spawned_killed_and_restarted() {
+        spawn_kill_restart("rabbitmq").await;
+    }
+
+    #[tokio::test]
+    async fn slow_brokers_try_the_named_endpoint_before_spawning() {
+        for (component_type, first) in [
+            ("postgres", ProvisionKind::External),
+            ("rabbitmq", ProvisionKind::External),
+            ("redis-streams", ProvisionKind::LocalProcess),
+            ("mqtt5", ProvisionKind::LocalProcess),
+        ] {
+            assert_eq!(
+                auto_order(component_type)[0].kind(),
+                first,
+                "{component_type}"
+            );
+        }
     }
 }
