@@ -102,6 +102,12 @@ fn options(config: &MqttConfig, client_id: &str, session: Option<Duration>) -> R
         .set_max_packet_size(Some(
             (config.max_message_bytes + PACKET_OVERHEAD).min(u32::MAX as usize) as u32,
         ))
+        .set_network_options({
+            // PUBACKs and acks are small packets; do not let Nagle hold them back.
+            let mut network = rumqttc::NetworkOptions::new();
+            network.set_tcp_nodelay(true);
+            network
+        })
         .set_clean_start(session.is_none())
         .set_session_expiry_interval(session.map(|s| s.as_secs().min(u32::MAX as u64) as u32));
     Ok(options)

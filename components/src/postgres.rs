@@ -229,8 +229,9 @@ impl Component for Postgres {
                            FROM UNNEST($1::text[], $2::bytea[], $3::text[], $4::text[], $5::text[], $6::int8[])
                                 WITH ORDINALITY AS u(t, b, c, m, k, v, ord)
                            ORDER BY ord
-                           RETURNING id)
-                         SELECT id, pg_notify('{p}_new', '')::text FROM inserted ORDER BY id"
+                           RETURNING id),
+                         woken AS (SELECT pg_notify('{p}_new', ''))
+                         SELECT id FROM inserted, woken ORDER BY id"
                     ),
                         )
                         .await

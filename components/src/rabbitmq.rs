@@ -417,18 +417,14 @@ impl Component for RabbitMq {
         &self,
         messages: Vec<OutgoingMessage>,
     ) -> Result<Vec<Result<MessageId>>> {
-        let mut pending = Vec::with_capacity(messages.len());
-        for message in &messages {
-            pending.push(self.send(message).await);
-        }
-        let mut results = Vec::with_capacity(pending.len());
-        for sent in pending {
-            results.push(match sent {
-                Ok((id, confirm)) => settle(confirm).await.map(|_| id),
-                Err(e) => Err(e),
-            });
-        }
-        Ok(results)
+        // Each publish queues its frames on its first poll, in order; then all are
+        // written together and their confirms awaited together.
+        let pending = futures::future::join_all(messages.iter().map(|m| self.send(m))).await;
+        let confirmed = pending.into_iter().map(|sent| async move {
+            let (id, confirm) = sent?;
+            settle(confirm).await.map(|_| id)
+        });
+        Ok(futures::future::join_all(confirmed).await)
     }
 
     async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {

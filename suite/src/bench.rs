@@ -24,6 +24,8 @@ pub struct BenchOptions {
     pub payload_bytes: usize,
     /// Bound on waiting for a subscriber to receive everything.
     pub receive_timeout: Duration,
+    /// Runs of each publish measurement; the median time is reported.
+    pub repeats: usize,
 }
 
 impl Default for BenchOptions {
@@ -32,8 +34,36 @@ impl Default for BenchOptions {
             messages: 2000,
             payload_bytes: 256,
             receive_timeout: Duration::from_secs(60),
+            repeats: 3,
         }
     }
+}
+
+/// The metadata a raw client sends with message `i`: what the component sends for a
+/// rawPayload message (the bench's key and a fresh trace context), as JSON.
+fn metadata_json(i: usize) -> String {
+    let mut metadata = pubsub_components::Metadata::new();
+    metadata.insert(KEY.to_string(), i.to_string());
+    metadata.insert(
+        pubsub_components::runtime::controls::HEADER_TRACEPARENT.to_string(),
+        pubsub_components::runtime::trace::new_traceparent(),
+    );
+    serde_json::to_string(&metadata).unwrap_or_default()
+}
+
+/// Runs a measurement `options.repeats` times (each on fresh names) and keeps the
+/// median time, so one disturbed run does not decide a ratio.
+async fn median_of<F, Fut>(options: &BenchOptions, mut measure: F) -> anyhow::Result<Duration>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Duration>>,
+{
+    let mut times = Vec::with_capacity(options.repeats.max(1));
+    for run in 0..options.repeats.max(1) {
+        times.push(measure(run).await?);
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
 }
 
 fn run_id() -> String {
@@ -200,19 +230,26 @@ impl BulkHandler for Counter {
     }
 }
 
-async fn consume(
-    runtime: &Runtime,
-    topic: &str,
-    bulk: bool,
-    options: &BenchOptions,
-) -> anyhow::Result<Duration> {
-    let counter = Counter::new(options.messages);
+/// A bench subscriber's subscription: its own group, bulk or not.
+fn bench_subscription(topic: &str, bulk: bool) -> Subscription {
     let mut subscription = Subscription::new(topic, format!("bench-{}", run_id()));
-    let handler = if bulk {
+    if bulk {
         subscription.bulk = Some(BulkSubscribeOptions {
             max_messages_count: 100,
             max_await_duration: Duration::from_millis(50),
         });
+    }
+    subscription
+}
+
+/// Times `subscription` (whose group exists) reading `options.messages` messages.
+async fn consume(
+    runtime: &Runtime,
+    subscription: Subscription,
+    options: &BenchOptions,
+) -> anyhow::Result<Duration> {
+    let counter = Counter::new(options.messages);
+    let handler = if subscription.bulk.is_some() {
         Handler::Bulk(counter.clone())
     } else {
         Handler::Single(counter.clone())
@@ -282,7 +319,7 @@ async fn raw_publish(
                         .arg("payload")
                         .arg(&payload)
                         .arg("md")
-                        .arg(i.to_string());
+                        .arg(metadata_json(*i));
                 }
                 let _: Vec<String> = pipe.query_async(&mut conn).await?;
             }
@@ -310,10 +347,12 @@ async fn raw_publish(
             let started = Instant::now();
             for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
                 let mut acks = Vec::with_capacity(chunk.len());
-                for _ in chunk {
+                for i in chunk {
+                    let mut headers = async_nats::HeaderMap::new();
+                    headers.insert("Pcs-Metadata", metadata_json(*i).as_str());
                     acks.push(
                         context
-                            .publish(format!("{stream}.raw"), payload.clone())
+                            .publish_with_headers(format!("{stream}.raw"), headers, payload.clone())
                             .await?,
                     );
                 }
@@ -339,18 +378,23 @@ async fn raw_publish(
             .await?;
             tokio::spawn(connection);
             let table = format!("pcs_bench_raw_{}", run_id());
+            // The shape of a queue table readers can use: the topic index, a wake-up
+            // notification per insert statement.
             client
-                .batch_execute(&format!("CREATE TABLE {table} (id BIGSERIAL PRIMARY KEY, topic TEXT, payload BYTEA, metadata TEXT)"))
+                .batch_execute(&format!("CREATE TABLE {table} (id BIGSERIAL PRIMARY KEY, topic TEXT, payload BYTEA, metadata TEXT);
+                                         CREATE INDEX ON {table} (topic, id)"))
                 .await?;
             let payload = vec![b'x'; options.payload_bytes];
             let started = Instant::now();
             for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
                 let topics: Vec<&str> = chunk.iter().map(|_| "raw").collect();
                 let payloads: Vec<&[u8]> = chunk.iter().map(|_| payload.as_slice()).collect();
-                let metadata: Vec<String> = chunk.iter().map(|i| i.to_string()).collect();
+                let metadata: Vec<String> = chunk.iter().map(|i| metadata_json(*i)).collect();
                 client
                     .query(
-                        &format!("INSERT INTO {table} (topic, payload, metadata) SELECT * FROM UNNEST($1::text[], $2::bytea[], $3::text[]) RETURNING id"),
+                        &format!("WITH inserted AS (INSERT INTO {table} (topic, payload, metadata) SELECT * FROM UNNEST($1::text[], $2::bytea[], $3::text[]) RETURNING id),
+                                  woken AS (SELECT pg_notify('{table}', ''))
+                                  SELECT id FROM inserted, woken ORDER BY id"),
                         &[&topics, &payloads, &metadata],
                     )
                     .await?;
@@ -361,6 +405,131 @@ async fn raw_publish(
                 "raw client: INSERT one at a time".to_string()
             } else {
                 format!("raw client: multi-row INSERT x{batch}")
+            };
+            Ok(Some((label, elapsed)))
+        }
+        "rabbitmq" => {
+            let connection = lapin::Connection::connect(
+                &format!("amqp://guest:guest@{endpoint}/%2f"),
+                lapin::ConnectionProperties::default(),
+            )
+            .await?;
+            let channel = connection.create_channel().await?;
+            channel
+                .confirm_select(lapin::options::ConfirmSelectOptions::default())
+                .await?;
+            let exchange = format!("pcs-bench-raw-{}", run_id());
+            channel
+                .exchange_declare(
+                    exchange.as_str().into(),
+                    lapin::ExchangeKind::Topic,
+                    lapin::options::ExchangeDeclareOptions::default(),
+                    lapin::types::FieldTable::default(),
+                )
+                .await?;
+            // The component's routing key for a topic of the same length: one word per
+            // character (what makes glob patterns AMQP binding patterns).
+            let spelled_key = format!("bench-{}-raw-{batch}", run_id())
+                .chars()
+                .map(String::from)
+                .collect::<Vec<_>>()
+                .join(".");
+            let payload = vec![b'x'; options.payload_bytes];
+            let started = Instant::now();
+            for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
+                let sends = chunk.iter().map(|i| {
+                    let mut headers = lapin::types::FieldTable::default();
+                    headers.insert(
+                        "md".into(),
+                        lapin::types::AMQPValue::LongString(metadata_json(*i).into()),
+                    );
+                    headers.insert(
+                        "topic".into(),
+                        lapin::types::AMQPValue::LongString(spelled_key.as_str().into()),
+                    );
+                    headers.insert(
+                        "published-ms".into(),
+                        lapin::types::AMQPValue::LongLongInt(*i as i64),
+                    );
+                    channel.basic_publish(
+                        exchange.as_str().into(),
+                        spelled_key.as_str().into(),
+                        lapin::options::BasicPublishOptions::default(),
+                        &payload,
+                        lapin::BasicProperties::default()
+                            .with_delivery_mode(2)
+                            .with_message_id(i.to_string().into())
+                            .with_headers(headers),
+                    )
+                });
+                let confirms = futures::future::try_join_all(sends).await?;
+                futures::future::try_join_all(confirms).await?;
+            }
+            let elapsed = started.elapsed();
+            channel
+                .exchange_delete(
+                    exchange.as_str().into(),
+                    lapin::options::ExchangeDeleteOptions::default(),
+                )
+                .await?;
+            let label = if batch == 1 {
+                "raw client: publish, await confirm, one at a time".to_string()
+            } else {
+                format!("raw client: {batch} publishes, then their confirms")
+            };
+            Ok(Some((label, elapsed)))
+        }
+        "mqtt5" => {
+            use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
+            use rumqttc::v5::mqttbytes::QoS;
+            use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+            let (host, port) = endpoint.rsplit_once(':').unwrap_or((endpoint, "1883"));
+            let mut mqtt_options =
+                MqttOptions::new(format!("pcs-bench-raw-{}", run_id()), host, port.parse()?);
+            mqtt_options.set_outgoing_inflight_upper_limit(1000);
+            let mut network = rumqttc::NetworkOptions::new();
+            network.set_tcp_nodelay(true);
+            mqtt_options.set_network_options(network);
+            let (client, mut events) = AsyncClient::new(mqtt_options, 1024);
+            let (acked, mut acks) = tokio::sync::mpsc::unbounded_channel();
+            let poller = tokio::spawn(async move {
+                while let Ok(event) = events.poll().await {
+                    if let Event::Incoming(Packet::PubAck(_)) = event {
+                        let _ = acked.send(());
+                    }
+                }
+            });
+            let topic = format!("pcs/bench-raw-{}", run_id());
+            let payload = vec![b'x'; options.payload_bytes];
+            let started = Instant::now();
+            for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
+                for i in chunk {
+                    let properties = PublishProperties {
+                        user_properties: vec![("md".into(), metadata_json(*i))],
+                        ..Default::default()
+                    };
+                    client
+                        .publish_with_properties(
+                            topic.as_str(),
+                            QoS::AtLeastOnce,
+                            false,
+                            payload.clone(),
+                            properties,
+                        )
+                        .await?;
+                }
+                for _ in chunk {
+                    acks.recv()
+                        .await
+                        .ok_or_else(|| anyhow::anyhow!("the MQTT connection closed"))?;
+                }
+            }
+            let elapsed = started.elapsed();
+            poller.abort();
+            let label = if batch == 1 {
+                "raw client: QoS 1 publish, await PUBACK, one at a time".to_string()
+            } else {
+                format!("raw client: {batch} QoS 1 publishes, then their PUBACKs")
             };
             Ok(Some((label, elapsed)))
         }
@@ -384,17 +553,20 @@ pub async fn bench_component(
     let single = measurement(
         "single publish",
         n,
-        publish_single(&runtime, &format!("{prefix}-single"), options).await?,
+        median_of(options, |run| {
+            let topic = format!("{prefix}-single-{run}");
+            let runtime = &runtime;
+            async move { publish_single(runtime, &topic, options).await }
+        })
+        .await?,
         None,
     );
     for batch in [1, 10, 100] {
-        let elapsed = publish_bulk(
-            &runtime,
-            &format!("{prefix}-bulk-{batch}"),
-            batch,
-            false,
-            options,
-        )
+        let elapsed = median_of(options, |run| {
+            let topic = format!("{prefix}-bulk-{batch}-{run}");
+            let runtime = &runtime;
+            async move { publish_bulk(runtime, &topic, batch, false, options).await }
+        })
         .await?;
         measurements.push(measurement(
             &format!("bulk publish x{batch}"),
@@ -413,13 +585,11 @@ pub async fn bench_component(
                 ..RuntimeOptions::default()
             },
         );
-        let elapsed = publish_bulk(
-            &emulated,
-            &format!("{prefix}-emulated-100"),
-            100,
-            false,
-            options,
-        )
+        let elapsed = median_of(options, |run| {
+            let topic = format!("{prefix}-emulated-100-{run}");
+            let emulated = &emulated;
+            async move { publish_bulk(emulated, &topic, 100, false, options).await }
+        })
         .await?;
         let native = measurements.last().cloned();
         measurements.push(measurement(
@@ -433,8 +603,12 @@ pub async fn bench_component(
         .iter()
         .find(|m| m.label == "bulk publish x100")
         .cloned();
-    let raw_payload =
-        publish_bulk(&runtime, &format!("{prefix}-raw-100"), 100, true, options).await?;
+    let raw_payload = median_of(options, |run| {
+        let topic = format!("{prefix}-raw-100-{run}");
+        let runtime = &runtime;
+        async move { publish_bulk(runtime, &topic, 100, true, options).await }
+    })
+    .await?;
     measurements.push(measurement(
         "bulk publish x100, rawPayload (no envelope)",
         n,
@@ -446,9 +620,12 @@ pub async fn bench_component(
         let single = measurements[0].clone();
         let raw_100 = measurements.last().cloned().expect("measured above");
         for (batch, baseline) in [(1, single), (100, raw_100)] {
-            if let Some((label, elapsed)) =
-                raw_publish(component.kind(), endpoint, batch, options).await?
-            {
+            let mut runs = Vec::new();
+            for _ in 0..options.repeats.max(1) {
+                runs.extend(raw_publish(component.kind(), endpoint, batch, options).await?);
+            }
+            runs.sort_by_key(|(_, elapsed)| *elapsed);
+            if let Some((label, elapsed)) = runs.get(runs.len() / 2).cloned() {
                 let raw = measurement(&label, n, elapsed, None);
                 // How many times the raw client's time the component takes for the same work.
                 measurements.push(Measurement {
@@ -460,18 +637,26 @@ pub async fn bench_component(
         }
     }
 
-    // Both subscriptions read the x100 topic, which holds n messages.
-    let topic = format!("{prefix}-bulk-100");
+    // Both subscriptions read a topic filled (unmeasured) after their groups exist,
+    // so queue and session brokers keep the messages for them.
+    let topic = format!("{prefix}-consume");
+    let (single_reader, bulk_reader) = (
+        bench_subscription(&topic, false),
+        bench_subscription(&topic, true),
+    );
+    runtime.create_group(&single_reader).await?;
+    runtime.create_group(&bulk_reader).await?;
+    publish_bulk(&runtime, &topic, 100, false, options).await?;
     let single_consume = measurement(
         "single subscribe",
         n,
-        consume(&runtime, &topic, false, options).await?,
+        consume(&runtime, single_reader, options).await?,
         None,
     );
     let bulk_consume = measurement(
         "bulk subscribe x100",
         n,
-        consume(&runtime, &topic, true, options).await?,
+        consume(&runtime, bulk_reader, options).await?,
         Some(&single_consume),
     );
     measurements.push(single_consume);
@@ -481,8 +666,9 @@ pub async fn bench_component(
     Ok(BenchReport {
         component: name.to_string(),
         settings: format!(
-            "{n} messages per measurement, {} byte payloads in the CloudEvents envelope, sequential publishers; a publish counts once the broker accepted it; handlers answer SUCCESS; bulk publish {}; latency: publish call to handler, {} messages, one at a time",
+            "{n} messages per measurement, {} byte payloads in the CloudEvents envelope, sequential publishers, publish times the median of {} runs; a publish counts once the broker accepted it; raw clients send the same payload, metadata and trace context; handlers answer SUCCESS; bulk publish {}; latency: publish call to handler, {} messages, one at a time",
             options.payload_bytes,
+            options.repeats.max(1),
             if native_bulk { "native" } else { "emulated by the runtime" },
             n.min(1000)
         ),

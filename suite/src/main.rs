@@ -73,6 +73,9 @@ enum Command {
         /// Payload bytes per message.
         #[arg(long, default_value_t = 256)]
         payload_bytes: usize,
+        /// Runs of each publish measurement; the median is reported.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=20))]
+        repeats: u16,
         #[arg(long, default_value = "reports/latest")]
         out: PathBuf,
         #[arg(long, default_value = "fixtures")]
@@ -185,6 +188,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             components,
             messages,
             payload_bytes,
+            repeats,
             out,
             fixtures,
         } => {
@@ -193,6 +197,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let options = BenchOptions {
                 messages,
                 payload_bytes,
+                repeats: usize::from(repeats),
                 ..BenchOptions::default()
             };
             let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

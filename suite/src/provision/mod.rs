@@ -175,7 +175,7 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
             files: &[(
                 "mosquitto.conf",
                 "listener {port} 127.0.0.1\nallow_anonymous true\n\
-                 max_queued_messages 0\npersistence true\npersistence_location {dir}/\n",
+                 max_queued_messages 0\nset_tcp_nodelay true\npersistence true\npersistence_location {dir}/\n",
             )],
             init: NO_COMMANDS,
             after_start: NO_COMMANDS,
