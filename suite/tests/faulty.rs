@@ -54,6 +54,7 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::truncates_large_payloads(Fault::TruncatesLargePayloads, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
 #[case::ignores_groups(Fault::IgnoresGroups, &["subscribe.competing-consumers"], "more than one member")]
 #[case::merges_groups(Fault::MergesGroups, &["subscribe.fan-out"], "missed")]
+#[case::forgets_created_groups(Fault::ForgetsCreatedGroups, &["ordering.declared-scope", "certification.consumer-leaves", "retry.redelivery"], "lost")]
 #[case::hides_partitions(Fault::HidesPartitions, &["partitions.watch", "partitions.key-routing"], "declared unsupported")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faulty_component_fails_the_cases_it_breaks(

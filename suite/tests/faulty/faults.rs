@@ -10,7 +10,7 @@ use pubsub_components::{
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 /// One contract violation.
@@ -64,6 +64,10 @@ pub enum Fault {
     MergesGroups,
     /// Declares partitions unsupported but does not refuse them with Unsupported.
     HidesPartitions,
+    /// Keeps messages only for consumers already open, like a queue broker whose
+    /// `create_group` does nothing: what was published for a group created ahead of
+    /// its first member is lost.
+    ForgetsCreatedGroups,
 }
 
 /// The in-memory component with `fault`.
@@ -164,6 +168,7 @@ impl Component for Faulty {
             topics: spec.topics,
             received: AtomicU64::new(0),
             held: Mutex::new(HashSet::new()),
+            opened_at: SystemTime::now(),
         }))
     }
 
@@ -190,6 +195,7 @@ struct FaultyConsumer {
     received: AtomicU64,
     /// Ids handed out and not yet settled.
     held: Mutex<HashSet<MessageId>>,
+    opened_at: SystemTime,
 }
 
 impl FaultyConsumer {
@@ -210,6 +216,17 @@ impl FaultyConsumer {
                 messages = messages.into_iter().flat_map(|m| [m.clone(), m]).collect();
             }
             Fault::Reorders => messages.reverse(),
+            Fault::ForgetsCreatedGroups => {
+                let mut kept = Vec::new();
+                for message in messages {
+                    if message.publish_time < self.opened_at {
+                        self.inner.ack(&message.id).await?;
+                    } else {
+                        kept.push(message);
+                    }
+                }
+                messages = kept;
+            }
             Fault::LosesOwnerTopic => {
                 for message in &mut messages {
                     message.id.topic = None;
