@@ -355,11 +355,10 @@ impl RabbitMq {
         Ok(queue)
     }
 
-    /// The server's version, read from its `connection.start` greeting.
-    async fn server_version(&self) -> Option<String> {
-        let mut stream = tokio::net::TcpStream::connect(self.config.endpoint())
-            .await
-            .ok()?;
+    /// The version of the server at `endpoint`, read from its `connection.start`
+    /// greeting (server properties, key `version`).
+    async fn version_at(endpoint: &str) -> Option<String> {
+        let mut stream = tokio::net::TcpStream::connect(endpoint).await.ok()?;
         stream.write_all(b"AMQP\x00\x00\x09\x01").await.ok()?;
         let mut greeting = vec![0u8; 4096];
         let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut greeting))
@@ -367,7 +366,8 @@ impl RabbitMq {
             .ok()?
             .ok()?;
         let greeting = &greeting[..read];
-        let at = greeting.windows(8).position(|w| w == b"\x07versionS")? + 8;
+        const KEY: &[u8] = b"\x07versionS";
+        let at = greeting.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
         let len = u32::from_be_bytes(greeting.get(at..at + 4)?.try_into().ok()?) as usize;
         let version = greeting.get(at + 4..at + 4 + len)?;
         Some(String::from_utf8_lossy(version).into_owned())
@@ -401,8 +401,7 @@ impl Component for RabbitMq {
     }
 
     async fn broker_version(&self) -> Result<String> {
-        let version = self
-            .server_version()
+        let version = Self::version_at(&self.config.endpoint())
             .await
             .unwrap_or_else(|| "(version unknown)".into());
         Ok(format!("RabbitMQ {version} at {}", self.config.endpoint()))
@@ -643,6 +642,27 @@ mod tests {
         let topic = "t".repeat(MAX_ROUTED_TOPIC + 1);
         let error = routing_key(&topic).unwrap_err();
         assert!(error.to_string().contains("longer than 63"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn the_version_is_read_from_the_servers_greeting() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut header = [0u8; 8];
+            socket.read_exact(&mut header).await.unwrap();
+            let mut greeting = b"\x01\x00\x00properties\x07versionS".to_vec();
+            greeting.extend_from_slice(&6u32.to_be_bytes());
+            greeting.extend_from_slice(b"3.10.8\x07product");
+            socket.write_all(&greeting).await.unwrap();
+        });
+        let config = RabbitConfig {
+            uri: format!("amqp://guest:guest@{endpoint}/%2f"),
+            ..RabbitConfig::default()
+        };
+        let version = RabbitMq::version_at(&config.endpoint()).await;
+        assert_eq!(version.as_deref(), Some("3.10.8"));
     }
 
     #[test]
