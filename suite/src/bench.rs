@@ -34,7 +34,7 @@ impl Default for BenchOptions {
             messages: 2000,
             payload_bytes: 256,
             receive_timeout: Duration::from_secs(60),
-            repeats: 3,
+            repeats: 5,
         }
     }
 }
@@ -472,6 +472,8 @@ async fn raw_publish(
                     lapin::options::ExchangeDeleteOptions::default(),
                 )
                 .await?;
+            // Closed before returning, so its teardown does not slow the next measurement.
+            connection.close(200, "bench done".into()).await?;
             let label = if batch == 1 {
                 "raw client: publish, await confirm, one at a time".to_string()
             } else {
@@ -603,27 +605,32 @@ pub async fn bench_component(
         .iter()
         .find(|m| m.label == "bulk publish x100")
         .cloned();
-    let raw_payload = median_of(options, |run| {
+    // The component's rawPayload bulk path and the raw client's x100 run alternately,
+    // so both see the same broker conditions; each keeps its median.
+    let mut component_runs = Vec::new();
+    let mut raw_100_runs = Vec::new();
+    for run in 0..options.repeats.max(1) {
         let topic = format!("{prefix}-raw-100-{run}");
-        let runtime = &runtime;
-        async move { publish_bulk(runtime, &topic, 100, true, options).await }
-    })
-    .await?;
-    measurements.push(measurement(
+        component_runs.push(publish_bulk(&runtime, &topic, 100, true, options).await?);
+        if let Some(endpoint) = endpoint {
+            raw_100_runs.extend(raw_publish(component.kind(), endpoint, 100, options).await?);
+        }
+    }
+    component_runs.sort();
+    let raw_payload = measurement(
         "bulk publish x100, rawPayload (no envelope)",
         n,
-        raw_payload,
+        component_runs[component_runs.len() / 2],
         bulk_100.as_ref(),
-    ));
-    measurements.insert(0, single);
+    );
+    measurements.push(raw_payload.clone());
+    measurements.insert(0, single.clone());
     if let Some(endpoint) = endpoint {
-        let single = measurements[0].clone();
-        let raw_100 = measurements.last().cloned().expect("measured above");
-        for (batch, baseline) in [(1, single), (100, raw_100)] {
-            let mut runs = Vec::new();
-            for _ in 0..options.repeats.max(1) {
-                runs.extend(raw_publish(component.kind(), endpoint, batch, options).await?);
-            }
+        let mut raw_1_runs = Vec::new();
+        for _ in 0..options.repeats.max(1) {
+            raw_1_runs.extend(raw_publish(component.kind(), endpoint, 1, options).await?);
+        }
+        for (mut runs, baseline) in [(raw_1_runs, single), (raw_100_runs, raw_payload)] {
             runs.sort_by_key(|(_, elapsed)| *elapsed);
             if let Some((label, elapsed)) = runs.get(runs.len() / 2).cloned() {
                 let raw = measurement(&label, n, elapsed, None);

@@ -74,7 +74,7 @@ enum Command {
         #[arg(long, default_value_t = 256)]
         payload_bytes: usize,
         /// Runs of each publish measurement; the median is reported.
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=20))]
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=20))]
         repeats: u16,
         #[arg(long, default_value = "reports/latest")]
         out: PathBuf,
