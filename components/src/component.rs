@@ -6,7 +6,7 @@ use crate::capability::Capabilities;
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, OutgoingMessage, ReceivedMessage};
 use async_trait::async_trait;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 
 /// Which topics a consumer covers.
@@ -265,6 +265,26 @@ pub fn owner_topic(id: &MessageId, topics: &TopicSelector) -> Result<String> {
             selector.describe()
         ))),
     }
+}
+
+/// A stable 64-bit FNV-1a hash (the same on every run and platform), for key routing
+/// and for short names derived from longer ones.
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325u64, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// A random message position, for brokers that have no positions of their own.
+pub fn random_position() -> u64 {
+    (uuid::Uuid::new_v4().as_u128() as u64) >> 1
+}
+
+/// Milliseconds since the Unix epoch (0 before it), for timestamps in headers.
+pub fn millis_since_epoch(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Refuses a payload over the component's declared maximum, as its broker would.

@@ -9,8 +9,8 @@ use crate::capability::{
     Capabilities, DeliveryGuarantee, OrderingScope, PartitionSupport, Support,
 };
 use crate::component::{
-    check_message_size, owner_topic, Component, Consumer, ConsumerSpec, PartitionUpdate,
-    PartitionWatch, StartPosition, TopicSelector,
+    check_message_size, owner_topic, stable_hash, Component, Consumer, ConsumerSpec,
+    PartitionUpdate, PartitionWatch, StartPosition, TopicSelector,
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
@@ -111,7 +111,7 @@ impl Topic {
     fn choose_partition(&mut self, key: Option<&str>) -> u32 {
         let count = self.partitions.len() as u64;
         let slot = match key {
-            Some(key) => fnv1a(key.as_bytes()) % count,
+            Some(key) => stable_hash(key.as_bytes()) % count,
             None => {
                 self.round_robin = self.round_robin.wrapping_add(1);
                 self.round_robin % count
@@ -119,13 +119,6 @@ impl Topic {
         };
         slot as u32
     }
-}
-
-/// A stable hash for key routing (the same on every run and platform).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf29ce484222325u64, |hash, b| {
-        (hash ^ u64::from(*b)).wrapping_mul(0x100000001b3)
-    })
 }
 
 struct Stored {

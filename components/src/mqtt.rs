@@ -19,7 +19,8 @@
 
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
 use crate::component::{
-    check_message_size, glob_match, owner_topic, Component, Consumer, ConsumerSpec, TopicSelector,
+    check_message_size, glob_match, millis_since_epoch, owner_topic, random_position, stable_hash,
+    Component, Consumer, ConsumerSpec, TopicSelector,
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
@@ -111,12 +112,6 @@ fn options(config: &MqttConfig, client_id: &str, session: Option<Duration>) -> R
         .set_clean_start(session.is_none())
         .set_session_expiry_interval(session.map(|s| s.as_secs().min(u32::MAX as u64) as u32));
     Ok(options)
-}
-
-fn millis_since_epoch(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Publishes waiting for their PUBACK. The event loop reports each publish's packet
@@ -220,7 +215,7 @@ impl Mqtt5 {
         message: &OutgoingMessage,
     ) -> Result<(MessageId, oneshot::Receiver<Result<()>>)> {
         check_message_size(message, self.config.max_message_bytes)?;
-        let position = (uuid::Uuid::new_v4().as_u128() as u64) >> 1;
+        let position = random_position();
         let mut user_properties = vec![
             (PROP_ID.to_string(), position.to_string()),
             (
@@ -297,11 +292,8 @@ impl Mqtt5 {
 
     /// The client id of a group's persistent session in this component.
     fn anchor_id(spec: &ConsumerSpec) -> String {
-        let digest = format!("{}\u{0}{}", spec.group, spec.topics.describe())
-            .bytes()
-            .fold(0xcbf29ce484222325u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-            });
+        let digest =
+            stable_hash(format!("{}\u{0}{}", spec.group, spec.topics.describe()).as_bytes());
         format!("pcs-group-{digest:016x}")
     }
 

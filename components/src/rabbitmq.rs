@@ -14,7 +14,8 @@
 
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
 use crate::component::{
-    check_message_size, owner_topic, Component, Consumer, ConsumerSpec, TopicSelector,
+    check_message_size, millis_since_epoch, owner_topic, random_position, stable_hash, Component,
+    Consumer, ConsumerSpec, TopicSelector,
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
@@ -172,12 +173,6 @@ fn number_header(headers: &FieldTable, name: &str) -> Option<i64> {
     }
 }
 
-fn millis_since_epoch(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 /// The RabbitMQ component.
 pub struct RabbitMq {
     config: RabbitConfig,
@@ -228,7 +223,7 @@ impl RabbitMq {
     async fn send(&self, message: &OutgoingMessage) -> Result<(MessageId, PublisherConfirm)> {
         check_message_size(message, self.config.max_message_bytes)?;
         let key = routing_key(&message.topic)?;
-        let position = (uuid::Uuid::new_v4().as_u128() as u64) >> 1;
+        let position = random_position();
         let mut headers = FieldTable::default();
         headers.insert(
             HEADER_METADATA.into(),
@@ -237,7 +232,7 @@ impl RabbitMq {
         headers.insert(HEADER_TOPIC.into(), long(&message.topic));
         headers.insert(
             HEADER_PUBLISHED.into(),
-            AMQPValue::LongLongInt(millis_since_epoch(SystemTime::now())),
+            AMQPValue::LongLongInt(millis_since_epoch(SystemTime::now()) as i64),
         );
         if let Some(partition_key) = &message.partition_key {
             headers.insert(HEADER_KEY.into(), long(partition_key));
@@ -276,12 +271,7 @@ impl RabbitMq {
         let selector = match &spec.topics {
             TopicSelector::Single(topic) => topic.clone(),
             other => {
-                let digest = other
-                    .describe()
-                    .bytes()
-                    .fold(0xcbf29ce484222325u64, |h, b| {
-                        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-                    });
+                let digest = stable_hash(other.describe().as_bytes());
                 format!("multi-{digest:016x}")
             }
         };
