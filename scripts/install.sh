@@ -14,8 +14,11 @@ fi
 # Debian packages: chromium for the browser test of the HTML report; the brokers the
 # local-process provisioning spawns (redis-server, nats-server, mosquitto) and the servers
 # the external provisioning uses (PostgreSQL, RabbitMQ, started by scripts/services.sh).
+# docker.io and debootstrap: the container provisioning (a Docker engine, and the broker
+# images scripts/images.sh builds from Debian's packages, since no image registry is
+# reachable).
 packages=(ca-certificates pkg-config chromium redis-server nats-server mosquitto
-    postgresql postgresql-client rabbitmq-server)
+    postgresql postgresql-client rabbitmq-server docker.io debootstrap)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -35,6 +38,30 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install --locked cargo-nextest
 fi
 
+# A Docker engine for the container kind: started when none answers. Containers run
+# with the host's network (on loopback ports), so the engine needs no bridge and
+# touches no firewall rules.
+if ! docker info >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null; then
+        echo "install.sh: starting dockerd"
+        mkdir -p /var/log
+        nohup dockerd --iptables=false --ip6tables=false --bridge=none >/var/log/pcs-dockerd.log 2>&1 &
+        for _ in $(seq 1 60); do
+            docker info >/dev/null 2>&1 && break
+            sleep 0.5
+        done
+    fi
+    if docker info >/dev/null 2>&1; then
+        echo "install.sh: Docker engine is up"
+    else
+        echo "install.sh: no Docker engine answers; the container kind will report NOT PROVISIONED" >&2
+    fi
+fi
+
 cd "$(dirname "$0")/.."
+# The broker images (kept by the engine between runs; only missing ones are built).
+if docker info >/dev/null 2>&1; then
+    ./scripts/images.sh
+fi
 cargo fetch --locked 2>/dev/null || cargo fetch
 echo "install.sh: ready"

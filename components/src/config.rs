@@ -27,7 +27,13 @@ pub struct ComponentDefinition {
     pub version: String,
     /// `spec.metadata` as name -> value.
     pub metadata: BTreeMap<String, String>,
+    /// `metadata.annotations`: settings for the suite rather than the component, e.g.
+    /// `pubsub-conformance/container-image`.
+    pub annotations: BTreeMap<String, String>,
 }
+
+/// The annotation naming the container image to run the broker from.
+pub const CONTAINER_IMAGE_ANNOTATION: &str = "pubsub-conformance/container-image";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -41,6 +47,8 @@ struct RawDefinition {
 #[derive(Deserialize)]
 struct RawMeta {
     name: String,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -151,8 +159,17 @@ impl ComponentDefinition {
                 return Err(error(&field, "is set twice".into()));
             }
         }
+        for key in raw.metadata.annotations.keys() {
+            if key.starts_with("pubsub-conformance/") && key != CONTAINER_IMAGE_ANNOTATION {
+                return Err(error(
+                    &format!("metadata.annotations.{key}"),
+                    format!("unknown suite annotation; known: {CONTAINER_IMAGE_ANNOTATION}"),
+                ));
+            }
+        }
         Ok(ComponentDefinition {
             source: source.to_path_buf(),
+            annotations: raw.metadata.annotations,
             name: raw.metadata.name,
             component_type,
             version: raw.spec.version,

@@ -1,8 +1,8 @@
 //! `certify`: definitions -> provisioning -> runtime -> every selected case -> report.
 
 use crate::catalogue::{catalogue, Case, Level};
-use crate::provision::{self, NotProvisioned};
-use crate::runner::{run_case, RunOptions};
+use crate::provision::{self, Broker, NotProvisioned, ProvisionKind};
+use crate::runner::{run_case_in, CaseEnvironment, RunOptions};
 use anyhow::{bail, Context as _};
 use globset::{Glob, GlobMatcher};
 use pubsub_components::config::ComponentDefinition;
@@ -93,17 +93,28 @@ pub fn select_definitions(
     Ok(chosen)
 }
 
+/// How a certification run provisions brokers and runs cases.
+#[derive(Debug, Clone, Default)]
+pub struct CertifyOptions {
+    pub run: RunOptions,
+    /// The provisioning kinds to try, in order; `None`: each type's auto order.
+    pub provision: Option<Vec<ProvisionKind>>,
+    /// When a broker dies mid-run, restart it and run the remaining cases (off: they
+    /// are ERROR, not run).
+    pub restart_broker: bool,
+}
+
 /// Certifies each definition against the selected cases; `progress` hears each step.
 pub async fn certify(
     definitions: &[ComponentDefinition],
     cases: &[&Case],
-    options: &RunOptions,
+    options: &CertifyOptions,
     progress: &mut dyn FnMut(&str),
 ) -> RunReport {
     let started_at = now_text();
     let mut components = Vec::new();
     for definition in definitions {
-        let order = provision::auto_order(&definition.component_type);
+        let order = provision::order_for(&definition.component_type, options.provision.as_deref());
         progress(&format!(
             "{}: provisioning (pubsub.{})",
             definition.name, definition.component_type
@@ -117,14 +128,10 @@ pub async fn certify(
                     broker_version,
                     problem: None,
                 };
-                let results = run_cases(
-                    definition,
-                    provisioned.component.clone(),
-                    cases,
-                    options,
-                    progress,
-                )
-                .await;
+                let results = run_cases(definition, &provisioned, cases, options, progress).await;
+                if let Some(broker) = &provisioned.broker {
+                    broker.shutdown().await;
+                }
                 component_report(
                     definition,
                     provisioned.component.as_ref(),
@@ -150,15 +157,37 @@ pub async fn certify(
 
 async fn run_cases(
     definition: &ComponentDefinition,
-    component: std::sync::Arc<dyn Component>,
+    provisioned: &provision::Provisioned,
     cases: &[&Case],
-    options: &RunOptions,
+    options: &CertifyOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Vec<CaseResult> {
-    let runtime = Runtime::new(definition.name.clone(), component);
+    let mut runtime = Runtime::new(definition.name.clone(), provisioned.component.clone());
+    let environment = CaseEnvironment::of(provisioned.broker.clone());
     let mut results = Vec::new();
+    let mut restarted_after: Option<String> = None;
     for (index, case) in cases.iter().enumerate() {
-        let result = run_case(case, &runtime, options).await;
+        if let (true, Some(broker)) = (options.restart_broker, &provisioned.broker) {
+            if let Some(reason) = broker.health().down_reason() {
+                progress(&format!(
+                    "{}: the broker died ({reason}); restarting it",
+                    definition.name
+                ));
+                match restart(definition, broker.as_ref()).await {
+                    Ok(component) => {
+                        runtime = Runtime::new(definition.name.clone(), component);
+                        restarted_after = Some(reason);
+                    }
+                    Err(e) => progress(&format!("{}: {e}", definition.name)),
+                }
+            }
+        }
+        let mut result = run_case_in(case, &runtime, &options.run, &environment).await;
+        if let Some(reason) = &restarted_after {
+            result.evidence.notes.push(format!(
+                "run on a restarted broker (--restart-broker) after it died: {reason}"
+            ));
+        }
         progress(&format!(
             "{}: [{}/{}] {} {} ({} ms)",
             definition.name,
@@ -171,6 +200,20 @@ async fn run_cases(
         results.push(result);
     }
     results
+}
+
+/// Starts a dead broker again and builds a fresh component on it.
+async fn restart(
+    definition: &ComponentDefinition,
+    broker: &dyn Broker,
+) -> Result<std::sync::Arc<dyn Component>, String> {
+    broker
+        .restart()
+        .await
+        .map_err(|e| format!("restarting {} failed: {e}", broker.describe()))?;
+    pubsub_components::registry::build(definition, Some(&broker.endpoint()))
+        .await
+        .map_err(|e| format!("rebuilding the component after a restart failed: {e}"))
 }
 
 fn component_report(

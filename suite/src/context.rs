@@ -17,6 +17,8 @@ pub struct CaseContext {
     pub runtime: Runtime,
     pub caps: Capabilities,
     pub recorder: Recorder,
+    /// The broker behind the runtime, for cases that inject faults; `None` in process.
+    pub broker: Option<std::sync::Arc<dyn crate::provision::Broker>>,
     prefix: String,
     deadline: Instant,
     seed: u64,
@@ -30,6 +32,7 @@ impl CaseContext {
             caps: runtime.capabilities().clone(),
             runtime,
             recorder: Recorder::new(),
+            broker: None,
             prefix: format!("pcs-{}-{}", &run[..8], case_id.replace('.', "-")),
             deadline: Instant::now() + bound,
             seed,

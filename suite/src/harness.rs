@@ -16,7 +16,8 @@
 //! ```
 
 use crate::catalogue::catalogue;
-use crate::runner::{run_case, RunOptions};
+use crate::provision::{Broker, ProvisionKind};
+use crate::runner::{run_case_in, CaseEnvironment, RunOptions};
 use libtest_mimic::{Arguments, Failed, Trial};
 use pubsub_components::config::ComponentDefinition;
 use pubsub_components::runtime::Runtime;
@@ -39,46 +40,114 @@ where
     })
 }
 
-/// Something that keeps a component's broker alive while a case runs.
-type Guard = Option<Box<dyn Send + Sync>>;
+/// The broker behind a component, watched while a case runs and stopped after it.
+type BrokerHandle = Option<Arc<dyn Broker>>;
 
 fn run_trials<F, Fut>(name: &str, build: F) -> !
 where
     F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(Arc<dyn Component>, Guard), String>> + Send,
+    Fut: Future<Output = Result<(Arc<dyn Component>, BrokerHandle), String>> + Send,
 {
     init_logging();
     let arguments = Arguments::from_args();
+    libtest_mimic::run(&arguments, trials(name, None, build)).exit()
+}
+
+/// One trial per case, named by its id (after `prefix/` when given).
+fn trials<F, Fut>(name: &str, prefix: Option<&str>, build: F) -> Vec<Trial>
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(Arc<dyn Component>, BrokerHandle), String>> + Send,
+{
     let build = Arc::new(build);
-    let trials = catalogue()
+    catalogue()
         .iter()
         .map(|case| {
             let build = build.clone();
             let name = name.to_string();
-            Trial::test(case.id, move || {
+            let trial_name = match prefix {
+                Some(prefix) => format!("{prefix}/{}", case.id),
+                None => case.id.to_string(),
+            };
+            Trial::test(trial_name, move || {
                 let tokio = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
                     .enable_all()
                     .build()
                     .map_err(|e| Failed::from(format!("cannot start tokio: {e}")))?;
                 let result = tokio.block_on(async {
-                    let (component, _guard) = build()
+                    let (component, broker) = build()
                         .await
                         .map_err(|e| Failed::from(format!("cannot build the component: {e}")))?;
                     let runtime = Runtime::new(name, component);
-                    Ok::<_, Failed>(run_case(case, &runtime, &RunOptions::default()).await)
+                    let environment = CaseEnvironment::of(broker.clone());
+                    let result =
+                        run_case_in(case, &runtime, &RunOptions::default(), &environment).await;
+                    drop(runtime);
+                    if let Some(broker) = broker {
+                        broker.shutdown().await;
+                    }
+                    Ok::<_, Failed>(result)
                 })?;
                 verdict(&result)
             })
             .with_kind(case.level.name())
         })
-        .collect();
-    libtest_mimic::run(&arguments, trials).exit()
+        .collect()
 }
 
 /// Runs every case against the component defined in `fixtures/<name>.yaml` of this
-/// repository, provisioned the way `certify` does it.
+/// repository, provisioned the way `certify` does it (in the order `PUBSUB_PROVISION`
+/// names, e.g. `container,local,external`, else the auto order).
 pub fn run_fixture(name: &str) -> ! {
+    run_fixture_with(name, None)
+}
+
+/// Like [`run_fixture`], with the provisioning order given (`None`: as
+/// `PUBSUB_PROVISION` says, else auto).
+pub fn run_fixture_with(name: &str, order: Option<Vec<ProvisionKind>>) -> ! {
+    init_logging();
+    let arguments = Arguments::from_args();
+    let (label, build) = fixture_builder(name, order);
+    libtest_mimic::run(&arguments, trials(&label, None, build)).exit()
+}
+
+/// Runs every case against each named fixture in one test binary, trials named
+/// `<fixture>/<case id>`, with the provisioning order given (`None`: as
+/// `PUBSUB_PROVISION` says, else auto).
+pub fn run_fixtures_with(names: &[&str], order: Option<Vec<ProvisionKind>>) -> ! {
+    init_logging();
+    let arguments = Arguments::from_args();
+    let mut all = Vec::new();
+    for name in names {
+        let (label, build) = fixture_builder(name, order.clone());
+        all.extend(trials(&label, Some(name), build));
+    }
+    libtest_mimic::run(&arguments, all).exit()
+}
+
+type Built = Result<(Arc<dyn Component>, BrokerHandle), String>;
+
+/// The label and the per-case builder of `fixtures/<name>.yaml`; exits on a bad
+/// definition or provisioning order.
+fn fixture_builder(
+    name: &str,
+    order: Option<Vec<ProvisionKind>>,
+) -> (
+    String,
+    impl Fn() -> futures::future::BoxFuture<'static, Built> + Send + Sync + 'static,
+) {
+    let order = match order {
+        Some(order) => Some(order),
+        None => match crate::provision::order_from_environment() {
+            Ok(order) => order,
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(2)
+            }
+        },
+    };
+    let order = Arc::new(order);
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../fixtures")
         .join(format!("{name}.yaml"));
@@ -90,12 +159,13 @@ pub fn run_fixture(name: &str) -> ! {
         }
     };
     let label = definition.name.clone();
-    run_trials(&label, move || {
+    let build = move || {
         let definition = definition.clone();
-        async move {
-            let order = crate::provision::auto_order(&definition.component_type);
+        let order = order.clone();
+        Box::pin(async move {
+            let order = crate::provision::order_for(&definition.component_type, order.as_deref());
             match crate::provision::provision(&definition, &order).await {
-                Ok(provisioned) => Ok((provisioned.component, provisioned.guard)),
+                Ok(provisioned) => Ok((provisioned.component, provisioned.broker)),
                 Err(reasons) => Err(format!(
                     "NOT PROVISIONED: {}",
                     reasons
@@ -105,8 +175,9 @@ pub fn run_fixture(name: &str) -> ! {
                         .join("; ")
                 )),
             }
-        }
-    })
+        }) as futures::future::BoxFuture<'static, Built>
+    };
+    (label, build)
 }
 
 /// PASS and UNSUPPORTED (refusal verified) pass the test; every other verdict fails it

@@ -5,9 +5,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use pubsub_conformance::bench::{bench_component, bench_table, BenchOptions};
 use pubsub_conformance::catalogue::{catalogue, Level};
 use pubsub_conformance::certify::{
-    certify, load_definitions, machine, now_text, select_definitions, Selection,
+    certify, load_definitions, machine, now_text, select_definitions, CertifyOptions, Selection,
 };
-use pubsub_conformance::provision::{auto_order, provision};
+use pubsub_conformance::provision::{
+    auto_order, order_from_environment as provision_from_environment, provision, ProvisionKind,
+};
 use pubsub_conformance::reports::{self, RunReport};
 use pubsub_conformance::runner::RunOptions;
 use std::io::IsTerminal;
@@ -51,6 +53,14 @@ enum Command {
         /// Seed for generated inputs (default: derived from each case id).
         #[arg(long)]
         seed: Option<u64>,
+        /// Provisioning kinds to try, in order, e.g. 'container,local,external'
+        /// (default: each broker's auto order; also PUBSUB_PROVISION).
+        #[arg(long, value_name = "ORDER", value_parser = parse_order)]
+        provision: Option<ProvisionOrder>,
+        /// When a broker dies mid-run, restart it and run the remaining cases (default:
+        /// they are ERROR, naming how it died).
+        #[arg(long)]
+        restart_broker: bool,
     },
     /// Merge the report.json of several runs (CI shards) into one report.
     Merge {
@@ -95,6 +105,14 @@ enum ListFormat {
     Json,
 }
 
+/// `--provision`: provisioning kinds in the order to try them.
+#[derive(Clone)]
+struct ProvisionOrder(Vec<ProvisionKind>);
+
+fn parse_order(text: &str) -> Result<ProvisionOrder, String> {
+    ProvisionKind::parse_order(text).map(ProvisionOrder)
+}
+
 fn parse_level(text: &str) -> Result<Level, String> {
     Level::parse(text)
         .ok_or_else(|| format!("'{text}' is not a level; use core, feature or certification"))
@@ -131,6 +149,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             fixtures,
             retries,
             seed,
+            provision,
+            restart_broker,
         } => {
             let selection = Selection {
                 components,
@@ -143,7 +163,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &selection.components,
                 &fixtures,
             )?;
-            let options = RunOptions { retries, seed };
+            let provision = match provision {
+                Some(order) => Some(order.0),
+                None => provision_from_environment().map_err(anyhow::Error::msg)?,
+            };
+            let options = CertifyOptions {
+                run: RunOptions { retries, seed },
+                provision,
+                restart_broker,
+            };
             let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             let started = Instant::now();
             let interactive = std::io::stderr().is_terminal();

@@ -4,6 +4,7 @@
 use crate::catalogue::Case;
 use crate::context::CaseContext;
 use crate::outcome::{CaseError, CaseRun, Outcome};
+use crate::provision::{Broker, HealthWatch};
 use crate::spans::LogCapture;
 use futures::FutureExt;
 use pubsub_components::runtime::{
@@ -14,6 +15,7 @@ use pubsub_components::{
 };
 use pubsub_reports::{CaseResult, Evidence, Mode, Status};
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::instrument::WithSubscriber;
 
@@ -42,14 +44,83 @@ pub fn default_seed(case_id: &str) -> u64 {
     })
 }
 
+/// What the runner knows of the broker behind a runtime.
+#[derive(Clone, Default)]
+pub struct CaseEnvironment {
+    /// The provisioned broker: watched, so that a broker dying makes the cell ERROR
+    /// with the cause at once; checked after a failure, so that a FAIL is the
+    /// component's; and faulted by the cases that inject faults. `None` in process.
+    pub broker: Option<Arc<dyn Broker>>,
+}
+
+impl CaseEnvironment {
+    /// The environment of a provisioned broker.
+    pub fn of(broker: Option<Arc<dyn Broker>>) -> Self {
+        CaseEnvironment { broker }
+    }
+
+    fn health(&self) -> HealthWatch {
+        self.broker
+            .as_ref()
+            .map_or_else(HealthWatch::always_up, |b| b.health())
+    }
+
+    /// Why the broker, not the component, explains a failure: it went away (reported
+    /// within a second) or does not accept a connection now. `Ok` carries what was
+    /// checked, for the evidence of a FAIL.
+    async fn attribute_failure(&self) -> Result<String, String> {
+        let Some(broker) = &self.broker else {
+            return Ok("the component runs in process; no broker to check".into());
+        };
+        if let Some(reason) = self.health().gone_within(Duration::from_millis(1000)).await {
+            return Err(reason);
+        }
+        if !matches!(broker.health().current(), crate::provision::Health::Up) {
+            return Ok(format!(
+                "{} was under a fault the case injected",
+                broker.describe()
+            ));
+        }
+        match broker.answers(Duration::from_secs(2)).await {
+            Ok(()) => Ok(format!(
+                "after the failure the harness checked the broker: {} was up and accepted a connection, so the failure is the component's",
+                broker.describe()
+            )),
+            Err(problem) => {
+                // The watch knows why (an exit, a stop) when it is told in time.
+                if let Some(reason) = self.health().gone_within(Duration::from_secs(3)).await {
+                    return Err(reason);
+                }
+                Err(format!(
+                    "{} does not answer: {problem}; its log tail: {}",
+                    broker.describe(),
+                    broker.log_tail()
+                ))
+            }
+        }
+    }
+}
+
 enum Attempt {
     Passed(Outcome),
     Failed(Outcome),
     Errored(String),
 }
 
-/// Runs one case and returns its cell.
+/// Runs one case and returns its cell (no broker watched: the component is in
+/// process, or the caller watches nothing).
 pub async fn run_case(case: &Case, runtime: &Runtime, options: &RunOptions) -> CaseResult {
+    run_case_in(case, runtime, options, &CaseEnvironment::default()).await
+}
+
+/// Runs one case against a runtime whose broker is `environment`'s, and returns its
+/// cell: ERROR at once when the broker is gone before or during the case.
+pub async fn run_case_in(
+    case: &Case,
+    runtime: &Runtime,
+    options: &RunOptions,
+    environment: &CaseEnvironment,
+) -> CaseResult {
     let started = Instant::now();
     let bound = case.bound.for_caps(runtime.capabilities());
     let seed = options.seed.unwrap_or_else(|| default_seed(case.id));
@@ -66,6 +137,12 @@ pub async fn run_case(case: &Case, runtime: &Runtime, options: &RunOptions) -> C
         attempts: 0,
         evidence: Evidence::default(),
     };
+    if let Some(reason) = environment.health().down_reason() {
+        result.evidence.notes.push(format!(
+            "not run: the broker is gone ({reason}); this says nothing about the component"
+        ));
+        return result;
+    }
     let modes: Vec<(Feature, Support)> = case
         .requires
         .iter()
@@ -99,7 +176,7 @@ pub async fn run_case(case: &Case, runtime: &Runtime, options: &RunOptions) -> C
     let mut first_failure: Option<Outcome> = None;
     for attempt in 0..=options.retries {
         result.attempts = attempt + 1;
-        match run_once(case, runtime, bound, seed).await {
+        match run_once(case, runtime, bound, seed, environment).await {
             Attempt::Passed(outcome) => {
                 result.mode = Some(mode);
                 match first_failure {
@@ -118,7 +195,21 @@ pub async fn run_case(case: &Case, runtime: &Runtime, options: &RunOptions) -> C
                 }
                 break;
             }
-            Attempt::Failed(outcome) => {
+            Attempt::Failed(mut outcome) => {
+                match environment.attribute_failure().await {
+                    Ok(checked) => outcome.notes.push(checked),
+                    Err(reason) => {
+                        result.status = Status::Error;
+                        result.evidence = evidence(outcome);
+                        result.evidence.notes.insert(
+                            0,
+                            format!(
+                                "the broker failed, not the component: {reason}; the findings below are what the case saw"
+                            ),
+                        );
+                        break;
+                    }
+                }
                 result.status = Status::Fail;
                 result.evidence = evidence(outcome.clone());
                 first_failure.get_or_insert(outcome);
@@ -151,14 +242,28 @@ fn evidence(outcome: Outcome) -> Evidence {
     }
 }
 
-async fn run_once(case: &Case, runtime: &Runtime, bound: Duration, seed: u64) -> Attempt {
-    let context = CaseContext::new(runtime.clone(), case.id, bound, seed);
+async fn run_once(
+    case: &Case,
+    runtime: &Runtime,
+    bound: Duration,
+    seed: u64,
+    environment: &CaseEnvironment,
+) -> Attempt {
+    let mut context = CaseContext::new(runtime.clone(), case.id, bound, seed);
+    context.broker = environment.broker.clone();
     let recorder = context.recorder.clone();
     let logs = LogCapture::default();
     let body = AssertUnwindSafe((case.run)(context))
         .catch_unwind()
         .with_subscriber(logs.dispatch());
-    let attempt = run_body(case, bound, body, &recorder).await;
+    let mut health = environment.health();
+    let attempt = tokio::select! {
+        biased;
+        reason = health.gone() => Attempt::Errored(format!(
+            "the broker died during the case: {reason}; this says nothing about the component"
+        )),
+        attempt = run_body(case, bound, body, &recorder) => attempt,
+    };
     match attempt {
         Attempt::Passed(mut o) => {
             o.logs = logs.lines();

@@ -1,14 +1,24 @@
 //! Provisioning: how the broker behind a component is obtained. Four kinds exist
 //! (container, local process, external endpoint, in-process); each component type
-//! lists the ones that can serve it in `auto` order, and every kind that cannot serve
-//! says why and how to get one (NOT PROVISIONED), never hangs.
+//! lists the ones that can serve it in `auto` order (or the order the user gives), and
+//! every kind that cannot serve says why and how to get one (NOT PROVISIONED), never
+//! hangs. What is provisioned comes with a [`Broker`] handle: its health, watched by
+//! the runner, and the faults the certification level injects.
 
+pub mod broker;
+pub mod container;
+pub mod health;
 mod process;
+pub mod spec;
 
+pub use broker::Broker;
+pub use container::BrokerContainer;
+pub use health::{Health, HealthSender, HealthWatch};
 pub use process::BrokerProcess;
+pub use spec::{broker_spec, needs_broker, BrokerSpec, CommandLine, ContainerImage, ContainerSpec};
 
 use async_trait::async_trait;
-use pubsub_components::config::ComponentDefinition;
+use pubsub_components::config::{ComponentDefinition, CONTAINER_IMAGE_ANNOTATION};
 use pubsub_components::{registry, Component};
 use std::fmt;
 use std::sync::Arc;
@@ -38,13 +48,46 @@ impl fmt::Display for ProvisionKind {
     }
 }
 
-/// A component ready to certify, with whatever keeps its broker alive.
+impl ProvisionKind {
+    /// Parses `container`, `local` (or `local-process`), `external` or `in-process`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "container" => Ok(ProvisionKind::Container),
+            "local" | "local-process" => Ok(ProvisionKind::LocalProcess),
+            "external" => Ok(ProvisionKind::External),
+            "in-process" => Ok(ProvisionKind::InProcess),
+            other => Err(format!(
+                "unknown provisioning kind '{other}' (expected container, local, external or in-process)"
+            )),
+        }
+    }
+
+    /// Parses a comma-separated order such as `container,local,external`.
+    pub fn parse_order(text: &str) -> Result<Vec<Self>, String> {
+        let mut kinds = Vec::new();
+        for part in text.split(',') {
+            let kind = Self::parse(part)?;
+            if kinds.contains(&kind) {
+                return Err(format!("'{}' is named twice in '{text}'", part.trim()));
+            }
+            kinds.push(kind);
+        }
+        Ok(kinds)
+    }
+}
+
+/// The environment variable that sets the provisioning order for the test targets
+/// (what `certify --provision` sets for a run), e.g. `container,local,external`.
+pub const ORDER_VARIABLE: &str = "PUBSUB_PROVISION";
+
+/// A component ready to certify, with the broker behind it.
 pub struct Provisioned {
     pub kind: ProvisionKind,
     pub endpoint: Option<String>,
     pub component: Arc<dyn Component>,
-    /// Dropped when the run ends (stops a spawned broker, for example).
-    pub guard: Option<Box<dyn Send + Sync>>,
+    /// The broker, watched and faulted by the harness; `None` in process. Dropping it
+    /// stops what was started.
+    pub broker: Option<Arc<dyn Broker>>,
 }
 
 /// Why a kind could not serve a component, and how to get one.
@@ -74,202 +117,6 @@ pub trait Provisioner: Send + Sync {
     ) -> Result<Provisioned, NotProvisioned>;
 }
 
-/// A command line: the program (see [`process::resolve_program`]) and its arguments.
-pub type CommandLine = &'static [&'static str];
-
-/// How to run a broker type as a local process or a container. In every template,
-/// `{port}` is the broker's port, `{aux_port}` a second free port and `{dir}` its
-/// data directory.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BrokerSpec {
-    /// A short name for data directories and messages.
-    pub name: &'static str,
-    /// The installed binary.
-    pub program: &'static str,
-    /// Debian packages that provide it.
-    pub package: &'static str,
-    pub args: &'static [&'static str],
-    pub env: &'static [(&'static str, &'static str)],
-    /// Files written into the data directory before the first start: (name, content).
-    pub files: &'static [(&'static str, &'static str)],
-    /// Run once before the first start (e.g. initdb).
-    pub init: &'static [CommandLine],
-    /// Run once after the first start (e.g. createdb).
-    pub after_start: &'static [CommandLine],
-    /// When the suite runs as root: the user the broker must run as.
-    pub run_as: Option<&'static str>,
-    /// How long starting may take before the broker accepts connections.
-    pub ready_within: Duration,
-    /// Slow to start: the definition's endpoint is tried before spawning one.
-    pub prefer_external: bool,
-    /// The container image and tag, for the container kind.
-    pub image: &'static str,
-    pub tag: &'static str,
-    /// The port the broker listens on inside the container.
-    pub container_port: u16,
-}
-
-/// True for component types that talk to a broker.
-pub fn needs_broker(component_type: &str) -> bool {
-    component_type != "in-memory"
-}
-
-const NO_FILES: &[(&str, &str)] = &[];
-const NO_ENV: &[(&str, &str)] = &[];
-const NO_COMMANDS: &[CommandLine] = &[];
-const POSTGRES_BIN: &str = "/usr/lib/postgresql/*/bin/postgres";
-
-/// How to spawn the broker a component type needs, where this suite knows how.
-pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
-    let quick = Duration::from_secs(15);
-    match component_type {
-        "redis-streams" => Some(BrokerSpec {
-            name: "redis",
-            program: "redis-server",
-            package: "redis-server",
-            args: &[
-                "--port",
-                "{port}",
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                "{dir}",
-            ],
-            env: NO_ENV,
-            files: NO_FILES,
-            init: NO_COMMANDS,
-            after_start: NO_COMMANDS,
-            run_as: None,
-            ready_within: quick,
-            prefer_external: false,
-            image: "redis",
-            tag: "7-alpine",
-            container_port: 6379,
-        }),
-        "nats-jetstream" => Some(BrokerSpec {
-            name: "nats",
-            program: "nats-server",
-            package: "nats-server",
-            args: &["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "{dir}"],
-            env: NO_ENV,
-            files: NO_FILES,
-            init: NO_COMMANDS,
-            after_start: NO_COMMANDS,
-            run_as: None,
-            ready_within: quick,
-            prefer_external: false,
-            image: "nats",
-            tag: "2.10-alpine",
-            container_port: 4222,
-        }),
-        "mqtt5" => Some(BrokerSpec {
-            name: "mosquitto",
-            program: "mosquitto",
-            package: "mosquitto",
-            args: &["-c", "{dir}/mosquitto.conf"],
-            env: NO_ENV,
-            files: &[(
-                "mosquitto.conf",
-                "listener {port} 127.0.0.1\nallow_anonymous true\n\
-                 max_queued_messages 0\nset_tcp_nodelay true\npersistence true\npersistence_location {dir}/\n",
-            )],
-            init: NO_COMMANDS,
-            after_start: NO_COMMANDS,
-            run_as: None,
-            ready_within: quick,
-            prefer_external: false,
-            image: "eclipse-mosquitto",
-            tag: "2",
-            container_port: 1883,
-        }),
-        "rabbitmq" => Some(BrokerSpec {
-            name: "rabbitmq",
-            // The Debian wrapper in /usr/sbin switches user and ignores the environment.
-            program: "/usr/lib/rabbitmq/bin/rabbitmq-server",
-            package: "rabbitmq-server",
-            args: &[],
-            env: &[
-                ("RABBITMQ_NODENAME", "pcs-{port}@localhost"),
-                ("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1"),
-                ("RABBITMQ_NODE_PORT", "{port}"),
-                ("RABBITMQ_DIST_PORT", "{aux_port}"),
-                ("RABBITMQ_MNESIA_BASE", "{dir}/mnesia"),
-                ("RABBITMQ_LOG_BASE", "{dir}/log"),
-                ("RABBITMQ_CONFIG_FILE", "{dir}/rabbitmq.conf"),
-                ("RABBITMQ_CONF_ENV_FILE", "{dir}/rabbitmq-env.conf"),
-                ("RABBITMQ_ENABLED_PLUGINS_FILE", "{dir}/enabled_plugins"),
-            ],
-            files: &[
-                (
-                    "rabbitmq.conf",
-                    "listeners.tcp.1 = 127.0.0.1:{port}\nloopback_users = none\n",
-                ),
-                ("rabbitmq-env.conf", ""),
-                ("enabled_plugins", "[].\n"),
-            ],
-            init: NO_COMMANDS,
-            after_start: NO_COMMANDS,
-            run_as: None,
-            ready_within: Duration::from_secs(60),
-            prefer_external: true,
-            image: "rabbitmq",
-            tag: "3-alpine",
-            container_port: 5672,
-        }),
-        "postgres" => Some(BrokerSpec {
-            name: "postgres",
-            program: POSTGRES_BIN,
-            package: "postgresql",
-            args: &[
-                "-D",
-                "{dir}/data",
-                "-p",
-                "{port}",
-                "-k",
-                "{dir}",
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "fsync=off",
-            ],
-            env: NO_ENV,
-            files: NO_FILES,
-            init: &[&[
-                "/usr/lib/postgresql/*/bin/initdb",
-                "-D",
-                "{dir}/data",
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-            ]],
-            after_start: &[&[
-                "/usr/lib/postgresql/*/bin/createdb",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                "{port}",
-                "-U",
-                "postgres",
-                "test",
-            ]],
-            // PostgreSQL refuses to run as root.
-            run_as: Some("postgres"),
-            ready_within: Duration::from_secs(60),
-            prefer_external: true,
-            image: "postgres",
-            tag: "16-alpine",
-            container_port: 5432,
-        }),
-        _ => None,
-    }
-}
-
 fn not(kind: ProvisionKind, reason: impl Into<String>, hint: impl Into<String>) -> NotProvisioned {
     NotProvisioned {
         kind,
@@ -281,24 +128,27 @@ fn not(kind: ProvisionKind, reason: impl Into<String>, hint: impl Into<String>) 
 async fn build(
     kind: ProvisionKind,
     definition: &ComponentDefinition,
+    broker: Option<Arc<dyn Broker>>,
     endpoint: Option<String>,
-    guard: Option<Box<dyn Send + Sync>>,
 ) -> Result<Provisioned, NotProvisioned> {
-    let component = registry::build(definition, endpoint.as_deref())
-        .await
-        .map_err(|e| {
-            not(
+    match registry::build(definition, endpoint.as_deref()).await {
+        Ok(component) => Ok(Provisioned {
+            kind,
+            endpoint,
+            component,
+            broker,
+        }),
+        Err(e) => {
+            if let Some(broker) = broker {
+                broker.shutdown().await;
+            }
+            Err(not(
                 kind,
                 e.to_string(),
                 format!("check {} and the broker", definition.source.display()),
-            )
-        })?;
-    Ok(Provisioned {
-        kind,
-        endpoint,
-        component,
-        guard,
-    })
+            ))
+        }
+    }
 }
 
 /// Builds components that need no broker at all.
@@ -352,12 +202,12 @@ impl Provisioner for LocalProcess {
                 format!("install Debian's {} (scripts/install.sh)", spec.package),
             )
         })?;
-        let endpoint = format!("127.0.0.1:{}", process.port());
+        let endpoint = process.endpoint();
         build(
             self.kind(),
             definition,
+            Some(Arc::new(process)),
             Some(endpoint),
-            Some(Box::new(process)),
         )
         .await
     }
@@ -407,12 +257,137 @@ impl Provisioner for External {
                 format!("start the broker (scripts/services.sh) or set {variable}"),
             ));
         }
-        build(self.kind(), definition, Some(endpoint), None).await
+        let broker = ExternalBroker::watch(&definition.component_type, &endpoint);
+        build(
+            self.kind(),
+            definition,
+            Some(Arc::new(broker)),
+            Some(endpoint),
+        )
+        .await
     }
 }
 
-/// The container kind: only reports whether a Docker engine answers.
-pub struct Container;
+/// A broker the user runs: watched by connecting to it every second; the suite
+/// cannot fault it.
+pub struct ExternalBroker {
+    name: String,
+    endpoint: String,
+    health: HealthSender,
+    prober: tokio::task::JoinHandle<()>,
+}
+
+/// Consecutive failed probes, a second apart, after which an external broker is gone.
+const EXTERNAL_PROBES: u32 = 3;
+
+impl ExternalBroker {
+    /// Starts watching `endpoint`.
+    pub fn watch(component_type: &str, endpoint: &str) -> Self {
+        let health = HealthSender::new();
+        let prober = {
+            let health = health.clone();
+            let endpoint = endpoint.to_string();
+            tokio::spawn(async move {
+                let mut failures = 0;
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let answered = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        tokio::net::TcpStream::connect(&endpoint),
+                    )
+                    .await;
+                    match answered {
+                        Ok(Ok(_)) => failures = 0,
+                        Ok(Err(e)) => {
+                            failures += 1;
+                            if failures >= EXTERNAL_PROBES {
+                                health.down(
+                                    format!("the external broker at {endpoint} stopped answering"),
+                                    format!("{failures} probes 1 s apart failed: {e}"),
+                                );
+                            }
+                        }
+                        Err(_) => {
+                            failures += 1;
+                            if failures >= EXTERNAL_PROBES {
+                                health.down(
+                                    format!("the external broker at {endpoint} stopped answering"),
+                                    format!("{failures} probes 1 s apart timed out"),
+                                );
+                            }
+                        }
+                    }
+                }
+            })
+        };
+        ExternalBroker {
+            name: broker_spec(component_type)
+                .map(|s| s.name.to_string())
+                .unwrap_or_else(|| component_type.to_string()),
+            endpoint: endpoint.to_string(),
+            health,
+            prober,
+        }
+    }
+}
+
+#[async_trait]
+impl Broker for ExternalBroker {
+    fn describe(&self) -> String {
+        format!("{} (external) at {}", self.name, self.endpoint)
+    }
+
+    fn endpoint(&self) -> String {
+        self.endpoint.clone()
+    }
+
+    fn health(&self) -> HealthWatch {
+        self.health.watch()
+    }
+
+    fn log_tail(&self) -> String {
+        "(an external broker's log is not available to the suite)".into()
+    }
+
+    fn can_fault(&self) -> bool {
+        false
+    }
+
+    async fn kill(&self) -> Result<(), String> {
+        Err(broker::cannot_fault(self, "kill"))
+    }
+
+    async fn restart(&self) -> Result<(), String> {
+        Err(broker::cannot_fault(self, "restart"))
+    }
+
+    async fn pause(&self) -> Result<(), String> {
+        Err(broker::cannot_fault(self, "pause"))
+    }
+
+    async fn resume(&self) -> Result<(), String> {
+        Err(broker::cannot_fault(self, "resume"))
+    }
+
+    async fn shutdown(&self) {
+        self.prober.abort();
+    }
+}
+
+impl Drop for ExternalBroker {
+    fn drop(&mut self) {
+        self.prober.abort();
+    }
+}
+
+/// Runs the broker in a container through testcontainers: the upstream image where
+/// the engine has it, else the one `scripts/images.sh` builds (or the image named by
+/// `PUBSUB_<BROKER>_IMAGE` or the definition's annotation).
+#[derive(Debug, Clone, Default)]
+pub struct Container {
+    /// The engine to use (as `DOCKER_HOST`); `None`: the environment's.
+    pub docker_host: Option<String>,
+}
 
 #[async_trait]
 impl Provisioner for Container {
@@ -424,38 +399,71 @@ impl Provisioner for Container {
         &self,
         definition: &ComponentDefinition,
     ) -> Result<Provisioned, NotProvisioned> {
-        let spec = broker_spec(&definition.component_type);
-        let probe = tokio::process::Command::new("docker")
-            .args(["info", "--format", "{{.ServerVersion}}"])
-            .kill_on_drop(true)
-            .output();
-        let reason = match tokio::time::timeout(Duration::from_secs(5), probe).await {
-            Err(_) => "the Docker engine did not answer within 5 s".to_string(),
-            Ok(Err(e)) => format!("cannot run docker: {e}"),
-            Ok(Ok(out)) if !out.status.success() => format!(
-                "no Docker engine is reachable: {}",
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .next()
-                    .unwrap_or("docker info failed")
-                    .trim()
-            ),
-            Ok(Ok(_)) => match spec {
-                Some(spec) => format!(
-                    "container provisioning of {}:{} is not built yet",
-                    spec.image, spec.tag
-                ),
-                None => format!(
+        if let Some(problem) = container::engine_problem(self.docker_host.as_deref()).await {
+            return Err(not(
+                self.kind(),
+                problem,
+                "start one (scripts/install.sh starts dockerd), or use the local-process or external kind",
+            ));
+        }
+        let spec = broker_spec(&definition.component_type).ok_or_else(|| {
+            not(
+                self.kind(),
+                format!(
                     "no container image is known for pubsub.{}",
                     definition.component_type
                 ),
-            },
-        };
-        Err(not(
+                "use another provisioning kind",
+            )
+        })?;
+        let image = container::choose_image(
+            &spec.container,
+            spec.name,
+            definition
+                .annotations
+                .get(CONTAINER_IMAGE_ANNOTATION)
+                .map(String::as_str),
+        )
+        .await
+        .map_err(|reason| {
+            not(
+                self.kind(),
+                reason,
+                format!(
+                    "build it: scripts/images.sh {}",
+                    spec.container.local.name.trim_start_matches("pcs/")
+                ),
+            )
+        })?;
+        let broker = BrokerContainer::start(spec.name, &image, spec.ready_within)
+            .await
+            .map_err(|reason| {
+                not(
+                    self.kind(),
+                    reason,
+                    format!(
+                        "rebuild the image: scripts/images.sh --rebuild {}",
+                        spec.container.local.name.trim_start_matches("pcs/")
+                    ),
+                )
+            })?;
+        let endpoint = broker.endpoint();
+        build(
             self.kind(),
-            reason,
-            "use the local-process or external kind",
-        ))
+            definition,
+            Some(Arc::new(broker)),
+            Some(endpoint),
+        )
+        .await
+    }
+}
+
+fn provisioner(kind: ProvisionKind) -> Box<dyn Provisioner> {
+    match kind {
+        ProvisionKind::Container => Box::new(Container::default()),
+        ProvisionKind::LocalProcess => Box::new(LocalProcess),
+        ProvisionKind::External => Box::new(External),
+        ProvisionKind::InProcess => Box::new(InProcess),
     }
 }
 
@@ -471,17 +479,45 @@ pub fn auto_order(component_type: &str) -> Vec<Box<dyn Provisioner>> {
         return vec![Box::new(InProcess)];
     }
     match broker_spec(component_type) {
-        None => vec![Box::new(External), Box::new(Container)],
+        None => vec![Box::new(External), Box::new(Container::default())],
         Some(spec) if spec.prefer_external => vec![
             Box::new(External),
             Box::new(LocalProcess),
-            Box::new(Container),
+            Box::new(Container::default()),
         ],
         Some(_) => vec![
             Box::new(LocalProcess),
             Box::new(External),
-            Box::new(Container),
+            Box::new(Container::default()),
         ],
+    }
+}
+
+/// The provisioners for a component type in the order the user gave (`None`: the
+/// auto order). Components that need no broker are always served in process.
+pub fn order_for(
+    component_type: &str,
+    order: Option<&[ProvisionKind]>,
+) -> Vec<Box<dyn Provisioner>> {
+    match order {
+        None => auto_order(component_type),
+        Some(_) if !registry::KNOWN_TYPES.contains(&component_type) => Vec::new(),
+        Some(_) if !needs_broker(component_type) => vec![Box::new(InProcess)],
+        Some(kinds) => kinds
+            .iter()
+            .filter(|k| **k != ProvisionKind::InProcess)
+            .map(|k| provisioner(*k))
+            .collect(),
+    }
+}
+
+/// The order named by `PUBSUB_PROVISION`, if set (an error names a bad value).
+pub fn order_from_environment() -> Result<Option<Vec<ProvisionKind>>, String> {
+    match std::env::var(ORDER_VARIABLE) {
+        Ok(text) if !text.trim().is_empty() => ProvisionKind::parse_order(&text)
+            .map(Some)
+            .map_err(|e| format!("{ORDER_VARIABLE}: {e}")),
+        _ => Ok(None),
     }
 }
 
@@ -557,7 +593,10 @@ mod tests {
     #[tokio::test]
     async fn without_a_docker_engine_the_container_kind_says_why_quickly() {
         let started = std::time::Instant::now();
-        let reason = Container
+        let no_engine = Container {
+            docker_host: Some("unix:///nonexistent/docker.sock".into()),
+        };
+        let reason = no_engine
             .provision(&definition("redis-streams"))
             .await
             .err()
@@ -574,7 +613,7 @@ mod tests {
     /// is gone, restarts it on the same port and checks it answers again.
     async fn spawn_kill_restart(component_type: &str) {
         let spec = broker_spec(component_type).unwrap();
-        let mut process = BrokerProcess::spawn(&spec)
+        let process = BrokerProcess::spawn(&spec)
             .await
             .unwrap_or_else(|e| panic!("spawning {}: {e}", spec.name));
         let port = process.port();
@@ -607,6 +646,144 @@ mod tests {
     #[tokio::test]
     async fn a_local_rabbitmq_is_spawned_killed_and_restarted() {
         spawn_kill_restart("rabbitmq").await;
+    }
+
+    /// Starts the broker of `component_type` in a container, checks it answers, kills
+    /// it (the watch says the suite did it), restarts it on the same port, then kills
+    /// it from outside (the watch reports the exit code within seconds), and checks
+    /// that shutting down removes the container.
+    async fn container_kill_restart(component_type: &str) {
+        let spec = broker_spec(component_type).unwrap();
+        let image = container::choose_image(&spec.container, spec.name, None)
+            .await
+            .unwrap_or_else(|e| panic!("{e} (run scripts/images.sh)"));
+        let broker = BrokerContainer::start(spec.name, &image, spec.ready_within)
+            .await
+            .unwrap_or_else(|e| panic!("starting {}: {e}", spec.name));
+        let health = broker.health();
+        broker.answers(Duration::from_secs(2)).await.unwrap();
+        broker.kill().await.unwrap();
+        assert!(broker.answers(Duration::from_secs(1)).await.is_err());
+        assert!(matches!(health.current(), Health::Faulted(_)));
+        broker.restart().await.unwrap();
+        broker.answers(Duration::from_secs(2)).await.unwrap();
+        assert_eq!(health.current(), Health::Up);
+        let killed = std::process::Command::new("docker")
+            .args(["kill", "--signal", "KILL", broker.id()])
+            .output()
+            .unwrap();
+        assert!(killed.status.success());
+        let reason = broker
+            .health()
+            .gone_within(Duration::from_secs(5))
+            .await
+            .expect("an outside kill is reported");
+        assert!(reason.contains("code 137 (signal 9)"), "{reason}");
+        let id = broker.id().to_string();
+        broker.shutdown().await;
+        let left = container::leftovers(Some(std::process::id()))
+            .await
+            .unwrap();
+        assert!(
+            !left.iter().any(|(c, _)| id.starts_with(c.as_str())),
+            "{left:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_redis_container_is_killed_restarted_and_watched() {
+        container_kill_restart("redis-streams").await;
+    }
+
+    #[tokio::test]
+    async fn a_nats_container_is_killed_restarted_and_watched() {
+        container_kill_restart("nats-jetstream").await;
+    }
+
+    #[tokio::test]
+    async fn a_mosquitto_container_is_killed_restarted_and_watched() {
+        container_kill_restart("mqtt5").await;
+    }
+
+    #[tokio::test]
+    async fn a_postgres_container_is_killed_restarted_and_watched() {
+        container_kill_restart("postgres").await;
+    }
+
+    #[tokio::test]
+    async fn a_rabbitmq_container_is_killed_restarted_and_watched() {
+        container_kill_restart("rabbitmq").await;
+    }
+
+    #[test]
+    fn provisioning_orders_parse_and_bad_ones_are_named() {
+        assert_eq!(
+            ProvisionKind::parse_order("container,local,external").unwrap(),
+            vec![
+                ProvisionKind::Container,
+                ProvisionKind::LocalProcess,
+                ProvisionKind::External
+            ]
+        );
+        let bad = ProvisionKind::parse_order("container,kubernetes").unwrap_err();
+        assert!(bad.contains("'kubernetes'"), "{bad}");
+        let twice = ProvisionKind::parse_order("local,local-process").unwrap_err();
+        assert!(twice.contains("named twice"), "{twice}");
+        let kinds: Vec<_> = order_for("redis-streams", Some(&[ProvisionKind::Container]))
+            .iter()
+            .map(|p| p.kind())
+            .collect();
+        assert_eq!(kinds, vec![ProvisionKind::Container]);
+        let memory: Vec<_> = order_for("in-memory", Some(&[ProvisionKind::Container]))
+            .iter()
+            .map(|p| p.kind())
+            .collect();
+        assert_eq!(memory, vec![ProvisionKind::InProcess]);
+    }
+
+    #[tokio::test]
+    async fn a_local_process_killed_from_outside_is_reported_with_its_signal() {
+        let spec = broker_spec("redis-streams").unwrap();
+        let process = BrokerProcess::spawn(&spec).await.unwrap();
+        let mut health = process.health();
+        let pid = process.pid().unwrap();
+        std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        let reason = health
+            .gone_within(Duration::from_secs(2))
+            .await
+            .expect("the exit is reported");
+        assert!(
+            reason.contains("redis (pid") && reason.contains("signal 9 (SIGKILL)"),
+            "{reason}"
+        );
+        assert!(reason.contains("its log tail"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn an_external_endpoint_that_stops_answering_is_reported_gone() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = listener.local_addr().unwrap().to_string();
+        let broker = ExternalBroker::watch("redis-streams", &endpoint);
+        let mut health = broker.health();
+        assert_eq!(health.gone_within(Duration::from_millis(1500)).await, None);
+        drop(listener);
+        let reason = health
+            .gone_within(Duration::from_secs(6))
+            .await
+            .expect("reported gone after three failed probes");
+        assert!(
+            reason.contains(&endpoint) && reason.contains("stopped answering"),
+            "{reason}"
+        );
+        assert!(!broker.can_fault());
+        assert!(broker
+            .kill()
+            .await
+            .unwrap_err()
+            .contains("does not control"));
     }
 
     #[tokio::test]

@@ -3,12 +3,18 @@
 //! kill and restart for fault cases. The broker runs in its own process group, so
 //! wrapper scripts and the processes they start go together.
 
+use super::broker::Broker;
+use super::health::{Health, HealthSender, HealthWatch};
 use super::BrokerSpec;
+use async_trait::async_trait;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 /// A running (or killed) broker process.
 pub struct BrokerProcess {
@@ -17,7 +23,20 @@ pub struct BrokerProcess {
     /// A second port for brokers that need one (e.g. Erlang distribution).
     aux_port: u16,
     data_dir: tempfile::TempDir,
-    child: Option<Child>,
+    health: HealthSender,
+    /// The running incarnation, if any.
+    running: std::sync::Mutex<Option<Incarnation>>,
+    /// Serialises kill, restart, pause and resume.
+    control: tokio::sync::Mutex<()>,
+}
+
+/// One start of the broker: its process group and a watch of its exit.
+struct Incarnation {
+    pid: u32,
+    /// Set (with the description of its exit status) once the process has exited.
+    exited: tokio::sync::watch::Receiver<Option<String>>,
+    /// True once the suite asked it to go (kill, shutdown).
+    expected: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -75,12 +94,14 @@ impl BrokerProcess {
             .map_err(|e| format!("cannot create a data directory: {e}"))?;
         let port = free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
         let aux_port = free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
-        let mut process = BrokerProcess {
+        let process = BrokerProcess {
             spec: spec.clone(),
             port,
             aux_port,
             data_dir,
-            child: None,
+            health: HealthSender::new(),
+            running: std::sync::Mutex::new(None),
+            control: tokio::sync::Mutex::new(()),
         };
         process.prepare().await?;
         process.start().await?;
@@ -93,6 +114,11 @@ impl BrokerProcess {
     /// The loopback port it listens on.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The process id of the running broker (the leader of its process group).
+    pub fn pid(&self) -> Option<u32> {
+        self.running.lock().unwrap().as_ref().map(|i| i.pid)
     }
 
     fn fill(&self, template: &str) -> String {
@@ -171,9 +197,13 @@ impl BrokerProcess {
         Ok(())
     }
 
-    async fn start(&mut self) -> Result<(), String> {
-        let log = std::fs::File::create(self.data_dir.path().join("broker.log"))
-            .map_err(|e| format!("cannot create the broker log: {e}"))?;
+    /// Starts the broker, watches its exit, and waits until it accepts connections.
+    async fn start(&self) -> Result<(), String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data_dir.path().join("broker.log"))
+            .map_err(|e| format!("cannot open the broker log: {e}"))?;
         let mut argv = vec![self.spec.program];
         argv.extend_from_slice(self.spec.args);
         let mut child = self
@@ -185,6 +215,35 @@ impl BrokerProcess {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.spec.program))?;
+        let pid = child.id().ok_or("the broker exited at once")?;
+        let (exit_sender, exited) = tokio::sync::watch::channel(None);
+        let expected = Arc::new(AtomicBool::new(false));
+        let monitor = {
+            let health = self.health.clone();
+            let expected = expected.clone();
+            let name = self.spec.name;
+            let log_path = self.data_dir.path().join("broker.log");
+            async move {
+                let status = child.wait().await;
+                let description = match status {
+                    Ok(status) => describe_exit(status),
+                    Err(e) => format!("could not be waited for ({e})"),
+                };
+                if !expected.load(Ordering::SeqCst) {
+                    health.down(
+                        format!("{name} (pid {pid}) exited with {description}"),
+                        format!("its log tail: {}", tail_of(&log_path)),
+                    );
+                }
+                let _ = exit_sender.send(Some(description));
+            }
+        };
+        tokio::spawn(monitor);
+        *self.running.lock().unwrap() = Some(Incarnation {
+            pid,
+            exited: exited.clone(),
+            expected,
+        });
         let ready_within = self.spec.ready_within;
         let deadline = tokio::time::Instant::now() + ready_within;
         loop {
@@ -192,10 +251,11 @@ impl BrokerProcess {
                 .await
                 .is_ok()
             {
-                self.child = Some(child);
+                self.health.set(Health::Up);
                 return Ok(());
             }
-            if let Ok(Some(status)) = child.try_wait() {
+            if let Some(status) = exited.borrow().clone() {
+                self.running.lock().unwrap().take();
                 return Err(format!(
                     "{} exited at start ({status}): {}",
                     self.spec.program,
@@ -203,8 +263,7 @@ impl BrokerProcess {
                 ));
             }
             if tokio::time::Instant::now() >= deadline {
-                kill_group(&child);
-                let _ = child.kill().await;
+                self.stop_incarnation().await;
                 return Err(format!(
                     "{} did not accept connections on port {} within {ready_within:?}: {}",
                     self.spec.program,
@@ -216,11 +275,9 @@ impl BrokerProcess {
         }
     }
 
-    fn log_tail(&self) -> String {
-        let log =
-            std::fs::read_to_string(self.data_dir.path().join("broker.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().rev().take(3).collect();
-        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    /// The last lines of the broker's own log.
+    pub fn log_tail(&self) -> String {
+        tail_of(&self.data_dir.path().join("broker.log"))
     }
 
     /// The data directory (logs, config, data).
@@ -228,47 +285,188 @@ impl BrokerProcess {
         self.data_dir.path()
     }
 
-    /// Kills the broker and everything it started (as a crash would) and waits for
-    /// it to exit.
-    pub async fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            kill_group(&child);
-            let _ = child.kill().await;
-            // The port is free once the group is gone.
-            let deadline = tokio::time::Instant::now() + self.spec.ready_within;
-            while tokio::time::Instant::now() < deadline
-                && tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                    .await
-                    .is_ok()
-            {
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
+    /// Kills the running incarnation's process group, as expected by the suite, and
+    /// waits for it to exit and for its port to close.
+    async fn stop_incarnation(&self) {
+        let incarnation = self.running.lock().unwrap().take();
+        let Some(incarnation) = incarnation else {
+            return;
+        };
+        incarnation.expected.store(true, Ordering::SeqCst);
+        kill_group(incarnation.pid, "-KILL");
+        let mut exited = incarnation.exited;
+        let _ = tokio::time::timeout(
+            self.spec.ready_within,
+            exited.wait_for(|status| status.is_some()),
+        )
+        .await;
+        // The port is free once the group is gone.
+        let deadline = tokio::time::Instant::now() + self.spec.ready_within;
+        while tokio::time::Instant::now() < deadline
+            && tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+        {
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
 
+    /// Kills the broker and everything it started (as a crash would) and waits for
+    /// it to exit.
+    pub async fn kill(&self) {
+        let _control = self.control.lock().await;
+        self.health.set(Health::Faulted(format!(
+            "{} killed by the suite",
+            self.spec.name
+        )));
+        self.stop_incarnation().await;
+    }
+
     /// Starts the broker again on the same port and data directory.
-    pub async fn restart(&mut self) -> Result<(), String> {
-        self.kill().await;
+    pub async fn restart(&self) -> Result<(), String> {
+        let _control = self.control.lock().await;
+        self.health.set(Health::Faulted(format!(
+            "{} restarted by the suite",
+            self.spec.name
+        )));
+        self.stop_incarnation().await;
         self.start().await
+    }
+
+    /// Sends `signal` to the running broker's process group.
+    fn signal(&self, signal: &str) -> Result<(), String> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| format!("{} is not running", self.spec.name))?;
+        if kill_group(pid, signal) {
+            Ok(())
+        } else {
+            Err(format!(
+                "cannot send {signal} to {} (pid {pid})",
+                self.spec.name
+            ))
+        }
     }
 }
 
-/// Sends SIGKILL to the child's process group (the child leads it).
-fn kill_group(child: &Child) {
-    if let Some(pid) = child.id() {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", "--", &format!("-{pid}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+/// How a process ended, e.g. `signal 9 (SIGKILL)` or `exit code 1`.
+pub fn describe_exit(status: std::process::ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("signal {signal} ({})", signal_name(signal)),
+        _ => status.to_string(),
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+fn tail_of(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text
+        .lines()
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .take(3)
+        .collect();
+    if lines.is_empty() {
+        return "(empty)".into();
+    }
+    lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
+/// Sends `signal` (e.g. `-KILL`) to a process group; true when it was delivered.
+fn kill_group(pid: u32, signal: &str) -> bool {
+    std::process::Command::new("kill")
+        .args([signal, "--", &format!("-{pid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[async_trait]
+impl Broker for BrokerProcess {
+    fn describe(&self) -> String {
+        match self.pid() {
+            Some(pid) => format!(
+                "{} (local process, pid {pid}) at 127.0.0.1:{}",
+                self.spec.name, self.port
+            ),
+            None => format!(
+                "{} (local process, not running) at 127.0.0.1:{}",
+                self.spec.name, self.port
+            ),
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn health(&self) -> HealthWatch {
+        self.health.watch()
+    }
+
+    fn log_tail(&self) -> String {
+        BrokerProcess::log_tail(self)
+    }
+
+    fn can_fault(&self) -> bool {
+        true
+    }
+
+    async fn kill(&self) -> Result<(), String> {
+        BrokerProcess::kill(self).await;
+        Ok(())
+    }
+
+    async fn restart(&self) -> Result<(), String> {
+        BrokerProcess::restart(self).await
+    }
+
+    async fn pause(&self) -> Result<(), String> {
+        let _control = self.control.lock().await;
+        self.health.set(Health::Faulted(format!(
+            "{} paused by the suite",
+            self.spec.name
+        )));
+        self.signal("-STOP")
+    }
+
+    async fn resume(&self) -> Result<(), String> {
+        let _control = self.control.lock().await;
+        self.signal("-CONT")?;
+        self.health.set(Health::Up);
+        Ok(())
+    }
+
+    async fn shutdown(&self) {
+        let _control = self.control.lock().await;
+        self.health
+            .set(Health::Faulted(format!("{} shut down", self.spec.name)));
+        if let Some(pid) = self.pid() {
+            kill_group(pid, "-CONT");
+        }
+        self.stop_incarnation().await;
     }
 }
 
 impl Drop for BrokerProcess {
     fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            kill_group(child);
-            let _ = child.start_kill();
+        if let Some(incarnation) = self.running.lock().unwrap().take() {
+            incarnation.expected.store(true, Ordering::SeqCst);
+            kill_group(incarnation.pid, "-CONT");
+            kill_group(incarnation.pid, "-KILL");
         }
     }
 }

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Builds one local container image per broker from Debian's packages (no image
+# registry is needed): debootstrap a minimal rootfs with the broker's package, add an
+# entrypoint, `docker import` it as pcs/<broker>:bookworm. Images that already exist
+# are kept.
+#
+# Usage: scripts/images.sh [--rebuild] [broker ...]
+#   brokers: redis nats mosquitto rabbitmq postgres (default: all)
+#   --rebuild  removes and builds the named images again
+# Environment: PCS_DEBIAN_MIRROR (default: the machine's apt source), PCS_SUITE
+# (default: bookworm), PCS_IMAGE_CACHE (.deb cache, default /var/cache/pcs-images).
+set -euo pipefail
+
+rebuild=no
+brokers=()
+for arg in "$@"; do
+    case "$arg" in
+        --rebuild) rebuild=yes ;;
+        redis | nats | mosquitto | rabbitmq | postgres) brokers+=("$arg") ;;
+        *) echo "images.sh: unknown argument '$arg' (brokers: redis nats mosquitto rabbitmq postgres)" >&2; exit 2 ;;
+    esac
+done
+[ "${#brokers[@]}" -gt 0 ] || brokers=(redis nats mosquitto rabbitmq postgres)
+
+suite="${PCS_SUITE:-bookworm}"
+cache="${PCS_IMAGE_CACHE:-/var/cache/pcs-images}"
+mirror="${PCS_DEBIAN_MIRROR:-}"
+if [ -z "$mirror" ]; then
+    mirror="$(grep -hoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null \
+        | grep -oE 'https?://[^ ]+' | head -n1 || true)"
+    mirror="${mirror:-http://deb.debian.org/debian}"
+fi
+
+if ! docker info >/dev/null 2>&1; then
+    echo "images.sh: no Docker engine answers (scripts/install.sh starts one)" >&2
+    exit 1
+fi
+command -v debootstrap >/dev/null || { echo "images.sh: debootstrap is missing (scripts/install.sh)" >&2; exit 1; }
+
+# broker -> Debian package
+declare -A packages=(
+    [redis]=redis-server
+    [nats]=nats-server
+    [mosquitto]=mosquitto
+    [rabbitmq]=rabbitmq-server
+    [postgres]="postgresql,postgresql-client"
+)
+
+# broker -> entrypoint script. Containers run with the host's network (the suite
+# starts them with --network host), so each listens on 127.0.0.1:$PCS_PORT (and
+# RabbitMQ's distribution on $PCS_AUX_PORT); data lives in /data inside the container,
+# so it survives a restart of the container.
+entrypoint() {
+    case "$1" in
+        redis) cat <<'EOF'
+#!/bin/sh
+# Append-only persistence, so a restarted container keeps what was acknowledged.
+mkdir -p /data
+exec redis-server --bind 127.0.0.1 --port "${PCS_PORT:-6379}" --dir /data --appendonly yes --appendfsync always --save ''
+EOF
+            ;;
+        nats) cat <<'EOF'
+#!/bin/sh
+mkdir -p /data
+exec nats-server -a 127.0.0.1 -p "${PCS_PORT:-4222}" -js -sd /data
+EOF
+            ;;
+        mosquitto) cat <<'EOF'
+#!/bin/sh
+mkdir -p /data
+cat > /data/mosquitto.conf <<CONF
+listener ${PCS_PORT:-1883} 127.0.0.1
+allow_anonymous true
+max_queued_messages 0
+set_tcp_nodelay true
+persistence true
+persistence_location /data/
+user root
+CONF
+exec mosquitto -c /data/mosquitto.conf
+EOF
+            ;;
+        rabbitmq) cat <<'EOF'
+#!/bin/sh
+port="${PCS_PORT:-5672}"
+mkdir -p /data/mnesia /data/log
+printf 'listeners.tcp.1 = 127.0.0.1:%s\nloopback_users = none\n' "$port" > /data/rabbitmq.conf
+printf '[].\n' > /data/enabled_plugins
+: > /data/rabbitmq-env.conf
+export HOME=/data RABBITMQ_NODENAME="pcs-c$port@localhost" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+    RABBITMQ_NODE_PORT="$port" RABBITMQ_DIST_PORT="${PCS_AUX_PORT:-25672}" \
+    RABBITMQ_MNESIA_BASE=/data/mnesia RABBITMQ_LOG_BASE=/data/log \
+    RABBITMQ_CONFIG_FILE=/data/rabbitmq.conf RABBITMQ_CONF_ENV_FILE=/data/rabbitmq-env.conf \
+    RABBITMQ_ENABLED_PLUGINS_FILE=/data/enabled_plugins
+exec /usr/lib/rabbitmq/bin/rabbitmq-server
+EOF
+            ;;
+        postgres) cat <<'EOF'
+#!/bin/sh
+port="${PCS_PORT:-5432}"
+bin="$(ls -d /usr/lib/postgresql/*/bin | sort | tail -n1)"
+data=/data/pg
+mkdir -p /data && chown postgres:postgres /data
+if [ ! -s "$data/PG_VERSION" ]; then
+    su postgres -s /bin/sh -c "$bin/initdb -D $data -U postgres --auth=trust -E UTF8" >/dev/null
+    echo "CREATE DATABASE test;" | su postgres -s /bin/sh -c "$bin/postgres --single -D $data postgres" >/dev/null
+fi
+exec su postgres -s /bin/sh -c "exec $bin/postgres -D $data -p $port -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off"
+EOF
+            ;;
+    esac
+}
+
+
+mkdir -p "$cache"
+for broker in "${brokers[@]}"; do
+    image="pcs/$broker:$suite"
+    if docker image inspect "$image" >/dev/null 2>&1; then
+        if [ "$rebuild" = yes ]; then
+            docker image rm -f "$image" >/dev/null
+        else
+            echo "images.sh: $image exists"
+            continue
+        fi
+    fi
+    started=$(date +%s)
+    root="$(mktemp -d "/tmp/pcs-rootfs-$broker-XXXX")"
+    trap 'rm -rf "$root"' EXIT
+    echo "images.sh: building $image (debootstrap $suite with ${packages[$broker]})"
+    if ! debootstrap --variant=minbase --cache-dir="$cache" --include="${packages[$broker]}" \
+        "$suite" "$root" "$mirror" >"$root.log" 2>&1; then
+        echo "images.sh: debootstrap failed for $broker; its log:" >&2
+        tail -n 20 "$root.log" >&2
+        exit 1
+    fi
+    entrypoint "$broker" >"$root/usr/local/bin/pcs-entrypoint"
+    chmod 755 "$root/usr/local/bin/pcs-entrypoint"
+    # Debian's package scripts may have started nothing (no init in a chroot); drop
+    # what the image does not need.
+    rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"* "$root/usr/share/doc" "$root/usr/share/man"
+    tar -C "$root" -c . | docker import \
+        --change "ENTRYPOINT [\"/usr/local/bin/pcs-entrypoint\"]" \
+        --change "LABEL org.pcs.broker=$broker org.pcs.suite=$suite" \
+        - "$image" >/dev/null
+    rm -rf "$root" "$root.log"
+    trap - EXIT
+    echo "images.sh: built $image in $(($(date +%s) - started)) s"
+done

@@ -1,0 +1,283 @@
+//! What the suite knows about running each broker type: the installed binary and
+//! its arguments for the local-process kind, and the images for the container kind.
+
+use std::time::Duration;
+
+/// A command line: the program (see [`process::resolve_program`]) and its arguments.
+pub type CommandLine = &'static [&'static str];
+
+/// How to run a broker type as a local process or a container. In every template,
+/// `{port}` is the broker's port, `{aux_port}` a second free port and `{dir}` its
+/// data directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerSpec {
+    /// A short name for data directories and messages.
+    pub name: &'static str,
+    /// The installed binary.
+    pub program: &'static str,
+    /// Debian packages that provide it.
+    pub package: &'static str,
+    pub args: &'static [&'static str],
+    pub env: &'static [(&'static str, &'static str)],
+    /// Files written into the data directory before the first start: (name, content).
+    pub files: &'static [(&'static str, &'static str)],
+    /// Run once before the first start (e.g. initdb).
+    pub init: &'static [CommandLine],
+    /// Run once after the first start (e.g. createdb).
+    pub after_start: &'static [CommandLine],
+    /// When the suite runs as root: the user the broker must run as.
+    pub run_as: Option<&'static str>,
+    /// How long starting may take before the broker accepts connections.
+    pub ready_within: Duration,
+    /// Slow to start: the definition's endpoint is tried before spawning one.
+    pub prefer_external: bool,
+    /// The images for the container kind.
+    pub container: ContainerSpec,
+}
+
+/// True for component types that talk to a broker.
+pub fn needs_broker(component_type: &str) -> bool {
+    component_type != "in-memory"
+}
+
+const NO_FILES: &[(&str, &str)] = &[];
+const NO_ENV: &[(&str, &str)] = &[];
+const NO_COMMANDS: &[CommandLine] = &[];
+const POSTGRES_BIN: &str = "/usr/lib/postgresql/*/bin/postgres";
+
+/// How to spawn the broker a component type needs, where this suite knows how.
+pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
+    let quick = Duration::from_secs(15);
+    match component_type {
+        "redis-streams" => Some(BrokerSpec {
+            name: "redis",
+            program: "redis-server",
+            package: "redis-server",
+            args: &[
+                "--port",
+                "{port}",
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                // Kept across a kill: the append-only file is written before replies go
+                // out (fsync is left to the OS: a crash of the process loses nothing).
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "no",
+                "--dir",
+                "{dir}",
+            ],
+            env: NO_ENV,
+            files: NO_FILES,
+            init: NO_COMMANDS,
+            after_start: NO_COMMANDS,
+            run_as: None,
+            ready_within: quick,
+            prefer_external: false,
+            container: ContainerSpec {
+                upstream: ContainerImage::new("redis", "7.2.4-alpine", &["redis-server", "--bind", "127.0.0.1", "--port", "{port}", "--appendonly", "yes"], NO_ENV),
+                local: ContainerImage::local("redis"),
+            },
+        }),
+        "nats-jetstream" => Some(BrokerSpec {
+            name: "nats",
+            program: "nats-server",
+            package: "nats-server",
+            args: &["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "{dir}"],
+            env: NO_ENV,
+            files: NO_FILES,
+            init: NO_COMMANDS,
+            after_start: NO_COMMANDS,
+            run_as: None,
+            ready_within: quick,
+            prefer_external: false,
+            container: ContainerSpec {
+                upstream: ContainerImage::new("nats", "2.10.22-alpine", &["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "/data"], NO_ENV),
+                local: ContainerImage::local("nats"),
+            },
+        }),
+        "mqtt5" => Some(BrokerSpec {
+            name: "mosquitto",
+            program: "mosquitto",
+            package: "mosquitto",
+            args: &["-c", "{dir}/mosquitto.conf"],
+            env: NO_ENV,
+            files: &[(
+                "mosquitto.conf",
+                "listener {port} 127.0.0.1\nallow_anonymous true\n\
+                 max_queued_messages 0\nset_tcp_nodelay true\npersistence true\npersistence_location {dir}/\n",
+            )],
+            init: NO_COMMANDS,
+            after_start: NO_COMMANDS,
+            run_as: None,
+            ready_within: quick,
+            prefer_external: false,
+            container: ContainerSpec {
+                upstream: ContainerImage::new("eclipse-mosquitto", "2.0.18", &[
+                    "sh",
+                    "-c",
+                    "printf 'listener {port} 127.0.0.1\\nallow_anonymous true\\npersistence true\\npersistence_location /mosquitto/data/\\n' > /tmp/m.conf && exec mosquitto -c /tmp/m.conf",
+                ], NO_ENV),
+                local: ContainerImage::local("mosquitto"),
+            },
+        }),
+        "rabbitmq" => Some(BrokerSpec {
+            name: "rabbitmq",
+            // The Debian wrapper in /usr/sbin switches user and ignores the environment.
+            program: "/usr/lib/rabbitmq/bin/rabbitmq-server",
+            package: "rabbitmq-server",
+            args: &[],
+            env: &[
+                ("RABBITMQ_NODENAME", "pcs-{port}@localhost"),
+                ("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1"),
+                ("RABBITMQ_NODE_PORT", "{port}"),
+                ("RABBITMQ_DIST_PORT", "{aux_port}"),
+                ("RABBITMQ_MNESIA_BASE", "{dir}/mnesia"),
+                ("RABBITMQ_LOG_BASE", "{dir}/log"),
+                ("RABBITMQ_CONFIG_FILE", "{dir}/rabbitmq.conf"),
+                ("RABBITMQ_CONF_ENV_FILE", "{dir}/rabbitmq-env.conf"),
+                ("RABBITMQ_ENABLED_PLUGINS_FILE", "{dir}/enabled_plugins"),
+            ],
+            files: &[
+                (
+                    "rabbitmq.conf",
+                    "listeners.tcp.1 = 127.0.0.1:{port}\nloopback_users = none\n",
+                ),
+                ("rabbitmq-env.conf", ""),
+                ("enabled_plugins", "[].\n"),
+            ],
+            init: NO_COMMANDS,
+            after_start: NO_COMMANDS,
+            run_as: None,
+            ready_within: Duration::from_secs(60),
+            prefer_external: true,
+            container: ContainerSpec {
+                upstream: ContainerImage::new("rabbitmq", "3.13.7-alpine", &[], &[
+                    ("RABBITMQ_NODENAME", "pcs-c{port}@localhost"),
+                    ("RABBITMQ_NODE_PORT", "{port}"),
+                    ("RABBITMQ_DIST_PORT", "{aux_port}"),
+                ]),
+                local: ContainerImage::local("rabbitmq"),
+            },
+        }),
+        "postgres" => Some(BrokerSpec {
+            name: "postgres",
+            program: POSTGRES_BIN,
+            package: "postgresql",
+            args: &[
+                "-D",
+                "{dir}/data",
+                "-p",
+                "{port}",
+                "-k",
+                "{dir}",
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+            ],
+            env: NO_ENV,
+            files: NO_FILES,
+            init: &[&[
+                "/usr/lib/postgresql/*/bin/initdb",
+                "-D",
+                "{dir}/data",
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+            ]],
+            after_start: &[&[
+                "/usr/lib/postgresql/*/bin/createdb",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                "{port}",
+                "-U",
+                "postgres",
+                "test",
+            ]],
+            // PostgreSQL refuses to run as root.
+            run_as: Some("postgres"),
+            ready_within: Duration::from_secs(60),
+            prefer_external: true,
+            container: ContainerSpec {
+                upstream: ContainerImage::new("postgres", "16.4-alpine", &["postgres", "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"], &[
+                    ("POSTGRES_HOST_AUTH_METHOD", "trust"),
+                    ("POSTGRES_DB", "test"),
+                    ("PGPORT", "{port}"),
+                ]),
+                local: ContainerImage::local("postgres"),
+            },
+        }),
+        _ => None,
+    }
+}
+
+/// The images a broker can run from, for the container kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerSpec {
+    /// The upstream image a user with a registry would pull (pinned tag), run with the
+    /// host's network on `{port}`.
+    pub upstream: ContainerImage,
+    /// The image `scripts/images.sh` builds from Debian's packages.
+    pub local: ContainerImage,
+}
+
+/// One container image and how to run it. `{port}` and `{aux_port}` in the command
+/// and environment are the broker's free loopback ports; every image also gets them
+/// as `PCS_PORT` and `PCS_AUX_PORT` (what the local images' entrypoints read).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerImage {
+    pub name: String,
+    pub tag: String,
+    /// The command (empty: the image's own).
+    pub cmd: &'static [&'static str],
+    pub env: &'static [(&'static str, &'static str)],
+}
+
+/// The tag of the images `scripts/images.sh` builds.
+pub const LOCAL_TAG: &str = "bookworm";
+
+impl ContainerImage {
+    /// An image with its command and environment.
+    pub fn new(
+        name: &str,
+        tag: &str,
+        cmd: &'static [&'static str],
+        env: &'static [(&'static str, &'static str)],
+    ) -> Self {
+        ContainerImage {
+            name: name.into(),
+            tag: tag.into(),
+            cmd,
+            env,
+        }
+    }
+
+    /// The image `scripts/images.sh` builds for `broker` (`pcs/<broker>:bookworm`).
+    pub fn local(broker: &str) -> Self {
+        ContainerImage::new(&format!("pcs/{broker}"), LOCAL_TAG, &[], NO_ENV)
+    }
+
+    /// `name:tag`, run the way `like` is run.
+    pub fn parse(reference: &str, like: &ContainerImage) -> Self {
+        let (name, tag) = match reference.rsplit_once(':') {
+            Some((name, tag)) if !tag.contains('/') => (name, tag),
+            _ => (reference, "latest"),
+        };
+        ContainerImage {
+            name: name.into(),
+            tag: tag.into(),
+            ..like.clone()
+        }
+    }
+
+    /// `name:tag`.
+    pub fn reference(&self) -> String {
+        format!("{}:{}", self.name, self.tag)
+    }
+}
