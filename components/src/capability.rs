@@ -102,6 +102,14 @@ pub struct Capabilities {
     pub delay_precision: Duration,
     /// How early a delayed message may be delivered (clock skew between parties).
     pub clock_tolerance: Duration,
+    /// Whether the broker keeps what it acknowledged across a crash and restart (as
+    /// provisioned by the suite: persistence on).
+    #[serde(default)]
+    pub durable: bool,
+    /// How long publishers and subscribers may take to work again, without being
+    /// recreated, once the broker or the network is back.
+    #[serde(default)]
+    pub recovery_bound: Duration,
 }
 
 /// Partition support details.

@@ -197,6 +197,9 @@ impl Component for MemoryComponent {
             redelivery_bound: Duration::from_secs(2),
             delay_precision: Duration::from_millis(250),
             clock_tolerance: Duration::from_millis(5),
+            // In process: nothing outlives the process.
+            durable: false,
+            recovery_bound: Duration::from_secs(2),
         }
     }
 

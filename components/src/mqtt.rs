@@ -387,6 +387,10 @@ impl Component for Mqtt5 {
             redelivery_bound: Duration::from_secs(2),
             delay_precision: Duration::from_millis(300),
             clock_tolerance: Duration::from_millis(50),
+            // Mosquitto writes its persistence file on autosave (and on a clean stop), so a
+            // crash loses what it stored since: not durable across a kill.
+            durable: false,
+            recovery_bound: Duration::from_secs(10),
         }
     }
 

@@ -180,6 +180,8 @@ impl Component for Postgres {
             // runs every component at once) the last of six came 665 ms late.
             delay_precision: Duration::from_secs(1),
             clock_tolerance: Duration::from_millis(50),
+            durable: true,
+            recovery_bound: Duration::from_secs(10),
         }
     }
 

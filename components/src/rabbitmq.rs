@@ -387,6 +387,8 @@ impl Component for RabbitMq {
             redelivery_bound: Duration::from_secs(2),
             delay_precision: Duration::from_millis(300),
             clock_tolerance: Duration::from_millis(50),
+            durable: true,
+            recovery_bound: Duration::from_secs(15),
         }
     }
 

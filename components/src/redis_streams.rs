@@ -14,7 +14,7 @@ use crate::component::{
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
 use async_trait::async_trait;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,7 +48,7 @@ impl Default for RedisConfig {
 pub struct RedisStreams {
     config: RedisConfig,
     client: redis::Client,
-    connection: MultiplexedConnection,
+    connection: ConnectionManager,
 }
 
 fn broker(context: &str) -> impl Fn(redis::RedisError) -> PubSubError + '_ {
@@ -104,6 +104,16 @@ fn items(value: &Value) -> &[Value] {
     }
 }
 
+/// Connections that reconnect by themselves after the server or the network comes
+/// back (the failed command reports the error; the next one goes to a new connection).
+/// No response timeout: blocking reads wait as long as they ask to.
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_number_of_retries(2)
+}
+
 impl RedisStreams {
     /// Connects to the server named in `config`.
     pub async fn connect(config: RedisConfig) -> Result<Self> {
@@ -111,7 +121,7 @@ impl RedisStreams {
             PubSubError::InvalidRequest(format!("redisHost '{}': {e}", config.host))
         })?;
         let connection = client
-            .get_multiplexed_async_connection()
+            .get_connection_manager_with_config(manager_config())
             .await
             .map_err(|e| {
                 PubSubError::broker(format!("connecting to redis at {}", config.host), e)
@@ -172,6 +182,9 @@ impl Component for RedisStreams {
             redelivery_bound: Duration::from_secs(2),
             delay_precision: Duration::from_millis(300),
             clock_tolerance: Duration::from_millis(50),
+            // With the append-only file on (as the suite provisions it).
+            durable: true,
+            recovery_bound: Duration::from_secs(10),
         }
     }
 
@@ -264,7 +277,7 @@ impl Component for RedisStreams {
         // A dedicated connection: blocking reads must not stall publishers.
         let connection = self
             .client
-            .get_multiplexed_async_connection()
+            .get_connection_manager_with_config(manager_config())
             .await
             .map_err(|e| PubSubError::broker("opening a consumer connection", e))?;
         let consumer = RedisConsumer {
@@ -282,7 +295,7 @@ impl Component for RedisStreams {
 }
 
 struct RedisConsumer {
-    connection: MultiplexedConnection,
+    connection: ConnectionManager,
     prefix: String,
     claim_idle: Duration,
     name: String,

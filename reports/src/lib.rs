@@ -196,4 +196,35 @@ pub struct Evidence {
     /// Warnings and errors logged by the runtime and the component during the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<String>,
+    /// Faults, publishes and deliveries over time, for cases that inject faults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
+}
+
+/// What happened during a fault case, over time (drawn as a small SVG in the HTML).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Timeline {
+    /// From the first to the last event.
+    pub span_ms: u64,
+    pub events: Vec<TimelineEvent>,
+}
+
+/// One event on a timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineEvent {
+    /// Since the first event.
+    pub at_ms: u64,
+    pub lane: Lane,
+    /// Shown for faults; the key for publishes and deliveries.
+    pub label: String,
+}
+
+/// The lanes of a timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lane {
+    Fault,
+    Publish,
+    PublishFailed,
+    Delivery,
 }

@@ -60,6 +60,30 @@ impl Bound {
     }
 }
 
+/// A fault a case injects; its broker must be able to take it, or the cell is NOT
+/// PROVISIONED with the reason (an in-process or external broker cannot be faulted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Injects {
+    /// Kills the broker (SIGKILL) and starts it again on the same data.
+    BrokerRestart,
+    /// Freezes the broker (SIGSTOP, `docker pause`) and thaws it.
+    BrokerPause,
+    /// Cuts, black-holes, slows or resets the network through the fault proxy.
+    Network,
+}
+
+impl Injects {
+    /// The kebab-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Injects::BrokerRestart => "broker-restart",
+            Injects::BrokerPause => "broker-pause",
+            Injects::Network => "network",
+        }
+    }
+}
+
 /// The body of a case.
 pub type CaseFn = fn(CaseContext) -> BoxFuture<'static, CaseRun>;
 
@@ -74,6 +98,8 @@ pub struct Case {
     /// that using it is refused clearly instead.
     pub requires: &'static [Feature],
     pub level: Level,
+    /// The faults it injects.
+    pub injects: &'static [Injects],
     pub bound: Bound,
     pub run: CaseFn,
 }
@@ -84,16 +110,27 @@ impl Case {
         self.id.split('.').next().unwrap_or(self.id)
     }
 
-    /// The capabilities it needs, as text (`-` for none).
+    /// The capabilities it needs and the faults it injects, as text (`-` for none),
+    /// e.g. `bulk-publish` or `bulk-publish; faults: network`.
     pub fn requirement(&self) -> String {
-        if self.requires.is_empty() {
-            return "-".into();
-        }
-        self.requires
+        let features = self
+            .requires
             .iter()
             .map(|f| f.name())
             .collect::<Vec<_>>()
-            .join("+")
+            .join("+");
+        let faults = self
+            .injects
+            .iter()
+            .map(|f| f.name())
+            .collect::<Vec<_>>()
+            .join("+");
+        match (features.is_empty(), faults.is_empty()) {
+            (true, true) => "-".into(),
+            (false, true) => features,
+            (true, false) => format!("faults: {faults}"),
+            (false, false) => format!("{features}; faults: {faults}"),
+        }
     }
 }
 

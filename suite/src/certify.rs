@@ -163,7 +163,7 @@ async fn run_cases(
     progress: &mut dyn FnMut(&str),
 ) -> Vec<CaseResult> {
     let mut runtime = Runtime::new(definition.name.clone(), provisioned.component.clone());
-    let environment = CaseEnvironment::of(provisioned.broker.clone());
+    let environment = CaseEnvironment::provisioned(provisioned.broker.clone(), definition);
     let mut results = Vec::new();
     let mut restarted_after: Option<String> = None;
     for (index, case) in cases.iter().enumerate() {
@@ -183,6 +183,18 @@ async fn run_cases(
             }
         }
         let mut result = run_case_in(case, &runtime, &options.run, &environment).await;
+        // Certification cases may fault the broker: the next case gets a fresh
+        // component, so that a component that does not recover fails only there.
+        if case.level == crate::catalogue::Level::Certification {
+            if let (Some(broker), None) = (&provisioned.broker, environment.health().down_reason()) {
+                match pubsub_components::registry::build(definition, Some(&broker.endpoint())).await {
+                    Ok(component) => runtime = Runtime::new(definition.name.clone(), component),
+                    Err(e) => result.evidence.notes.push(format!(
+                        "rebuilding the component after this case failed: {e}"
+                    )),
+                }
+            }
+        }
         if let Some(reason) = &restarted_after {
             result.evidence.notes.push(format!(
                 "run on a restarted broker (--restart-broker) after it died: {reason}"
@@ -255,7 +267,7 @@ fn not_provisioned(
                 id: case.id.to_string(),
                 family: case.family().to_string(),
                 level: case.level.name().to_string(),
-                feature: (!case.requires.is_empty()).then(|| case.requirement()),
+                feature: (!case.requires.is_empty() || !case.injects.is_empty()).then(|| case.requirement()),
                 must: case.must.to_string(),
                 status: Status::NotProvisioned,
                 mode: None,

@@ -19,6 +19,9 @@ pub struct CaseContext {
     pub recorder: Recorder,
     /// The broker behind the runtime, for cases that inject faults; `None` in process.
     pub broker: Option<std::sync::Arc<dyn crate::provision::Broker>>,
+    /// The component's definition, for cases that build it again (behind a fault
+    /// proxy); `None` for components built in code.
+    pub definition: Option<std::sync::Arc<pubsub_components::config::ComponentDefinition>>,
     prefix: String,
     deadline: Instant,
     seed: u64,
@@ -33,10 +36,16 @@ impl CaseContext {
             runtime,
             recorder: Recorder::new(),
             broker: None,
+            definition: None,
             prefix: format!("pcs-{}-{}", &run[..8], case_id.replace('.', "-")),
             deadline: Instant::now() + bound,
             seed,
         }
+    }
+
+    /// The faults this case can inject (see [`crate::faults::Faults`]).
+    pub fn faults(&self) -> Result<crate::faults::Faults<'_>, CaseError> {
+        crate::faults::Faults::of(self)
     }
 
     /// A fresh topic name.
@@ -146,11 +155,21 @@ impl CaseContext {
 
     /// Publishes and records the attempt; returns the outcome.
     pub async fn publish(&self, request: PublishRequest) -> Result<MessageId, PubSubError> {
+        self.publish_via(&self.runtime, request).await
+    }
+
+    /// Publishes through `runtime` (e.g. one behind a fault proxy) and records the
+    /// attempt; returns the outcome.
+    pub async fn publish_via(
+        &self,
+        runtime: &Runtime,
+        request: PublishRequest,
+    ) -> Result<MessageId, PubSubError> {
         let key = request.metadata.get(KEY).cloned().unwrap_or_default();
         let topic = request.topic.clone();
         let partition_key = request.metadata.get("partitionKey").cloned();
         let due = due_time(&request.metadata);
-        let result = self.runtime.publish(request).await;
+        let result = runtime.publish(request).await;
         self.recorder.published(
             &key,
             &topic,
@@ -189,6 +208,15 @@ impl CaseContext {
         &self,
         request: BulkPublishRequest,
     ) -> Result<BulkPublishResponse, PubSubError> {
+        self.bulk_publish_via(&self.runtime, request).await
+    }
+
+    /// Bulk-publishes through `runtime` and records each entry's reported outcome.
+    pub async fn bulk_publish_via(
+        &self,
+        runtime: &Runtime,
+        request: BulkPublishRequest,
+    ) -> Result<BulkPublishResponse, PubSubError> {
         let entries: Vec<(String, String, Option<String>)> = request
             .entries
             .iter()
@@ -208,7 +236,7 @@ impl CaseContext {
             })
             .collect();
         let topic = request.topic.clone();
-        let result = self.runtime.bulk_publish(request).await;
+        let result = runtime.bulk_publish(request).await;
         for (entry_id, key, partition_key) in entries {
             let outcome = match &result {
                 Ok(response) => match response

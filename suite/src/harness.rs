@@ -16,7 +16,7 @@
 //! ```
 
 use crate::catalogue::catalogue;
-use crate::provision::{Broker, ProvisionKind};
+use crate::provision::ProvisionKind;
 use crate::runner::{run_case_in, CaseEnvironment, RunOptions};
 use libtest_mimic::{Arguments, Failed, Trial};
 use pubsub_components::config::ComponentDefinition;
@@ -36,12 +36,17 @@ where
     let build = Arc::new(build);
     run_trials(name, move || {
         let build = build.clone();
-        async move { build().await.map(|component| (component, None)) }
+        async move {
+            build()
+                .await
+                .map(|component| (component, CaseEnvironment::default()))
+        }
     })
 }
 
-/// The broker behind a component, watched while a case runs and stopped after it.
-type BrokerHandle = Option<Arc<dyn Broker>>;
+/// What the runner knows of the broker behind a component: watched while a case
+/// runs, faulted by fault cases, stopped after it.
+type BrokerHandle = CaseEnvironment;
 
 fn run_trials<F, Fut>(name: &str, build: F) -> !
 where
@@ -76,15 +81,14 @@ where
                     .build()
                     .map_err(|e| Failed::from(format!("cannot start tokio: {e}")))?;
                 let result = tokio.block_on(async {
-                    let (component, broker) = build()
+                    let (component, environment) = build()
                         .await
                         .map_err(|e| Failed::from(format!("cannot build the component: {e}")))?;
                     let runtime = Runtime::new(name, component);
-                    let environment = CaseEnvironment::of(broker.clone());
                     let result =
                         run_case_in(case, &runtime, &RunOptions::default(), &environment).await;
                     drop(runtime);
-                    if let Some(broker) = broker {
+                    if let Some(broker) = &environment.broker {
                         broker.shutdown().await;
                     }
                     Ok::<_, Failed>(result)
@@ -165,7 +169,10 @@ fn fixture_builder(
         Box::pin(async move {
             let order = crate::provision::order_for(&definition.component_type, order.as_deref());
             match crate::provision::provision(&definition, &order).await {
-                Ok(provisioned) => Ok((provisioned.component, provisioned.broker)),
+                Ok(provisioned) => Ok((
+                    provisioned.component,
+                    CaseEnvironment::provisioned(provisioned.broker, &definition),
+                )),
                 Err(reasons) => Err(format!(
                     "NOT PROVISIONED: {}",
                     reasons

@@ -45,6 +45,11 @@ pub enum Record {
         size: usize,
         subscriber: String,
     },
+    /// A fault the case injected (or its end), for the timeline.
+    Fault {
+        at: SystemTime,
+        what: String,
+    },
     Note(String),
 }
 
@@ -121,12 +126,60 @@ impl Record {
                 millis(*at),
                 &id[..8.min(id.len())]
             ),
+            Record::Fault { at, what } => format!("{} FAULT {what}", millis(*at)),
             Record::Note(note) => format!("note: {note}"),
         }
     }
 }
 
 impl History {
+    /// The timeline of a case that injected faults (`None` when it injected none).
+    pub fn timeline(&self) -> Option<pubsub_reports::Timeline> {
+        use pubsub_reports::{Lane, TimelineEvent};
+        if !self.records.iter().any(|r| matches!(r, Record::Fault { .. })) {
+            return None;
+        }
+        let at = |r: &Record| match r {
+            Record::Published { at, .. }
+            | Record::Delivered { at, .. }
+            | Record::Batch { at, .. }
+            | Record::Fault { at, .. } => Some(*at),
+            Record::Note(_) => None,
+        };
+        let first = self.records.iter().filter_map(at).min()?;
+        let since = |t: SystemTime| t.duration_since(first).unwrap_or_default().as_millis() as u64;
+        let events: Vec<TimelineEvent> = self
+            .records
+            .iter()
+            .filter_map(|r| {
+                let (lane, label) = match r {
+                    Record::Published { key, outcome, .. } => (
+                        if outcome.is_ok() {
+                            Lane::Publish
+                        } else {
+                            Lane::PublishFailed
+                        },
+                        key.clone(),
+                    ),
+                    Record::Delivered { key, .. } => {
+                        (Lane::Delivery, key.clone().unwrap_or_default())
+                    }
+                    Record::Fault { what, .. } => (Lane::Fault, what.clone()),
+                    _ => return None,
+                };
+                Some(TimelineEvent {
+                    at_ms: since(at(r)?),
+                    lane,
+                    label,
+                })
+            })
+            .collect();
+        Some(pubsub_reports::Timeline {
+            span_ms: events.iter().map(|e| e.at_ms).max().unwrap_or(0),
+            events,
+        })
+    }
+
     /// At most `max` lines: the first and last records.
     pub fn excerpt(&self, max: usize) -> Vec<String> {
         let lines: Vec<String> = self.records.iter().map(Record::line).collect();
@@ -136,10 +189,18 @@ impl History {
         let head = max / 2;
         let tail = max - head - 1;
         let mut out = lines[..head].to_vec();
+        // Faults in between are always kept: they explain what follows them.
+        let faults: Vec<String> = self.records[head..lines.len() - tail]
+            .iter()
+            .filter(|r| matches!(r, Record::Fault { .. }))
+            .map(Record::line)
+            .collect();
         out.push(format!(
-            "... {} records omitted ...",
-            lines.len() - head - tail
+            "... {} records omitted{} ...",
+            lines.len() - head - tail - faults.len(),
+            if faults.is_empty() { "" } else { " (faults kept)" }
         ));
+        out.extend(faults);
         out.extend_from_slice(&lines[lines.len() - tail..]);
         out
     }
@@ -240,6 +301,14 @@ impl Recorder {
             outcome,
             partition_key: partition_key.map(str::to_string),
             due,
+        });
+    }
+
+    /// Records a fault the case injected (or its end), stamped now.
+    pub fn fault(&self, what: impl Into<String>) {
+        self.push(Record::Fault {
+            at: SystemTime::now(),
+            what: what.into(),
         });
     }
 

@@ -12,6 +12,8 @@ pub struct Outcome {
     pub history: Vec<String>,
     /// Warnings and errors the runtime and component logged during the run.
     pub logs: Vec<String>,
+    /// Faults, publishes and deliveries over time, when the case injected faults.
+    pub timeline: Option<pubsub_reports::Timeline>,
 }
 
 impl Outcome {
@@ -49,6 +51,7 @@ impl Outcome {
     /// Attaches an excerpt of `history` (most relevant lines first).
     pub fn with_history(mut self, history: &History) -> Self {
         self.history = history.excerpt(40);
+        self.timeline = history.timeline();
         self
     }
 
@@ -59,6 +62,9 @@ impl Outcome {
         self.notes.extend(other.notes);
         if self.history.is_empty() {
             self.history = other.history;
+        }
+        if self.timeline.is_none() {
+            self.timeline = other.timeline;
         }
         self
     }

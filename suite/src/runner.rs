@@ -1,12 +1,13 @@
 //! Runs a case against a runtime: capability gate, time bound, panic capture,
 //! retry-to-detect-flakiness, and the verdict with its evidence.
 
-use crate::catalogue::Case;
+use crate::catalogue::{Case, Injects};
 use crate::context::CaseContext;
 use crate::outcome::{CaseError, CaseRun, Outcome};
 use crate::provision::{Broker, HealthWatch};
 use crate::spans::LogCapture;
 use futures::FutureExt;
+use pubsub_components::config::ComponentDefinition;
 use pubsub_components::runtime::{
     BulkPublishEntry, BulkPublishRequest, PublishRequest, Runtime, Subscription,
 };
@@ -51,15 +52,56 @@ pub struct CaseEnvironment {
     /// with the cause at once; checked after a failure, so that a FAIL is the
     /// component's; and faulted by the cases that inject faults. `None` in process.
     pub broker: Option<Arc<dyn Broker>>,
+    /// The component's definition, for fault cases that build it again behind a
+    /// fault proxy.
+    pub definition: Option<Arc<ComponentDefinition>>,
 }
 
 impl CaseEnvironment {
     /// The environment of a provisioned broker.
     pub fn of(broker: Option<Arc<dyn Broker>>) -> Self {
-        CaseEnvironment { broker }
+        CaseEnvironment {
+            broker,
+            definition: None,
+        }
     }
 
-    fn health(&self) -> HealthWatch {
+    /// The environment of a broker provisioned for `definition`.
+    pub fn provisioned(broker: Option<Arc<dyn Broker>>, definition: &ComponentDefinition) -> Self {
+        CaseEnvironment {
+            broker,
+            definition: Some(Arc::new(definition.clone())),
+        }
+    }
+
+    /// Why the faults `case` injects cannot be injected here, if they cannot.
+    fn cannot_inject(&self, case: &Case) -> Option<String> {
+        let needs: Vec<&str> = case.injects.iter().map(|i| i.name()).collect();
+        if needs.is_empty() {
+            return None;
+        }
+        let needs = needs.join(", ");
+        let Some(broker) = &self.broker else {
+            return Some(format!(
+                "this case injects faults ({needs}); the component runs in process, so there is no broker to fault"
+            ));
+        };
+        if !broker.can_fault() {
+            return Some(format!(
+                "this case injects faults ({needs}); {} is not controlled by the suite: use local-process or container provisioning",
+                broker.describe()
+            ));
+        }
+        if case.injects.contains(&Injects::Network) && self.definition.is_none() {
+            return Some(format!(
+                "this case cuts the network ({needs}) and builds the component again behind a fault proxy, which needs its definition (components built in code have none)"
+            ));
+        }
+        None
+    }
+
+    /// The broker's health (always up in process).
+    pub fn health(&self) -> HealthWatch {
         self.broker
             .as_ref()
             .map_or_else(HealthWatch::always_up, |b| b.health())
@@ -128,7 +170,7 @@ pub async fn run_case_in(
         id: case.id.to_string(),
         family: case.family().to_string(),
         level: case.level.name().to_string(),
-        feature: (!case.requires.is_empty()).then(|| case.requirement()),
+        feature: (!case.requires.is_empty() || !case.injects.is_empty()).then(|| case.requirement()),
         must: case.must.to_string(),
         status: Status::Error,
         mode: None,
@@ -137,6 +179,11 @@ pub async fn run_case_in(
         attempts: 0,
         evidence: Evidence::default(),
     };
+    if let Some(reason) = environment.cannot_inject(case) {
+        result.status = Status::NotProvisioned;
+        result.evidence.notes.push(reason);
+        return result;
+    }
     if let Some(reason) = environment.health().down_reason() {
         result.evidence.notes.push(format!(
             "not run: the broker is gone ({reason}); this says nothing about the component"
@@ -239,6 +286,7 @@ fn evidence(outcome: Outcome) -> Evidence {
         notes: outcome.notes,
         history: outcome.history,
         logs: outcome.logs,
+        timeline: outcome.timeline,
     }
 }
 
@@ -251,6 +299,7 @@ async fn run_once(
 ) -> Attempt {
     let mut context = CaseContext::new(runtime.clone(), case.id, bound, seed);
     context.broker = environment.broker.clone();
+    context.definition = environment.definition.clone();
     let recorder = context.recorder.clone();
     let logs = LogCapture::default();
     let body = AssertUnwindSafe((case.run)(context))

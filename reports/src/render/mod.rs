@@ -4,10 +4,12 @@
 mod html;
 mod junit;
 mod markdown;
+mod timeline;
 
 pub use html::html;
 pub use junit::junit;
 pub use markdown::markdown;
+pub use timeline::timeline_svg;
 
 use crate::levels::ComponentSummary;
 use crate::{CaseResult, RunReport, Status};

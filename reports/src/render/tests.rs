@@ -41,6 +41,7 @@ fn case(
             } else {
                 vec![]
             },
+            ..Evidence::default()
         },
     }
 }

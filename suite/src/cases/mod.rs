@@ -6,6 +6,7 @@ mod bulk_publish;
 mod bulk_subscribe;
 mod certification;
 mod delay;
+mod faults;
 mod multi_topic;
 mod ordering;
 mod partitions;
@@ -34,6 +35,7 @@ pub fn all() -> Vec<Case> {
         partitions::cases(),
         tracing_cases::cases(),
         certification::cases(),
+        faults::cases(),
     ]
     .concat()
 }

@@ -19,6 +19,7 @@ pub fn cases() -> Vec<Case> {
         must: "Every entry of a bulk publish MUST keep its own traceparent through delivery, and the batch delivery MUST record one span per entry linked to that entry's trace, naming the batch.",
         requires: &[Feature::BulkPublish, Feature::BulkSubscribe],
         level: Level::Feature,
+        injects: &[],
         bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
         run: |ctx| Box::pin(per_entry(ctx)),
     }]
