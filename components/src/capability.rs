@@ -110,6 +110,12 @@ pub struct Capabilities {
     /// recreated, once the broker or the network is back.
     #[serde(default)]
     pub recovery_bound: Duration,
+    /// How long a delivered, unacknowledged message stays with the member that got it
+    /// before another member can get it when that member is gone without a word
+    /// (claim idle time, ack wait, visibility timeout); zero where the broker hands it
+    /// on as soon as the member's connection dies.
+    #[serde(default)]
+    pub lease: Duration,
 }
 
 /// Partition support details.

@@ -200,6 +200,8 @@ impl Component for MemoryComponent {
             // In process: nothing outlives the process.
             durable: false,
             recovery_bound: Duration::from_secs(2),
+            // A closed or dropped consumer returns what it held at once.
+            lease: Duration::ZERO,
         }
     }
 

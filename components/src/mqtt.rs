@@ -391,6 +391,8 @@ impl Component for Mqtt5 {
             // crash loses what it stored since: not durable across a kill.
             durable: false,
             recovery_bound: Duration::from_secs(10),
+            // The broker hands a shared-subscription message on when its session ends.
+            lease: Duration::ZERO,
         }
     }
 
@@ -479,7 +481,7 @@ impl Component for Mqtt5 {
             .clone()
             .unwrap_or_else(|| format!("pcs-member-{}", uuid::Uuid::new_v4().simple()));
         let opened = self
-            .open_session(&client_id, anchor.is_some(), filters)
+            .open_session(&client_id, anchor.is_some(), filters.clone())
             .await;
         let (client, events, early) = match opened {
             Ok(session) => session,
@@ -493,6 +495,7 @@ impl Component for Mqtt5 {
         let (deliveries, incoming) = mpsc::unbounded_channel();
         let unacked = Arc::new(Mutex::new(HashMap::new()));
         let reader = Reader {
+            filters,
             topics: spec.topics.clone(),
             prefix: self.config.topic_prefix.clone(),
             client: client.clone(),
@@ -534,8 +537,12 @@ async fn settle(acked: oneshot::Receiver<Result<()>>) -> Result<()> {
 
 type Unacked = Arc<Mutex<HashMap<MessageId, (Publish, ReceivedMessage)>>>;
 
-/// Reads one consumer session's event loop into its delivery queue.
+/// Reads one consumer session's event loop into its delivery queue. When the
+/// connection comes back without its session (the broker restarted and kept nothing,
+/// or the session was clean), it subscribes again.
 struct Reader {
+    /// The broker filters of its subscriptions.
+    filters: Vec<String>,
     topics: TopicSelector,
     prefix: String,
     client: AsyncClient,
@@ -551,6 +558,18 @@ impl Reader {
         loop {
             match events.poll().await {
                 Ok(Event::Incoming(Packet::Publish(publish))) => self.take(publish),
+                Ok(Event::Incoming(Packet::ConnAck(ack))) if !ack.session_present => {
+                    // A reconnect into a new session: its subscriptions are gone.
+                    // What was held unacknowledged belongs to the old session.
+                    self.unacked.lock().expect("unacked lock").clear();
+                    let filters = self
+                        .filters
+                        .iter()
+                        .map(|f| Filter::new(f.clone(), QoS::AtLeastOnce));
+                    if let Err(e) = self.client.try_subscribe_many(filters) {
+                        tracing::warn!(error = %e, "subscribing again after a reconnect failed");
+                    }
+                }
                 Ok(Event::Outgoing(Outgoing::Disconnect)) => {
                     // Closing: what was queued before went out with it.
                     drain_until_closed(&mut events).await;

@@ -144,6 +144,8 @@ impl Component for NatsJetStream {
             clock_tolerance: Duration::from_millis(50),
             durable: true,
             recovery_bound: Duration::from_secs(10),
+            // The consumer's ack wait.
+            lease: self.config.ack_wait,
         }
     }
 
@@ -199,6 +201,7 @@ impl Component for NatsJetStream {
             spec,
             consumers: tokio::sync::Mutex::new(BTreeMap::new()),
             held: Mutex::new(HashMap::new()),
+            settled: Mutex::new(Settled::default()),
             closed: AtomicBool::new(false),
         };
         consumer.refresh().await?;
@@ -217,6 +220,9 @@ struct NatsConsumer {
     consumers: tokio::sync::Mutex<BTreeMap<String, PullConsumer>>,
     /// Received, unsettled messages by owner topic and stream sequence.
     held: Mutex<HashMap<(String, u64), jetstream::Message>>,
+    /// Recently settled messages: a redelivered copy (at-least-once) settled twice is
+    /// not an error.
+    settled: Mutex<Settled>,
     closed: AtomicBool,
 }
 
@@ -312,17 +318,27 @@ impl NatsConsumer {
         owner_topic(id, &self.spec.topics)
     }
 
-    fn take_held(&self, id: &MessageId) -> Result<jetstream::Message> {
+    /// The held message `id`, now settled; `None` when it was settled before (a
+    /// duplicate delivery's second settlement).
+    fn take_held(&self, id: &MessageId) -> Result<Option<jetstream::Message>> {
         let topic = self.owner(id)?;
-        self.held
+        let key = (topic, id.position);
+        let held = self
+            .held
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&(topic, id.position))
-            .ok_or_else(|| {
-                PubSubError::NotFound(format!(
-                    "message {id} is not held by this consumer (already settled?)"
-                ))
-            })
+            .remove(&key);
+        let mut settled = self.settled.lock().unwrap_or_else(|p| p.into_inner());
+        match held {
+            Some(message) => {
+                settled.insert(key);
+                Ok(Some(message))
+            }
+            None if settled.contains(&key) => Ok(None),
+            None => Err(PubSubError::NotFound(format!(
+                "message {id} is not held by this consumer"
+            ))),
+        }
     }
 
     fn convert(&self, topic: &str, message: jetstream::Message) -> Result<ReceivedMessage> {
@@ -407,13 +423,17 @@ impl Consumer for NatsConsumer {
 
     async fn ack(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
-        let message = self.take_held(id)?;
+        let Some(message) = self.take_held(id)? else {
+            return Ok(());
+        };
         message.ack().await.map_err(nats("acknowledging"))
     }
 
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
         self.ensure_open()?;
-        let message = self.take_held(id)?;
+        let Some(message) = self.take_held(id)? else {
+            return Ok(());
+        };
         let delay = (!delay.is_zero()).then_some(delay);
         message
             .ack_with(AckKind::Nak(delay))
@@ -475,5 +495,32 @@ impl Consumer for NatsConsumer {
                 .map_err(nats("releasing a held message"))?;
         }
         Ok(())
+    }
+}
+
+/// The last settled messages of a consumer, by (topic, stream sequence).
+#[derive(Default)]
+struct Settled {
+    order: std::collections::VecDeque<(String, u64)>,
+    keys: std::collections::HashSet<(String, u64)>,
+}
+
+impl Settled {
+    /// How many settlements are remembered.
+    const KEEP: usize = 65_536;
+
+    fn insert(&mut self, key: (String, u64)) {
+        if self.keys.insert(key.clone()) {
+            self.order.push_back(key);
+            if self.order.len() > Self::KEEP {
+                if let Some(old) = self.order.pop_front() {
+                    self.keys.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn contains(&self, key: &(String, u64)) -> bool {
+        self.keys.contains(key)
     }
 }

@@ -182,6 +182,8 @@ impl Component for Postgres {
             clock_tolerance: Duration::from_millis(50),
             durable: true,
             recovery_bound: Duration::from_secs(10),
+            // The visibility timeout.
+            lease: self.config.visibility_timeout,
         }
     }
 

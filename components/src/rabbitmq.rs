@@ -31,7 +31,8 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::PublisherConfirm;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -173,16 +174,49 @@ fn number_header(headers: &FieldTable, name: &str) -> Option<i64> {
     }
 }
 
-/// The RabbitMQ component.
+/// The RabbitMQ component. Its connection is opened again when it died (the broker
+/// restarted, the network failed): the call that finds it dead reconnects.
 pub struct RabbitMq {
+    inner: Arc<Inner>,
+}
+
+impl std::ops::Deref for RabbitMq {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+/// How long opening a connection (and its publisher channel) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What the component and its consumers share.
+pub struct Inner {
     config: RabbitConfig,
+    link: tokio::sync::Mutex<Arc<Link>>,
+}
+
+/// A connection and its confirming publisher channel.
+struct Link {
     connection: Connection,
     publisher: Channel,
 }
 
-impl RabbitMq {
+impl Link {
     /// Connects, opens a confirming publisher channel and declares the exchange.
-    pub async fn connect(config: RabbitConfig) -> Result<Self> {
+    async fn open(config: &RabbitConfig) -> Result<Self> {
+        tokio::time::timeout(CONNECT_TIMEOUT, Self::open_now(config))
+            .await
+            .map_err(|_| {
+                PubSubError::broker(
+                    format!("connecting to RabbitMQ at {}", config.endpoint()),
+                    format!("no connection within {CONNECT_TIMEOUT:?}"),
+                )
+            })?
+    }
+
+    async fn open_now(config: &RabbitConfig) -> Result<Self> {
         let connection = Connection::connect(&config.uri, ConnectionProperties::default())
             .await
             .map_err(|e| {
@@ -211,11 +245,38 @@ impl RabbitMq {
             )
             .await
             .map_err(amqp("declaring the exchange"))?;
-        Ok(RabbitMq {
-            config,
+        Ok(Link {
             connection,
             publisher,
         })
+    }
+
+    fn alive(&self) -> bool {
+        self.connection.status().connected() && self.publisher.status().connected()
+    }
+}
+
+impl RabbitMq {
+    /// Connects, opens a confirming publisher channel and declares the exchange.
+    pub async fn connect(config: RabbitConfig) -> Result<Self> {
+        let link = Link::open(&config).await?;
+        Ok(RabbitMq {
+            inner: Arc::new(Inner {
+                config,
+                link: tokio::sync::Mutex::new(Arc::new(link)),
+            }),
+        })
+    }
+}
+
+impl Inner {
+    /// The live connection, opened again when it died.
+    async fn link(&self) -> Result<Arc<Link>> {
+        let mut link = self.link.lock().await;
+        if !link.alive() {
+            *link = Arc::new(Link::open(&self.config).await?);
+        }
+        Ok(link.clone())
     }
 
     /// Starts publishing one message; the returned confirm resolves once the broker
@@ -253,6 +314,8 @@ impl RabbitMq {
             properties = properties.with_expiration(left.to_string().into());
         }
         let confirm = self
+            .link()
+            .await?
             .publisher
             .basic_publish(
                 short(self.config.exchange.clone())?,
@@ -389,11 +452,13 @@ impl Component for RabbitMq {
             clock_tolerance: Duration::from_millis(50),
             durable: true,
             recovery_bound: Duration::from_secs(15),
+            // Unacknowledged deliveries go back to the queue when the connection dies.
+            lease: Duration::ZERO,
         }
     }
 
     async fn broker_version(&self) -> Result<String> {
-        let version = Self::version_at(&self.config.endpoint())
+        let version = Inner::version_at(&self.config.endpoint())
             .await
             .unwrap_or_else(|| "(version unknown)".into());
         Ok(format!("RabbitMQ {version} at {}", self.config.endpoint()))
@@ -420,6 +485,8 @@ impl Component for RabbitMq {
 
     async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
         let channel = self
+            .link()
+            .await?
             .connection
             .create_channel()
             .await
@@ -430,12 +497,28 @@ impl Component for RabbitMq {
     }
 
     async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        let subscription = self.inner.subscribe(&spec).await?;
+        Ok(Box::new(RabbitConsumer {
+            inner: self.inner.clone(),
+            spec,
+            subscription: tokio::sync::Mutex::new(Some(subscription)),
+            tags: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+        }))
+    }
+}
+
+impl Inner {
+    /// Opens a channel, declares the group and starts consuming from its queue.
+    async fn subscribe(&self, spec: &ConsumerSpec) -> Result<Subscription> {
         let channel = self
+            .link()
+            .await?
             .connection
             .create_channel()
             .await
             .map_err(amqp("opening a consumer channel"))?;
-        let queue = self.declare_group(&channel, &spec).await?;
+        let queue = self.declare_group(&channel, spec).await?;
         channel
             .basic_qos(self.config.prefetch, BasicQosOptions::default())
             .await
@@ -449,12 +532,10 @@ impl Component for RabbitMq {
             )
             .await
             .map_err(amqp("starting to consume"))?;
-        Ok(Box::new(RabbitConsumer {
-            topics: spec.topics,
+        Ok(Subscription {
             channel,
-            deliveries: tokio::sync::Mutex::new(deliveries),
-            tags: Mutex::new(HashMap::new()),
-        }))
+            deliveries,
+        })
     }
 }
 
@@ -472,17 +553,27 @@ async fn settle(confirm: PublisherConfirm) -> Result<()> {
     Ok(())
 }
 
-struct RabbitConsumer {
-    topics: TopicSelector,
+/// A consumer's channel and its stream of deliveries.
+struct Subscription {
     channel: Channel,
-    deliveries: tokio::sync::Mutex<lapin::Consumer>,
-    /// The delivery tag of each unsettled message.
-    tags: Mutex<HashMap<MessageId, u64>>,
+    deliveries: lapin::Consumer,
+}
+
+/// A member of a group; when its channel dies (the broker restarted, the network
+/// failed) the next receive subscribes again on a new connection.
+struct RabbitConsumer {
+    inner: Arc<Inner>,
+    spec: ConsumerSpec,
+    /// `None` after the channel died, until the next receive opens a new one.
+    subscription: tokio::sync::Mutex<Option<Subscription>>,
+    /// The delivery tag of each unsettled message, with the channel it came on.
+    tags: Mutex<HashMap<MessageId, (u64, Channel)>>,
+    closed: AtomicBool,
 }
 
 impl RabbitConsumer {
-    fn tag(&self, id: &MessageId) -> Result<u64> {
-        owner_topic(id, &self.topics)?;
+    fn tag(&self, id: &MessageId) -> Result<(u64, Channel)> {
+        owner_topic(id, &self.spec.topics)?;
         self.tags
             .lock()
             .expect("tags lock")
@@ -492,7 +583,7 @@ impl RabbitConsumer {
             })
     }
 
-    fn convert(&self, delivery: lapin::message::Delivery) -> ReceivedMessage {
+    fn convert(&self, delivery: lapin::message::Delivery, channel: &Channel) -> ReceivedMessage {
         let properties = &delivery.properties;
         let empty = FieldTable::default();
         let headers = properties.headers().as_ref().unwrap_or(&empty);
@@ -524,7 +615,7 @@ impl RabbitConsumer {
         self.tags
             .lock()
             .expect("tags lock")
-            .insert(id.clone(), delivery.delivery_tag);
+            .insert(id.clone(), (delivery.delivery_tag, channel.clone()));
         ReceivedMessage {
             id,
             content_type: properties
@@ -543,16 +634,36 @@ impl RabbitConsumer {
 #[async_trait]
 impl Consumer for RabbitConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
-        let mut deliveries = self.deliveries.lock().await;
-        let first = match tokio::time::timeout(wait, deliveries.next()).await {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(PubSubError::Closed("the consumer is closed".into()));
+        }
+        let mut current = self.subscription.lock().await;
+        if current.is_none() {
+            *current = Some(self.inner.subscribe(&self.spec).await?);
+        }
+        let subscription = current.as_mut().expect("opened above");
+        let channel = subscription.channel.clone();
+        let first = match tokio::time::timeout(wait, subscription.deliveries.next()).await {
             Err(_) => return Ok(Vec::new()),
-            Ok(None) => return Err(PubSubError::Closed("the consumer was cancelled".into())),
-            Ok(Some(delivery)) => delivery.map_err(amqp("receiving"))?,
+            Ok(Some(Ok(delivery))) => delivery,
+            Ok(ended) => {
+                // The channel died under us (its unacknowledged messages go back to
+                // the queue): the next receive subscribes again.
+                *current = None;
+                let why = match ended {
+                    Some(Err(e)) => e.to_string(),
+                    _ => "the delivery stream ended".into(),
+                };
+                return Err(PubSubError::broker(
+                    "receiving (the channel was lost; the next receive subscribes again)",
+                    why,
+                ));
+            }
         };
-        let mut received = vec![self.convert(first)];
+        let mut received = vec![self.convert(first, &channel)];
         while received.len() < max {
-            match deliveries.next().now_or_never() {
-                Some(Some(Ok(delivery))) => received.push(self.convert(delivery)),
+            match subscription.deliveries.next().now_or_never() {
+                Some(Some(Ok(delivery))) => received.push(self.convert(delivery, &channel)),
                 _ => break,
             }
         }
@@ -560,29 +671,27 @@ impl Consumer for RabbitConsumer {
     }
 
     async fn ack(&self, id: &MessageId) -> Result<()> {
-        let tag = self.tag(id)?;
-        self.channel
+        let (tag, channel) = self.tag(id)?;
+        channel
             .basic_ack(tag, BasicAckOptions::default())
             .await
             .map_err(amqp("acknowledging"))
     }
 
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
-        let tag = self.tag(id)?;
+        let (tag, channel) = self.tag(id)?;
         let requeue = BasicNackOptions {
             requeue: true,
             ..Default::default()
         };
         if delay.is_zero() {
-            return self
-                .channel
+            return channel
                 .basic_nack(tag, requeue)
                 .await
                 .map_err(amqp("requeueing"));
         }
         // RabbitMQ requeues at once; the message stays unacknowledged here until its
         // delay has passed (closing the channel returns it earlier, which is allowed).
-        let channel = self.channel.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let _ = channel.basic_nack(tag, requeue).await;
@@ -591,19 +700,25 @@ impl Consumer for RabbitConsumer {
     }
 
     async fn reject(&self, id: &MessageId, _reason: &str) -> Result<()> {
-        let tag = self.tag(id)?;
-        self.channel
+        let (tag, channel) = self.tag(id)?;
+        channel
             .basic_reject(tag, BasicRejectOptions { requeue: false })
             .await
             .map_err(amqp("dead-lettering"))
     }
 
     async fn close(&self) -> Result<()> {
-        if self.channel.status().connected() {
-            self.channel
-                .close(200, "consumer closed".into())
-                .await
-                .map_err(amqp("closing the consumer channel"))?;
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if let Some(subscription) = self.subscription.lock().await.take() {
+            if subscription.channel.status().connected() {
+                subscription
+                    .channel
+                    .close(200, "consumer closed".into())
+                    .await
+                    .map_err(amqp("closing the consumer channel"))?;
+            }
         }
         Ok(())
     }
@@ -653,7 +768,7 @@ mod tests {
             uri: format!("amqp://guest:guest@{endpoint}/%2f"),
             ..RabbitConfig::default()
         };
-        let version = RabbitMq::version_at(&config.endpoint()).await;
+        let version = Inner::version_at(&config.endpoint()).await;
         assert_eq!(version.as_deref(), Some("3.10.8"));
     }
 

@@ -185,6 +185,8 @@ impl Component for RedisStreams {
             // With the append-only file on (as the suite provisions it).
             durable: true,
             recovery_bound: Duration::from_secs(10),
+            // Pending entries idle this long are claimed by another member.
+            lease: self.config.claim_idle,
         }
     }
 

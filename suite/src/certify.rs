@@ -186,8 +186,10 @@ async fn run_cases(
         // Certification cases may fault the broker: the next case gets a fresh
         // component, so that a component that does not recover fails only there.
         if case.level == crate::catalogue::Level::Certification {
-            if let (Some(broker), None) = (&provisioned.broker, environment.health().down_reason()) {
-                match pubsub_components::registry::build(definition, Some(&broker.endpoint())).await {
+            if let (Some(broker), None) = (&provisioned.broker, environment.health().down_reason())
+            {
+                match pubsub_components::registry::build(definition, Some(&broker.endpoint())).await
+                {
                     Ok(component) => runtime = Runtime::new(definition.name.clone(), component),
                     Err(e) => result.evidence.notes.push(format!(
                         "rebuilding the component after this case failed: {e}"
@@ -267,7 +269,8 @@ fn not_provisioned(
                 id: case.id.to_string(),
                 family: case.family().to_string(),
                 level: case.level.name().to_string(),
-                feature: (!case.requires.is_empty() || !case.injects.is_empty()).then(|| case.requirement()),
+                feature: (!case.requires.is_empty() || !case.injects.is_empty())
+                    .then(|| case.requirement()),
                 must: case.must.to_string(),
                 status: Status::NotProvisioned,
                 mode: None,

@@ -136,7 +136,11 @@ impl History {
     /// The timeline of a case that injected faults (`None` when it injected none).
     pub fn timeline(&self) -> Option<pubsub_reports::Timeline> {
         use pubsub_reports::{Lane, TimelineEvent};
-        if !self.records.iter().any(|r| matches!(r, Record::Fault { .. })) {
+        if !self
+            .records
+            .iter()
+            .any(|r| matches!(r, Record::Fault { .. }))
+        {
             return None;
         }
         let at = |r: &Record| match r {
@@ -198,7 +202,11 @@ impl History {
         out.push(format!(
             "... {} records omitted{} ...",
             lines.len() - head - tail - faults.len(),
-            if faults.is_empty() { "" } else { " (faults kept)" }
+            if faults.is_empty() {
+                ""
+            } else {
+                " (faults kept)"
+            }
         ));
         out.extend(faults);
         out.extend_from_slice(&lines[lines.len() - tail..]);

@@ -170,7 +170,8 @@ pub async fn run_case_in(
         id: case.id.to_string(),
         family: case.family().to_string(),
         level: case.level.name().to_string(),
-        feature: (!case.requires.is_empty() || !case.injects.is_empty()).then(|| case.requirement()),
+        feature: (!case.requires.is_empty() || !case.injects.is_empty())
+            .then(|| case.requirement()),
         must: case.must.to_string(),
         status: Status::Error,
         mode: None,

@@ -277,11 +277,7 @@ pub fn html(report: &RunReport) -> String {
                 list(&mut store, "Warnings", &case.evidence.warnings);
                 list(&mut store, "Notes", &case.evidence.notes);
                 if let Some(timeline) = &case.evidence.timeline {
-                    let _ = write!(
-                        store,
-                        "<h4>Timeline</h4>{}",
-                        super::timeline_svg(timeline)
-                    );
+                    let _ = write!(store, "<h4>Timeline</h4>{}", super::timeline_svg(timeline));
                 }
                 if !case.evidence.history.is_empty() {
                     let _ = write!(

@@ -91,8 +91,8 @@ pub fn cases() -> Vec<Case> {
             requires: &[],
             level: Level::Certification,
             injects: &[Injects::Network],
-            bound: Bound::new("2 x redelivery bound + 3 x delivery bound", |c| {
-                c.redelivery_bound * 2 + c.delivery_bound * 3
+            bound: Bound::new("lease + 2 x redelivery bound + 3 x delivery bound", |c| {
+                c.lease + c.redelivery_bound * 2 + c.delivery_bound * 3
             }),
             run: |ctx| Box::pin(consumer_crash(ctx)),
         },
@@ -102,8 +102,8 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::DeadLetter],
             level: Level::Certification,
             injects: &[Injects::Network],
-            bound: Bound::new("2 x redelivery bound + 3 x delivery bound", |c| {
-                c.redelivery_bound * 2 + c.delivery_bound * 3
+            bound: Bound::new("lease + 2 x redelivery bound + 3 x delivery bound", |c| {
+                c.lease + c.redelivery_bound * 2 + c.delivery_bound * 3
             }),
             run: |ctx| Box::pin(crash_not_dead_lettered(ctx)),
         },
@@ -209,7 +209,9 @@ async fn publish_bounded(
             ctx.recorder.published(
                 key,
                 topic,
-                Err(format!("outcome unknown: no answer within {wait:?} during a fault")),
+                Err(format!(
+                    "outcome unknown: no answer within {wait:?} during a fault"
+                )),
                 None,
                 None,
             );
@@ -291,7 +293,8 @@ async fn subscribe_until_recovered(
         match ctx.runtime.subscribe(subscription(), handler()).await {
             Ok(handle) => return Ok(handle),
             Err(e) if Instant::now() >= deadline => {
-                return Err(e).doing("subscribing after the broker came back (within the recovery bound)")
+                return Err(e)
+                    .doing("subscribing after the broker came back (within the recovery bound)")
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
@@ -347,7 +350,10 @@ async fn broker_restart(ctx: CaseContext) -> CaseRun {
         }
     }
     let subscriber_deadline = ctx.within(ctx.caps.recovery_bound + ctx.caps.delivery_bound);
-    let live_recovered = ctx.recorder.wait_for_keys(&after, subscriber_deadline).await;
+    let live_recovered = ctx
+        .recorder
+        .wait_for_keys(&after, subscriber_deadline)
+        .await;
     outcome.note(format!(
         "the running subscriber {} ms after the broker was back",
         if live_recovered {
@@ -449,7 +455,10 @@ async fn broker_pause(ctx: CaseContext) -> CaseRun {
     }
     let expected: Vec<String> = acknowledged(&ctx.recorder.history()).into_iter().collect();
     ctx.recorder
-        .wait_for_keys(&expected, ctx.within(ctx.caps.recovery_bound + ctx.caps.delivery_bound))
+        .wait_for_keys(
+            &expected,
+            ctx.within(ctx.caps.recovery_bound + ctx.caps.delivery_bound),
+        )
         .await;
     handle.stop().await;
     Ok(outcome.merge(ctx.check(&ctx.expectation())))
@@ -461,7 +470,14 @@ async fn network_fault(ctx: CaseContext, fault: NetworkFault) -> CaseRun {
     let topic = ctx.topic("t");
     // The subscriber is not behind the proxy: it sees what the broker stored.
     let handle = ctx.subscribe_recorded(&topic).await?;
-    bulk_publish_bounded(&ctx, &proxied, &topic, &numbered("a", 20), ctx.caps.delivery_bound).await;
+    bulk_publish_bounded(
+        &ctx,
+        &proxied,
+        &topic,
+        &numbered("a", 20),
+        ctx.caps.delivery_bound,
+    )
+    .await;
 
     faults.network(&proxy, fault);
     let during_keys = numbered("b", 20);
@@ -543,16 +559,17 @@ async fn slow_network_bulk_subscribe(ctx: CaseContext) -> CaseRun {
         max_messages_count: max,
         max_await_duration: Duration::from_millis(300),
     });
-    let handler = ctx
-        .recorder
-        .bulk("s1", |_| Some(Status::Success), |_| None);
+    let handler = ctx.recorder.bulk("s1", |_| Some(Status::Success), |_| None);
     let handle = proxied
         .subscribe(subscription, handler)
         .await
         .doing("bulk subscribing over a slow network")?;
     let mut keys = Vec::new();
     for burst in 0..3 {
-        keys.extend(ctx.publish_numbered(&topic, &format!("m{burst}"), 20).await?);
+        keys.extend(
+            ctx.publish_numbered(&topic, &format!("m{burst}"), 20)
+                .await?,
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     ctx.recorder
@@ -616,7 +633,8 @@ async fn consumer_crash(ctx: CaseContext) -> CaseRun {
         .await
         .doing("opening the surviving member")?;
     let mut done = BTreeSet::new();
-    let deadline = ctx.within(ctx.caps.redelivery_bound * 2 + ctx.caps.delivery_bound);
+    let deadline =
+        ctx.within(ctx.caps.lease + ctx.caps.redelivery_bound * 2 + ctx.caps.delivery_bound);
     while done.len() < keys.len() && Instant::now() < deadline {
         let wait = deadline.saturating_duration_since(Instant::now());
         for message in survivor
@@ -704,7 +722,8 @@ async fn crash_not_dead_lettered(ctx: CaseContext) -> CaseRun {
     let survivor = ctx
         .subscribe(subscription(), ctx.recorder.handler("survivor"))
         .await?;
-    let deadline = ctx.within(ctx.caps.redelivery_bound * 2 + ctx.caps.delivery_bound);
+    let deadline =
+        ctx.within(ctx.caps.lease + ctx.caps.redelivery_bound * 2 + ctx.caps.delivery_bound);
     ctx.recorder
         .wait_until(deadline, |h| {
             let got = delivered_to(h, "survivor");
@@ -779,8 +798,11 @@ async fn close_stops_delivery(ctx: CaseContext) -> CaseRun {
         })
         .await;
     // A quiet window for stragglers to the stopped handler.
-    tokio::time::sleep_until(ctx.quiet_window().min(Instant::now() + Duration::from_millis(500)))
-        .await;
+    tokio::time::sleep_until(
+        ctx.quiet_window()
+            .min(Instant::now() + Duration::from_millis(500)),
+    )
+    .await;
     second.stop().await;
     let history = ctx.recorder.history();
     let late: Vec<String> = history
@@ -911,13 +933,9 @@ async fn exhausted_stays_dead(ctx: CaseContext) -> CaseRun {
         outcome.note("the broker cannot be restarted here (in process or external): only the reconnect was checked");
     }
     let recovery = ctx.within(ctx.caps.recovery_bound);
-    let back = subscribe_until_recovered(
-        &ctx,
-        subscription,
-        || ctx.recorder.handler("s2"),
-        recovery,
-    )
-    .await?;
+    let back =
+        subscribe_until_recovered(&ctx, subscription, || ctx.recorder.handler("s2"), recovery)
+            .await?;
     if publish_until_recovered(&ctx, &ctx.runtime, &topic, "sentinel-2", recovery)
         .await
         .is_none()
@@ -999,8 +1017,7 @@ async fn backlog(ctx: CaseContext) -> CaseRun {
         }
     }
     let publish_time = started.elapsed();
-    let seen: Arc<Mutex<Vec<HashSet<String>>>> =
-        Arc::new(Mutex::new(vec![HashSet::new(); GROUPS]));
+    let seen: Arc<Mutex<Vec<HashSet<String>>>> = Arc::new(Mutex::new(vec![HashSet::new(); GROUPS]));
     let changed = Arc::new(Notify::new());
     let drain_started = Instant::now();
     let mut handles = Vec::new();
@@ -1021,9 +1038,12 @@ async fn backlog(ctx: CaseContext) -> CaseRun {
         if seen.lock().unwrap().iter().all(|s| s.len() >= expected) {
             break;
         }
-        if tokio::time::timeout_at(deadline.min(Instant::now() + Duration::from_millis(500)), notified)
-            .await
-            .is_err()
+        if tokio::time::timeout_at(
+            deadline.min(Instant::now() + Duration::from_millis(500)),
+            notified,
+        )
+        .await
+        .is_err()
             && Instant::now() >= deadline
         {
             break;

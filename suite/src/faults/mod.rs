@@ -42,7 +42,10 @@ impl<'a> Faults<'a> {
 
     /// Kills the broker as a crash would (SIGKILL).
     pub async fn kill_broker(&self) -> Result<(), CaseError> {
-        self.record(format!("broker killed (SIGKILL): {}", self.broker.describe()));
+        self.record(format!(
+            "broker killed (SIGKILL): {}",
+            self.broker.describe()
+        ));
         self.broker.kill().await.map_err(CaseError::Harness)
     }
 
@@ -52,7 +55,10 @@ impl<'a> Faults<'a> {
         let started = Instant::now();
         self.broker.restart().await.map_err(CaseError::Harness)?;
         let took = started.elapsed();
-        self.record(format!("broker back (restart took {} ms)", took.as_millis()));
+        self.record(format!(
+            "broker back (restart took {} ms)",
+            took.as_millis()
+        ));
         Ok(took)
     }
 
@@ -73,21 +79,23 @@ impl<'a> Faults<'a> {
     /// through it (built from the same definition).
     pub async fn proxied_runtime(&self) -> Result<(Runtime, FaultProxy), CaseError> {
         let definition = self.ctx.definition.clone().ok_or_else(|| {
-            CaseError::Harness("this case needs the component's definition to build it behind a fault proxy".into())
+            CaseError::Harness(
+                "this case needs the component's definition to build it behind a fault proxy"
+                    .into(),
+            )
         })?;
         let proxy = FaultProxy::start(&self.broker.endpoint())
             .await
             .map_err(|e| CaseError::Harness(format!("cannot start the fault proxy: {e}")))?;
-        let component =
-            pubsub_components::registry::build(&definition, Some(&proxy.endpoint()))
-                .await
-                .map_err(|e| {
-                    CaseError::Component(format!(
-                        "building the component against the fault proxy at {} (forwarding to {}): {e}",
-                        proxy.endpoint(),
-                        proxy.upstream()
-                    ))
-                })?;
+        let component = pubsub_components::registry::build(&definition, Some(&proxy.endpoint()))
+            .await
+            .map_err(|e| {
+                CaseError::Component(format!(
+                    "building the component against the fault proxy at {} (forwarding to {}): {e}",
+                    proxy.endpoint(),
+                    proxy.upstream()
+                ))
+            })?;
         Ok((
             Runtime::new(format!("{}-via-proxy", definition.name), component),
             proxy,

@@ -220,7 +220,8 @@ async fn pump(
                 tokio::time::sleep(base + extra).await;
             }
             NetworkFault::Bandwidth { bytes_per_second } => {
-                let per_byte = Duration::from_secs(1).as_nanos() / u128::from(bytes_per_second.max(1));
+                let per_byte =
+                    Duration::from_secs(1).as_nanos() / u128::from(bytes_per_second.max(1));
                 tokio::time::sleep(Duration::from_nanos((per_byte * read as u128) as u64)).await;
             }
             NetworkFault::BlackHole => {
@@ -294,7 +295,9 @@ mod tests {
         let (upstream, _server) = echo_server().await;
         let proxy = FaultProxy::start(&upstream).await.unwrap();
         let mut stream = TcpStream::connect(proxy.endpoint()).await.unwrap();
-        round_trip(&mut stream, Duration::from_secs(1)).await.unwrap();
+        round_trip(&mut stream, Duration::from_secs(1))
+            .await
+            .unwrap();
 
         proxy.set(NetworkFault::BlackHole);
         assert_eq!(
@@ -314,20 +317,28 @@ mod tests {
             base: Duration::from_millis(100),
             jitter: Duration::from_millis(20),
         });
-        let took = round_trip(&mut stream, Duration::from_secs(2)).await.unwrap();
+        let took = round_trip(&mut stream, Duration::from_secs(2))
+            .await
+            .unwrap();
         assert!(took >= Duration::from_millis(200), "{took:?}");
 
         proxy.set(NetworkFault::Cut);
-        assert!(round_trip(&mut stream, Duration::from_secs(1)).await.is_err());
+        assert!(round_trip(&mut stream, Duration::from_secs(1))
+            .await
+            .is_err());
         let refused = async {
             let mut fresh = TcpStream::connect(proxy.endpoint()).await.ok()?;
-            round_trip(&mut fresh, Duration::from_millis(500)).await.ok()
+            round_trip(&mut fresh, Duration::from_millis(500))
+                .await
+                .ok()
         };
         assert_eq!(refused.await, None, "a cut network refuses new connections");
 
         proxy.set(NetworkFault::Pass);
         let mut fresh = TcpStream::connect(proxy.endpoint()).await.unwrap();
-        round_trip(&mut fresh, Duration::from_secs(1)).await.unwrap();
+        round_trip(&mut fresh, Duration::from_secs(1))
+            .await
+            .unwrap();
         assert!(proxy.connections_accepted() >= 2);
     }
 
@@ -336,12 +347,18 @@ mod tests {
         let (upstream, _server) = echo_server().await;
         let proxy = FaultProxy::start(&upstream).await.unwrap();
         let mut stream = TcpStream::connect(proxy.endpoint()).await.unwrap();
-        round_trip(&mut stream, Duration::from_secs(1)).await.unwrap();
+        round_trip(&mut stream, Duration::from_secs(1))
+            .await
+            .unwrap();
         proxy.reset_peers();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(round_trip(&mut stream, Duration::from_secs(1)).await.is_err());
+        assert!(round_trip(&mut stream, Duration::from_secs(1))
+            .await
+            .is_err());
         let mut fresh = TcpStream::connect(proxy.endpoint()).await.unwrap();
-        round_trip(&mut fresh, Duration::from_secs(1)).await.unwrap();
+        round_trip(&mut fresh, Duration::from_secs(1))
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
@@ -353,7 +370,9 @@ mod tests {
         });
         let mut stream = TcpStream::connect(proxy.endpoint()).await.unwrap();
         // 4 bytes each way at 40 B/s: at least 200 ms.
-        let took = round_trip(&mut stream, Duration::from_secs(2)).await.unwrap();
+        let took = round_trip(&mut stream, Duration::from_secs(2))
+            .await
+            .unwrap();
         assert!(took >= Duration::from_millis(180), "{took:?}");
     }
 }
