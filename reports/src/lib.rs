@@ -11,7 +11,7 @@ mod render;
 mod summary;
 
 pub use bench::{BenchReport, LatencySummary, Measurement};
-pub use levels::{certification_level, CertificationLevel, ComponentSummary};
+pub use levels::{certification_level, CertificationLevel, ComponentSummary, LEVEL_LEGEND};
 pub use merge::{merge, MergeError};
 pub use render::{badge_json, html, junit, markdown, write_all};
 pub use summary::summary_table;
@@ -52,10 +52,11 @@ pub struct Conflict {
 impl RunReport {
     /// True when any cell is FAIL, ERROR or FLAKY (the CLI exits non-zero).
     pub fn has_failures(&self) -> bool {
-        self.components
-            .iter()
-            .flat_map(|c| &c.cases)
-            .any(|case| matches!(case.status, Status::Fail | Status::Error | Status::Flaky))
+        self.components.iter().flat_map(|c| &c.cases).any(|case| {
+            (matches!(case.status, Status::Fail | Status::Error | Status::Flaky)
+                && !case.is_expected_failure())
+                || case.passes_unexpectedly()
+        })
     }
 }
 
@@ -180,6 +181,23 @@ pub struct CaseResult {
     /// How many times it ran (more than one only after a failure).
     pub attempts: u32,
     pub evidence: Evidence,
+    /// Set when the component's expectations file records this cell as a known
+    /// defect of a broker or client library: the reason. A FAIL with it is expected;
+    /// a PASS with it means the expectation is stale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_failure: Option<String>,
+}
+
+impl CaseResult {
+    /// A FAIL the expectations file predicts.
+    pub fn is_expected_failure(&self) -> bool {
+        self.status == Status::Fail && self.expected_failure.is_some()
+    }
+
+    /// A PASS where the expectations file predicts a FAIL (the entry is stale).
+    pub fn passes_unexpectedly(&self) -> bool {
+        self.status == Status::Pass && self.expected_failure.is_some()
+    }
 }
 
 /// Why a cell has its verdict.

@@ -42,7 +42,27 @@ pub fn summary_table(report: &RunReport) -> String {
     }
     for component in &report.components {
         for case in &component.cases {
+            if case.passes_unexpectedly() {
+                let _ = writeln!(
+                    out,
+                    "UNEXPECTED PASS {} {}: listed as an expected failure; remove its entry ({})",
+                    component.name,
+                    case.id,
+                    case.expected_failure.as_deref().unwrap_or_default()
+                );
+                continue;
+            }
             if matches!(case.status, Status::Pass | Status::Unsupported) {
+                continue;
+            }
+            if case.is_expected_failure() {
+                let _ = writeln!(
+                    out,
+                    "EXPECTED FAIL {} {}: {}",
+                    component.name,
+                    case.id,
+                    case.expected_failure.as_deref().unwrap_or_default()
+                );
                 continue;
             }
             let why = case

@@ -1,6 +1,7 @@
 //! `certify`: definitions -> provisioning -> runtime -> every selected case -> report.
 
 use crate::catalogue::{catalogue, Case, Level};
+use crate::expectations::Expectations;
 use crate::provision::{self, Broker, NotProvisioned, ProvisionKind};
 use crate::runner::{run_case_in, CaseEnvironment, RunOptions};
 use anyhow::{bail, Context as _};
@@ -64,6 +65,7 @@ pub fn load_definitions(dir: &Path) -> anyhow::Result<Vec<ComponentDefinition>> 
     for path in paths {
         let definition = ComponentDefinition::from_file(&path)?;
         pubsub_components::registry::validate(&definition)?;
+        Expectations::load(&path, &definition.name)?;
         definitions.push(definition);
     }
     Ok(definitions)
@@ -128,7 +130,15 @@ pub async fn certify(
                     broker_version,
                     problem: None,
                 };
-                let results = run_cases(definition, &provisioned, cases, options, progress).await;
+                let results = run_cases(
+                    definition,
+                    provisioning.broker_version.as_deref(),
+                    &provisioned,
+                    cases,
+                    options,
+                    progress,
+                )
+                .await;
                 if let Some(broker) = &provisioned.broker {
                     broker.shutdown().await;
                 }
@@ -157,6 +167,7 @@ pub async fn certify(
 
 async fn run_cases(
     definition: &ComponentDefinition,
+    broker_version: Option<&str>,
     provisioned: &provision::Provisioned,
     cases: &[&Case],
     options: &CertifyOptions,
@@ -166,6 +177,7 @@ async fn run_cases(
     let environment = CaseEnvironment::provisioned(provisioned.broker.clone(), definition);
     let mut results = Vec::new();
     let mut restarted_after: Option<String> = None;
+    let expectations = Expectations::load(&definition.source, &definition.name).unwrap_or_default();
     for (index, case) in cases.iter().enumerate() {
         if let (true, Some(broker)) = (options.restart_broker, &provisioned.broker) {
             if let Some(reason) = broker.health().down_reason() {
@@ -196,6 +208,10 @@ async fn run_cases(
                     )),
                 }
             }
+        }
+        if matches!(result.status, Status::Fail | Status::Pass) {
+            result.expected_failure =
+                broker_version.and_then(|version| expectations.for_cell(case.id, version));
         }
         if let Some(reason) = &restarted_after {
             result.evidence.notes.push(format!(
@@ -277,6 +293,7 @@ fn not_provisioned(
                 duration_ms: 0,
                 bound_ms: 0,
                 attempts: 0,
+                expected_failure: None,
                 evidence: Evidence {
                     notes: notes.clone(),
                     ..Evidence::default()

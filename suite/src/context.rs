@@ -19,9 +19,9 @@ pub struct CaseContext {
     pub recorder: Recorder,
     /// The broker behind the runtime, for cases that inject faults; `None` in process.
     pub broker: Option<std::sync::Arc<dyn crate::provision::Broker>>,
-    /// The component's definition, for cases that build it again (behind a fault
-    /// proxy); `None` for components built in code.
-    pub definition: Option<std::sync::Arc<pubsub_components::config::ComponentDefinition>>,
+    /// Builds the component again against another endpoint (behind a fault proxy);
+    /// `None` when it cannot be.
+    pub connect: Option<crate::runner::ComponentFactory>,
     prefix: String,
     deadline: Instant,
     seed: u64,
@@ -36,7 +36,7 @@ impl CaseContext {
             runtime,
             recorder: Recorder::new(),
             broker: None,
-            definition: None,
+            connect: None,
             prefix: format!("pcs-{}-{}", &run[..8], case_id.replace('.', "-")),
             deadline: Instant::now() + bound,
             seed,

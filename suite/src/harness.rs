@@ -15,7 +15,8 @@
 //! }
 //! ```
 
-use crate::catalogue::catalogue;
+use crate::catalogue::{catalogue, Case};
+use crate::expectations::Expectations;
 use crate::provision::ProvisionKind;
 use crate::runner::{run_case_in, CaseEnvironment, RunOptions};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -34,39 +35,59 @@ where
     Fut: Future<Output = Result<Arc<dyn Component>, String>> + Send,
 {
     let build = Arc::new(build);
-    run_trials(name, move || {
-        let build = build.clone();
-        async move {
-            build()
-                .await
-                .map(|component| (component, CaseEnvironment::default()))
-        }
-    })
+    run_trials(
+        name,
+        move |_| {
+            let build = build.clone();
+            async move {
+                build()
+                    .await
+                    .map(|component| (component, CaseEnvironment::default()))
+            }
+        },
+        false,
+    )
 }
 
 /// What the runner knows of the broker behind a component: watched while a case
 /// runs, faulted by fault cases, stopped after it.
 type BrokerHandle = CaseEnvironment;
 
-fn run_trials<F, Fut>(name: &str, build: F) -> !
+fn run_trials<F, Fut>(name: &str, build: F, faultable: bool) -> !
 where
-    F: Fn() -> Fut + Send + Sync + 'static,
+    F: Fn(&'static Case) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(Arc<dyn Component>, BrokerHandle), String>> + Send,
 {
     init_logging();
     let arguments = Arguments::from_args();
-    libtest_mimic::run(&arguments, trials(name, None, build)).exit()
+    libtest_mimic::run(&arguments, trials(name, None, build, faultable)).exit()
 }
 
-/// One trial per case, named by its id (after `prefix/` when given).
-fn trials<F, Fut>(name: &str, prefix: Option<&str>, build: F) -> Vec<Trial>
+/// One trial per case, named by its id (after `prefix/` when given). Without a broker
+/// the suite can fault (`faultable` false: in process, or built in code), the cases
+/// that inject faults are left out, and a line says so (`certify` reports them NOT
+/// PROVISIONED with the reason).
+fn trials<F, Fut>(name: &str, prefix: Option<&str>, build: F, faultable: bool) -> Vec<Trial>
 where
-    F: Fn() -> Fut + Send + Sync + 'static,
+    F: Fn(&'static Case) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(Arc<dyn Component>, BrokerHandle), String>> + Send,
 {
     let build = Arc::new(build);
+    let left_out: Vec<&str> = catalogue()
+        .iter()
+        .filter(|c| !faultable && !c.injects.is_empty())
+        .map(|c| c.id)
+        .collect();
+    if !left_out.is_empty() {
+        eprintln!(
+            "{name}: {} cases that inject broker or network faults are not run (no broker the suite can fault): {}",
+            left_out.len(),
+            left_out.join(", ")
+        );
+    }
     catalogue()
         .iter()
+        .filter(|c| faultable || c.injects.is_empty())
         .map(|case| {
             let build = build.clone();
             let name = name.to_string();
@@ -81,12 +102,21 @@ where
                     .build()
                     .map_err(|e| Failed::from(format!("cannot start tokio: {e}")))?;
                 let result = tokio.block_on(async {
-                    let (component, environment) = build()
+                    let (component, environment) = build(case)
                         .await
                         .map_err(|e| Failed::from(format!("cannot build the component: {e}")))?;
+                    let version = component.broker_version().await.ok();
                     let runtime = Runtime::new(name, component);
-                    let result =
+                    let mut result =
                         run_case_in(case, &runtime, &RunOptions::default(), &environment).await;
+                    if let (Some(definition), Some(version)) = (&environment.definition, &version) {
+                        if matches!(result.status, Status::Fail | Status::Pass) {
+                            result.expected_failure =
+                                Expectations::load(&definition.source, &definition.name)
+                                    .map_err(|e| Failed::from(format!("{e:#}")))?
+                                    .for_cell(case.id, version);
+                        }
+                    }
                     drop(runtime);
                     if let Some(broker) = &environment.broker {
                         broker.shutdown().await;
@@ -112,8 +142,8 @@ pub fn run_fixture(name: &str) -> ! {
 pub fn run_fixture_with(name: &str, order: Option<Vec<ProvisionKind>>) -> ! {
     init_logging();
     let arguments = Arguments::from_args();
-    let (label, build) = fixture_builder(name, order);
-    libtest_mimic::run(&arguments, trials(&label, None, build)).exit()
+    let (label, build, faultable) = fixture_builder(name, order);
+    libtest_mimic::run(&arguments, trials(&label, None, build, faultable)).exit()
 }
 
 /// Runs every case against each named fixture in one test binary, trials named
@@ -124,22 +154,25 @@ pub fn run_fixtures_with(names: &[&str], order: Option<Vec<ProvisionKind>>) -> !
     let arguments = Arguments::from_args();
     let mut all = Vec::new();
     for name in names {
-        let (label, build) = fixture_builder(name, order.clone());
-        all.extend(trials(&label, Some(name), build));
+        let (label, build, faultable) = fixture_builder(name, order.clone());
+        all.extend(trials(&label, Some(name), build, faultable));
     }
     libtest_mimic::run(&arguments, all).exit()
 }
 
 type Built = Result<(Arc<dyn Component>, BrokerHandle), String>;
 
-/// The label and the per-case builder of `fixtures/<name>.yaml`; exits on a bad
-/// definition or provisioning order.
+/// The label and the per-case builder of `fixtures/<name>.yaml`, and whether its
+/// broker can be faulted; exits on a bad definition or provisioning order. Cases that
+/// inject faults get a broker the suite controls (a local process, else a container)
+/// unless an order is given.
 fn fixture_builder(
     name: &str,
     order: Option<Vec<ProvisionKind>>,
 ) -> (
     String,
-    impl Fn() -> futures::future::BoxFuture<'static, Built> + Send + Sync + 'static,
+    impl Fn(&'static Case) -> futures::future::BoxFuture<'static, Built> + Send + Sync + 'static,
+    bool,
 ) {
     let order = match order {
         Some(order) => Some(order),
@@ -163,11 +196,18 @@ fn fixture_builder(
         }
     };
     let label = definition.name.clone();
-    let build = move || {
+    let faultable = crate::provision::needs_broker(&definition.component_type);
+    let build = move |case: &'static Case| {
         let definition = definition.clone();
         let order = order.clone();
         Box::pin(async move {
-            let order = crate::provision::order_for(&definition.component_type, order.as_deref());
+            const CONTROLLED: &[ProvisionKind] =
+                &[ProvisionKind::LocalProcess, ProvisionKind::Container];
+            let order = match order.as_deref() {
+                None if !case.injects.is_empty() => Some(CONTROLLED),
+                given => given,
+            };
+            let order = crate::provision::order_for(&definition.component_type, order);
             match crate::provision::provision(&definition, &order).await {
                 Ok(provisioned) => Ok((
                     provisioned.component,
@@ -184,12 +224,27 @@ fn fixture_builder(
             }
         }) as futures::future::BoxFuture<'static, Built>
     };
-    (label, build)
+    (label, build, faultable)
 }
 
 /// PASS and UNSUPPORTED (refusal verified) pass the test; every other verdict fails it
 /// with the evidence.
 fn verdict(result: &CaseResult) -> Result<(), Failed> {
+    if result.is_expected_failure() {
+        println!(
+            "{}: EXPECTED FAIL ({})",
+            result.id,
+            result.expected_failure.as_deref().unwrap_or_default()
+        );
+        return Ok(());
+    }
+    if result.passes_unexpectedly() {
+        return Err(Failed::from(format!(
+            "{} PASSES but is listed as an expected failure: remove its entry ({})",
+            result.id,
+            result.expected_failure.as_deref().unwrap_or_default()
+        )));
+    }
     match result.status {
         Status::Pass => Ok(()),
         Status::Unsupported => {

@@ -14,6 +14,7 @@ pub mod catalogue;
 pub mod certify;
 pub mod checker;
 pub mod context;
+pub mod expectations;
 pub mod faults;
 pub mod harness;
 pub mod history;

@@ -12,7 +12,7 @@ use pubsub_components::runtime::{
     BulkPublishEntry, BulkPublishRequest, PublishRequest, Runtime, Subscription,
 };
 use pubsub_components::{
-    ConsumerSpec, ErrorKind, Feature, MessageId, PubSubError, Support, TopicSelector,
+    Component, ConsumerSpec, ErrorKind, Feature, MessageId, PubSubError, Support, TopicSelector,
 };
 use pubsub_reports::{CaseResult, Evidence, Mode, Status};
 use std::panic::AssertUnwindSafe;
@@ -52,9 +52,31 @@ pub struct CaseEnvironment {
     /// with the cause at once; checked after a failure, so that a FAIL is the
     /// component's; and faulted by the cases that inject faults. `None` in process.
     pub broker: Option<Arc<dyn Broker>>,
-    /// The component's definition, for fault cases that build it again behind a
-    /// fault proxy.
+    /// The component's definition (for its expectations file).
     pub definition: Option<Arc<ComponentDefinition>>,
+    /// Builds the component again connected to another endpoint (a fault proxy in
+    /// front of the broker); `None` when it cannot be.
+    pub connect: Option<ComponentFactory>,
+}
+
+/// Builds a component connected to the given `host:port`.
+pub type ComponentFactory = Arc<
+    dyn Fn(String) -> futures::future::BoxFuture<'static, Result<Arc<dyn Component>, String>>
+        + Send
+        + Sync,
+>;
+
+/// The factory that builds `definition`'s component against an endpoint.
+pub fn factory_of(definition: &ComponentDefinition) -> ComponentFactory {
+    let definition = Arc::new(definition.clone());
+    Arc::new(move |endpoint: String| {
+        let definition = definition.clone();
+        Box::pin(async move {
+            pubsub_components::registry::build(&definition, Some(&endpoint))
+                .await
+                .map_err(|e| e.to_string())
+        })
+    })
 }
 
 impl CaseEnvironment {
@@ -63,6 +85,7 @@ impl CaseEnvironment {
         CaseEnvironment {
             broker,
             definition: None,
+            connect: None,
         }
     }
 
@@ -71,6 +94,7 @@ impl CaseEnvironment {
         CaseEnvironment {
             broker,
             definition: Some(Arc::new(definition.clone())),
+            connect: Some(factory_of(definition)),
         }
     }
 
@@ -92,9 +116,9 @@ impl CaseEnvironment {
                 broker.describe()
             ));
         }
-        if case.injects.contains(&Injects::Network) && self.definition.is_none() {
+        if case.injects.contains(&Injects::Network) && self.connect.is_none() {
             return Some(format!(
-                "this case cuts the network ({needs}) and builds the component again behind a fault proxy, which needs its definition (components built in code have none)"
+                "this case cuts the network ({needs}) and builds the component again behind a fault proxy, which needs a way to build it (a definition, or a factory given to the harness)"
             ));
         }
         None
@@ -178,6 +202,7 @@ pub async fn run_case_in(
         duration_ms: 0,
         bound_ms: bound.as_millis() as u64,
         attempts: 0,
+        expected_failure: None,
         evidence: Evidence::default(),
     };
     if let Some(reason) = environment.cannot_inject(case) {
@@ -300,7 +325,7 @@ async fn run_once(
 ) -> Attempt {
     let mut context = CaseContext::new(runtime.clone(), case.id, bound, seed);
     context.broker = environment.broker.clone();
-    context.definition = environment.definition.clone();
+    context.connect = environment.connect.clone();
     let recorder = context.recorder.clone();
     let logs = LogCapture::default();
     let body = AssertUnwindSafe((case.run)(context))

@@ -4,16 +4,24 @@
 
 mod faulty {
     pub mod faults;
+    pub mod recovery;
 }
 
 use faulty::faults::{Fault, Faulty};
+use faulty::recovery::{Breaks, Broken};
 use pubsub_conformance::catalogue::find;
+use pubsub_conformance::components::config::ComponentDefinition;
 use pubsub_conformance::components::memory::{MemoryComponent, MemoryConfig};
 use pubsub_conformance::components::runtime::Runtime;
+use pubsub_conformance::components::Component;
 use pubsub_conformance::harness::describe;
+use pubsub_conformance::provision::{self, ProvisionKind};
 use pubsub_conformance::reports::Status;
-use pubsub_conformance::runner::{run_case, RunOptions};
+use pubsub_conformance::runner::{
+    factory_of, run_case, run_case_in, CaseEnvironment, ComponentFactory, RunOptions,
+};
 use rstest::rstest;
+use std::sync::Arc;
 
 fn memory() -> MemoryComponent {
     MemoryComponent::new(MemoryConfig {
@@ -89,6 +97,171 @@ async fn faulty_component_fails_the_cases_it_breaks(
                 .iter()
                 .any(|f| f.to_lowercase().contains(&evidence.to_lowercase())),
             "{fault:?} failed {id}, but no finding mentions '{evidence}':\n{text}"
+        );
+    }
+}
+
+/// The Redis Streams component on a broker of its own (a spawned redis-server the
+/// suite can kill, restart and cut off), wrapped by `wrap`; the environment builds the
+/// same wrapped component behind a fault proxy.
+async fn on_own_redis(
+    wrap: fn(Arc<dyn Component>) -> Arc<dyn Component>,
+) -> (Runtime, CaseEnvironment) {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/redis.yaml");
+    let definition = ComponentDefinition::from_file(&path).unwrap();
+    let provisioned = provision::provision(
+        &definition,
+        &provision::order_for("redis-streams", Some(&[ProvisionKind::LocalProcess])),
+    )
+    .await
+    .expect("a local redis-server (scripts/install.sh)");
+    let plain = factory_of(&definition);
+    let connect: ComponentFactory = Arc::new(move |endpoint: String| {
+        let plain = plain.clone();
+        Box::pin(async move { plain(endpoint).await.map(wrap) })
+    });
+    let environment = CaseEnvironment {
+        broker: provisioned.broker,
+        definition: None,
+        connect: Some(connect),
+    };
+    (
+        Runtime::new("redis-under-faults", wrap(provisioned.component)),
+        environment,
+    )
+}
+
+fn correct(component: Arc<dyn Component>) -> Arc<dyn Component> {
+    component
+}
+
+fn broken(breaks: Breaks) -> fn(Arc<dyn Component>) -> Arc<dyn Component> {
+    match breaks {
+        Breaks::FireAndForget => |inner| {
+            Arc::new(Broken {
+                inner,
+                breaks: Breaks::FireAndForget,
+            })
+        },
+        Breaks::LiesAfterDisconnect => |inner| {
+            Arc::new(Broken {
+                inner,
+                breaks: Breaks::LiesAfterDisconnect,
+            })
+        },
+        Breaks::NeverResubscribes => |inner| {
+            Arc::new(Broken {
+                inner,
+                breaks: Breaks::NeverResubscribes,
+            })
+        },
+        Breaks::KeepsDeliveringAfterClose => |inner| {
+            Arc::new(Broken {
+                inner,
+                breaks: Breaks::KeepsDeliveringAfterClose,
+            })
+        },
+        Breaks::DeadLettersRedeliveries => |inner| {
+            Arc::new(Broken {
+                inner,
+                breaks: Breaks::DeadLettersRedeliveries,
+            })
+        },
+    }
+}
+
+#[rstest]
+#[case::fire_and_forget(Breaks::FireAndForget, "certification.network-cut", "lost")]
+#[case::lies_after_disconnect(Breaks::LiesAfterDisconnect, "certification.network-cut", "lost")]
+#[case::lies_while_the_broker_is_down(
+    Breaks::LiesAfterDisconnect,
+    "certification.broker-restart",
+    "reported successful while the broker was down"
+)]
+#[case::never_resubscribes(
+    Breaks::NeverResubscribes,
+    "certification.broker-restart",
+    "the subscriber did not recover"
+)]
+#[case::keeps_delivering_after_close(
+    Breaks::KeepsDeliveringAfterClose,
+    "certification.close-stops-delivery",
+    "a closed consumer still received"
+)]
+#[case::dead_letters_redeliveries(
+    Breaks::DeadLettersRedeliveries,
+    "certification.crash-not-dead-lettered",
+    "dead-lettered though never handled"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_that_breaks_under_faults_fails_the_fault_case(
+    #[case] breaks: Breaks,
+    #[case] case_id: &str,
+    #[case] finding: &str,
+) {
+    let case = find(case_id).unwrap();
+    let (runtime, environment) = on_own_redis(correct).await;
+    let good = run_case_in(case, &runtime, &NO_RETRY, &environment).await;
+    assert_eq!(
+        good.status,
+        Status::Pass,
+        "the correct component:\n{}",
+        describe(&good)
+    );
+    if let Some(broker) = &environment.broker {
+        broker.shutdown().await;
+    }
+    let (runtime, environment) = on_own_redis(broken(breaks)).await;
+    let bad = run_case_in(case, &runtime, &NO_RETRY, &environment).await;
+    assert_eq!(
+        bad.status,
+        Status::Fail,
+        "{breaks:?} must fail {case_id}:\n{}",
+        describe(&bad)
+    );
+    assert!(
+        bad.evidence.findings.iter().any(|f| f.contains(finding)),
+        "{breaks:?}: the finding should say '{finding}':\n{}",
+        describe(&bad)
+    );
+    if case.injects.is_empty() {
+        return;
+    }
+    assert!(
+        bad.evidence.timeline.as_ref().is_some_and(|t| t
+            .events
+            .iter()
+            .any(|e| e.lane == pubsub_conformance::reports::Lane::Fault)),
+        "a fault case's evidence carries its timeline:\n{}",
+        describe(&bad)
+    );
+    if let Some(broker) = &environment.broker {
+        broker.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_cases_on_an_in_process_component_are_not_provisioned_with_the_reason() {
+    let runtime = Runtime::new("memory", Arc::new(memory()));
+    for case in pubsub_conformance::catalogue::catalogue()
+        .iter()
+        .filter(|c| !c.injects.is_empty())
+    {
+        let result = run_case(case, &runtime, &NO_RETRY).await;
+        assert_eq!(
+            result.status,
+            Status::NotProvisioned,
+            "{}",
+            describe(&result)
+        );
+        assert!(
+            result
+                .evidence
+                .notes
+                .iter()
+                .any(|n| n.contains("no broker to fault")),
+            "{}",
+            describe(&result)
         );
     }
 }

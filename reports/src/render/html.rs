@@ -33,6 +33,12 @@ fn class(status: Status) -> &'static str {
 }
 
 fn cell_label(case: &CaseResult) -> String {
+    if case.is_expected_failure() {
+        return format!("{} FAIL expected", Status::Fail.symbol());
+    }
+    if case.passes_unexpectedly() {
+        return format!("{} PASS, expected FAIL", Status::Pass.symbol());
+    }
     match (case.status, case.mode) {
         (Status::Pass, Some(Mode::Emulated)) => format!("{} PASS emulated", Status::Pass.symbol()),
         (Status::Pass, _) => format!("{} PASS native", Status::Pass.symbol()),
@@ -163,7 +169,12 @@ pub fn html(report: &RunReport) -> String {
             esc(&component.name), esc(&component.component_type), s.level.label(), s.passed, s.failed, s.unsupported, s.other, s.native, s.emulated, s.emulated_percent(), esc(&provisioning)
         );
     }
-    out.push_str("</tbody></table></section>\n");
+    out.push_str("</tbody></table>");
+    out.push_str("<details class=\"legend\"><summary>What the levels prove</summary><dl>");
+    for (level, proves) in crate::LEVEL_LEGEND {
+        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(level), esc(proves));
+    }
+    out.push_str("</dl></details></section>\n");
 
     // The matrix: case rows grouped by family, one column per component.
     let mut cases: BTreeMap<&str, BTreeMap<&str, &CaseResult>> = BTreeMap::new();
@@ -275,6 +286,9 @@ pub fn html(report: &RunReport) -> String {
                 );
                 list(&mut store, "Findings", &case.evidence.findings);
                 list(&mut store, "Warnings", &case.evidence.warnings);
+                if let Some(reason) = &case.expected_failure {
+                    list(&mut store, "Expected failure", std::slice::from_ref(reason));
+                }
                 list(&mut store, "Notes", &case.evidence.notes);
                 if let Some(timeline) = &case.evidence.timeline {
                     let _ = write!(store, "<h4>Timeline</h4>{}", super::timeline_svg(timeline));

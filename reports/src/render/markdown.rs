@@ -48,6 +48,11 @@ pub fn markdown(report: &RunReport) -> String {
             provisioning.replace('|', "\\|")
         );
     }
+    out.push_str("\n<details><summary>What the levels prove</summary>\n\n");
+    for (level, proves) in crate::LEVEL_LEGEND {
+        out.push_str(&format!("- **{level}**: {proves}\n"));
+    }
+    out.push_str("\n</details>\n");
     let attention: Vec<String> = report
         .components
         .iter()

@@ -20,6 +20,7 @@ fn case(
         duration_ms: 12,
         bound_ms: 10_000,
         attempts: if status == Status::Flaky { 2 } else { 1 },
+        expected_failure: None,
         evidence: Evidence {
             findings: if status == Status::Fail {
                 vec!["lost: 2 acknowledged publishes were never delivered: m-1, m-7".into()]
@@ -235,6 +236,28 @@ fn levels_follow_the_criteria() {
     assert_eq!(
         certification_level(&certified),
         CertificationLevel::Certified
+    );
+    // A fault case that could not run: never silently Certified.
+    let mut no_faults = certified.clone();
+    let mut fault_case = no_faults.cases[3].clone();
+    fault_case.id = "certification.broker-restart".into();
+    fault_case.status = Status::NotProvisioned;
+    no_faults.cases.push(fault_case);
+    assert_eq!(
+        certification_level(&no_faults),
+        CertificationLevel::CertifiedWithoutFaults
+    );
+    assert_eq!(
+        CertificationLevel::CertifiedWithoutFaults.label(),
+        "Certified without faults"
+    );
+    // An expected failure is still a failure: the level is not reached.
+    let mut expected = certified.clone();
+    expected.cases[3].status = Status::Fail;
+    expected.cases[3].expected_failure = Some("a broker defect".into());
+    assert_eq!(
+        certification_level(&expected),
+        CertificationLevel::FeatureComplete
     );
     certified.cases[1].status = Status::Fail;
     assert_eq!(

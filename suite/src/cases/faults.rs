@@ -365,6 +365,18 @@ async fn broker_restart(ctx: CaseContext) -> CaseRun {
     live.stop().await;
     let history = ctx.recorder.history();
     let got = delivered_to(&history, "s1");
+    let acked = acknowledged(&history);
+    let lied: Vec<&String> = acked
+        .iter()
+        .filter(|k| k.starts_with("during-") && !got.contains(*k))
+        .collect();
+    outcome.expect(lied.is_empty(), || {
+        format!(
+            "lost: {} publishes reported successful while the broker was down never arrived: {}",
+            lied.len(),
+            listed(&lied)
+        )
+    });
     let missed: Vec<&String> = after.iter().filter(|k| !got.contains(*k)).collect();
     outcome.expect(missed.is_empty(), || {
         format!(

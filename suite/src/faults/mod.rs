@@ -76,30 +76,25 @@ impl<'a> Faults<'a> {
     }
 
     /// A fault proxy in front of the broker and a runtime whose component connects
-    /// through it (built from the same definition).
+    /// through it (built the way the component under test is).
     pub async fn proxied_runtime(&self) -> Result<(Runtime, FaultProxy), CaseError> {
-        let definition = self.ctx.definition.clone().ok_or_else(|| {
+        let connect = self.ctx.connect.clone().ok_or_else(|| {
             CaseError::Harness(
-                "this case needs the component's definition to build it behind a fault proxy"
-                    .into(),
+                "this case needs a way to build the component behind a fault proxy".into(),
             )
         })?;
         let proxy = FaultProxy::start(&self.broker.endpoint())
             .await
             .map_err(|e| CaseError::Harness(format!("cannot start the fault proxy: {e}")))?;
-        let component = pubsub_components::registry::build(&definition, Some(&proxy.endpoint()))
-            .await
-            .map_err(|e| {
-                CaseError::Component(format!(
-                    "building the component against the fault proxy at {} (forwarding to {}): {e}",
-                    proxy.endpoint(),
-                    proxy.upstream()
-                ))
-            })?;
-        Ok((
-            Runtime::new(format!("{}-via-proxy", definition.name), component),
-            proxy,
-        ))
+        let component = connect(proxy.endpoint()).await.map_err(|e| {
+            CaseError::Component(format!(
+                "building the component against the fault proxy at {} (forwarding to {}): {e}",
+                proxy.endpoint(),
+                proxy.upstream()
+            ))
+        })?;
+        let name = format!("{}-via-proxy", self.ctx.runtime.name());
+        Ok((Runtime::new(name, component), proxy))
     }
 
     /// Applies a network fault through `proxy` (and records it).

@@ -1,0 +1,164 @@
+//! Expected failures: real defects of a broker version or a client library (never of
+//! this suite's own code), kept as web-platform-tests keeps expectations: one file per
+//! component, `expectations/<component>.yaml` beside its definition, each entry with
+//! the case, the broker version it was seen on and the reason. A matching FAIL keeps
+//! its verdict but is marked expected (the test target stays green); a PASS where a
+//! FAIL is expected is flagged, so that a fixed defect's entry is removed.
+
+use crate::catalogue::find;
+use anyhow::{bail, Context as _};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// One expected failure.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expected {
+    /// The case id.
+    pub case: String,
+    /// The start of the broker version the defect was seen on, as the component
+    /// reports it (e.g. `RabbitMQ 3.10.8`).
+    pub broker: String,
+    /// What goes wrong, and where the evidence is.
+    pub reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    expectations: Vec<Expected>,
+}
+
+/// The expected failures of one component.
+#[derive(Debug, Clone, Default)]
+pub struct Expectations {
+    /// Where they were read from (`None`: the component has no file).
+    pub file: Option<PathBuf>,
+    pub entries: Vec<Expected>,
+}
+
+impl Expectations {
+    /// The file of the component defined in `definition` (`expectations/<name>.yaml`
+    /// beside it).
+    pub fn path_for(definition: &Path, name: &str) -> PathBuf {
+        definition
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("expectations")
+            .join(format!("{name}.yaml"))
+    }
+
+    /// Reads the component's file; none is no expectations. Unknown cases and bad
+    /// YAML are errors naming the file.
+    pub fn load(definition: &Path, name: &str) -> anyhow::Result<Self> {
+        let path = Self::path_for(definition, name);
+        if !path.exists() {
+            return Ok(Expectations::default());
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let file: File = serde_yaml::from_str(&text)
+            .with_context(|| format!("{}: not an expectations file", path.display()))?;
+        for entry in &file.expectations {
+            if find(&entry.case).is_none() {
+                bail!(
+                    "{}: case '{}' is not in the catalogue (see `list`)",
+                    path.display(),
+                    entry.case
+                );
+            }
+            if entry.broker.trim().is_empty() || entry.reason.trim().is_empty() {
+                bail!(
+                    "{}: the entry for '{}' needs a broker version and a reason",
+                    path.display(),
+                    entry.case
+                );
+            }
+        }
+        Ok(Expectations {
+            file: Some(path),
+            entries: file.expectations,
+        })
+    }
+
+    /// The entry for `case` on a broker whose version text is `broker_version`, as the
+    /// text a cell carries.
+    pub fn for_cell(&self, case: &str, broker_version: &str) -> Option<String> {
+        let entry = self
+            .entries
+            .iter()
+            .find(|e| e.case == case && broker_version.starts_with(e.broker.as_str()))?;
+        Some(format!(
+            "{} (seen on {}; {})",
+            entry.reason,
+            entry.broker,
+            self.file
+                .as_ref()
+                .map(|f| f.display().to_string())
+                .unwrap_or_default()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        std::fs::create_dir_all(dir.join("expectations")).unwrap();
+        std::fs::write(dir.join("expectations/x.yaml"), text).unwrap();
+        dir.join("x.yaml")
+    }
+
+    #[test]
+    fn an_entry_applies_to_its_case_on_its_broker_version_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let definition = write(
+            dir.path(),
+            "expectations:\n  - case: certification.broker-restart\n    broker: RabbitMQ 3.10\n    reason: quorum queues stall\n",
+        );
+        let expectations = Expectations::load(&definition, "x").unwrap();
+        let cell = expectations
+            .for_cell(
+                "certification.broker-restart",
+                "RabbitMQ 3.10.8 at 127.0.0.1:5672",
+            )
+            .unwrap();
+        assert!(
+            cell.starts_with("quorum queues stall (seen on RabbitMQ 3.10;"),
+            "{cell}"
+        );
+        assert!(expectations
+            .for_cell("certification.broker-restart", "RabbitMQ 3.13.7 at x")
+            .is_none());
+        assert!(expectations
+            .for_cell("certification.network-cut", "RabbitMQ 3.10.8")
+            .is_none());
+        assert!(Expectations::load(&definition, "absent")
+            .unwrap()
+            .entries
+            .is_empty());
+    }
+
+    #[test]
+    fn unknown_cases_and_fields_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let definition = write(
+            dir.path(),
+            "expectations:\n  - case: no.such-case\n    broker: X\n    reason: y\n",
+        );
+        let error = Expectations::load(&definition, "x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("x.yaml") && error.contains("no.such-case"),
+            "{error}"
+        );
+        let definition = write(
+            dir.path(),
+            "expectations:\n  - case: publish.delivery\n    broker: X\n    reason: y\n    until: never\n",
+        );
+        let error = format!("{:#}", Expectations::load(&definition, "x").unwrap_err());
+        assert!(error.contains("until"), "{error}");
+    }
+}
