@@ -115,6 +115,8 @@ pub async fn certify(
 ) -> RunReport {
     let started_at = now_text();
     let mut components = Vec::new();
+    // What was started and is still running after its shutdown (a suite defect).
+    let mut left: Vec<String> = Vec::new();
     for definition in definitions {
         let order = provision::order_for(&definition.component_type, options.provision.as_deref());
         progress(&format!(
@@ -141,6 +143,9 @@ pub async fn certify(
                 .await;
                 if let Some(broker) = &provisioned.broker {
                     broker.shutdown().await;
+                    if let Some(still) = broker.leftover().await {
+                        left.push(still);
+                    }
                 }
                 component_report(
                     definition,
@@ -152,6 +157,14 @@ pub async fn certify(
             Err(reasons) => not_provisioned(definition, cases, &reasons),
         };
         components.push(report);
+    }
+    if left.is_empty() {
+        progress("cleanup: nothing this run started is still running");
+    } else {
+        progress(&format!(
+            "cleanup: still running after shutdown (a suite defect): {}",
+            left.join(", ")
+        ));
     }
     RunReport {
         schema_version: SCHEMA_VERSION,

@@ -187,6 +187,12 @@ fn a_local_broker_killed_mid_run_gives_error_cells_naming_the_exit() {
         notes.contains("nats (pid") && notes.contains("log tail"),
         "{notes}"
     );
+    assert!(
+        heard
+            .iter()
+            .any(|(_, line)| line == "cleanup: nothing this run started is still running"),
+        "{heard:?}"
+    );
     // The next component of the run is unaffected.
     for cell in &components[1].cases {
         assert_eq!(cell.status, Status::Pass, "{}", describe(cell));
@@ -217,12 +223,18 @@ fn a_broker_container_killed_mid_run_gives_error_cells_naming_the_exit() {
     );
     assert_eq!(components[0].provisioning.kind, "container");
     assert_reported_as_death(&components[0], &heard, killed_at, "code 137 (signal 9)");
-    // Nothing it started is left behind.
+    // Nothing it started is left behind, and the run said so.
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let left = tokio
         .block_on(container::leftovers(Some(std::process::id())))
         .unwrap();
     assert!(left.is_empty(), "containers left behind: {left:?}");
+    assert!(
+        heard
+            .iter()
+            .any(|(_, line)| line == "cleanup: nothing this run started is still running"),
+        "{heard:?}"
+    );
 }
 
 #[test]

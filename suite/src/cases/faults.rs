@@ -120,14 +120,25 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             id: "certification.exhausted-stays-dead",
-            must: "A message whose deliveries are exhausted (no dead-letter topic) MUST NOT come back when its group's consumer reconnects, nor after the broker restarts.",
+            must: "A message whose deliveries are exhausted (no dead-letter topic) MUST NOT come back when its group's consumer reconnects.",
             requires: &[],
             level: Level::Certification,
             injects: &[],
-            bound: Bound::new("60 s restart + 3 x redelivery bound + 3 x delivery bound", |c| {
-                RESTART_ALLOWANCE + c.redelivery_bound * 3 + c.delivery_bound * 3
+            bound: Bound::new("recovery bound + 3 x redelivery bound + 3 x delivery bound", |c| {
+                c.recovery_bound + c.redelivery_bound * 3 + c.delivery_bound * 3
             }),
-            run: |ctx| Box::pin(exhausted_stays_dead(ctx)),
+            run: |ctx| Box::pin(exhausted_stays_dead(ctx, false)),
+        },
+        Case {
+            id: "certification.exhausted-stays-dead-after-restart",
+            must: "A message whose deliveries are exhausted (no dead-letter topic) MUST NOT come back after the broker is killed and restarted and its group's consumer reconnects.",
+            requires: &[],
+            level: Level::Certification,
+            injects: &[Injects::BrokerRestart],
+            bound: Bound::new("60 s restart + 3 x redelivery bound + 3 x delivery bound + recovery bound", |c| {
+                RESTART_ALLOWANCE + c.recovery_bound + c.redelivery_bound * 3 + c.delivery_bound * 3
+            }),
+            run: |ctx| Box::pin(exhausted_stays_dead(ctx, true)),
         },
         Case {
             id: "certification.backlog",
@@ -894,7 +905,7 @@ async fn close_stops_delivery(ctx: CaseContext) -> CaseRun {
     Ok(outcome.with_history(&ctx.recorder.history()))
 }
 
-async fn exhausted_stays_dead(ctx: CaseContext) -> CaseRun {
+async fn exhausted_stays_dead(ctx: CaseContext, restart: bool) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = || {
         let mut s = Subscription::new(topic.clone(), ctx.group("g"));
@@ -935,14 +946,11 @@ async fn exhausted_stays_dead(ctx: CaseContext) -> CaseRun {
     outcome.expect(exhausted_after == 2, || {
         format!("the doomed message was delivered {exhausted_after} times; maxDeliveries is 2")
     });
-    let restartable = ctx.broker.as_ref().is_some_and(|b| b.can_fault());
-    if restartable {
+    if restart {
         let faults = ctx.faults()?;
         faults.kill_broker().await?;
         faults.restart_broker().await?;
         outcome.note("the broker was killed and restarted after the retries were exhausted");
-    } else {
-        outcome.note("the broker cannot be restarted here (in process or external): only the reconnect was checked");
     }
     let recovery = ctx.within(ctx.caps.recovery_bound);
     let back =
@@ -971,7 +979,7 @@ async fn exhausted_stays_dead(ctx: CaseContext) -> CaseRun {
         format!(
             "an exhausted message came back: delivered {total} times in all, {} of them after the consumer reconnected{}",
             total - exhausted_after,
-            if restartable { " and the broker restarted" } else { "" }
+            if restart { " and the broker restarted" } else { "" }
         )
     });
     Ok(outcome.with_history(&ctx.recorder.history()))

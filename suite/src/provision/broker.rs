@@ -40,6 +40,10 @@ pub trait Broker: Send + Sync {
     /// same as a last resort.
     async fn shutdown(&self);
 
+    /// After [`Broker::shutdown`]: what of it is still running (a process, a
+    /// container), or `None` when nothing is.
+    async fn leftover(&self) -> Option<String>;
+
     /// Checks, within `wait`, that it accepts connections; the error says what failed.
     async fn answers(&self, wait: Duration) -> Result<(), String> {
         let endpoint = self.endpoint();

@@ -427,6 +427,12 @@ impl Broker for BrokerContainer {
         Ok(())
     }
 
+    async fn leftover(&self) -> Option<String> {
+        inspect(&self.id)
+            .await
+            .map(|(status, _, _)| format!("{} container {} ({status})", self.name, short(&self.id)))
+    }
+
     async fn shutdown(&self) {
         self.health
             .set(Health::Faulted(format!("{} shut down", self.name)));

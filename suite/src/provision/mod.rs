@@ -369,6 +369,10 @@ impl Broker for ExternalBroker {
         Err(broker::cannot_fault(self, "resume"))
     }
 
+    async fn leftover(&self) -> Option<String> {
+        None
+    }
+
     async fn shutdown(&self) {
         self.prober.abort();
     }
@@ -626,6 +630,16 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("restarting {}: {e}", spec.name));
         assert!(answers().await.is_ok());
+        assert!(
+            process.leftover().await.is_some(),
+            "a running broker is reported"
+        );
+        process.shutdown().await;
+        assert_eq!(
+            process.leftover().await,
+            None,
+            "nothing is left after shutdown"
+        );
     }
 
     #[tokio::test]
@@ -681,6 +695,7 @@ mod tests {
         assert!(reason.contains("code 137 (signal 9)"), "{reason}");
         let id = broker.id().to_string();
         broker.shutdown().await;
+        assert_eq!(broker.leftover().await, None);
         let left = container::leftovers(Some(std::process::id()))
             .await
             .unwrap();

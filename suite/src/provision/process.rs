@@ -28,6 +28,8 @@ pub struct BrokerProcess {
     running: std::sync::Mutex<Option<Incarnation>>,
     /// Serialises kill, restart, pause and resume.
     control: tokio::sync::Mutex<()>,
+    /// Every process id it ran as (for the leftover check).
+    started: std::sync::Mutex<Vec<u32>>,
 }
 
 /// One start of the broker: its process group and a watch of its exit.
@@ -102,6 +104,7 @@ impl BrokerProcess {
             health: HealthSender::new(),
             running: std::sync::Mutex::new(None),
             control: tokio::sync::Mutex::new(()),
+            started: std::sync::Mutex::new(Vec::new()),
         };
         process.prepare().await?;
         process.start().await?;
@@ -119,6 +122,11 @@ impl BrokerProcess {
     /// The process id of the running broker (the leader of its process group).
     pub fn pid(&self) -> Option<u32> {
         self.running.lock().unwrap().as_ref().map(|i| i.pid)
+    }
+
+    /// Every process id this broker ran as, in order.
+    fn started_pids(&self) -> Vec<u32> {
+        self.started.lock().unwrap().clone()
     }
 
     fn fill(&self, template: &str) -> String {
@@ -216,6 +224,7 @@ impl BrokerProcess {
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.spec.program))?;
         let pid = child.id().ok_or("the broker exited at once")?;
+        self.started.lock().unwrap().push(pid);
         let (exit_sender, exited) = tokio::sync::watch::channel(None);
         let expected = Arc::new(AtomicBool::new(false));
         let monitor = {
@@ -448,6 +457,19 @@ impl Broker for BrokerProcess {
         self.signal("-CONT")?;
         self.health.set(Health::Up);
         Ok(())
+    }
+
+    async fn leftover(&self) -> Option<String> {
+        let alive: Vec<String> = self
+            .started_pids()
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|stat| !stat.contains(") Z "))
+            })
+            .map(|pid| format!("{} process {pid}", self.spec.name))
+            .collect();
+        (!alive.is_empty()).then(|| alive.join(", "))
     }
 
     async fn shutdown(&self) {
