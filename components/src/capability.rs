@@ -116,6 +116,11 @@ pub struct Capabilities {
     /// on as soon as the member's connection dies.
     #[serde(default)]
     pub lease: Duration,
+    /// Whether a message whose handler works longer than the lease may be handed to
+    /// another member while the first still works on it (the lease expires; at-least-
+    /// once then delivers it twice).
+    #[serde(default)]
+    pub redelivers_slow_handlers: bool,
 }
 
 /// Partition support details.

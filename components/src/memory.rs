@@ -202,6 +202,7 @@ impl Component for MemoryComponent {
             recovery_bound: Duration::from_secs(2),
             // A closed or dropped consumer returns what it held at once.
             lease: Duration::ZERO,
+            redelivers_slow_handlers: false,
         }
     }
 

@@ -393,6 +393,7 @@ impl Component for Mqtt5 {
             recovery_bound: Duration::from_secs(10),
             // The broker hands a shared-subscription message on when its session ends.
             lease: Duration::ZERO,
+            redelivers_slow_handlers: false,
         }
     }
 

@@ -146,6 +146,7 @@ impl Component for NatsJetStream {
             recovery_bound: Duration::from_secs(10),
             // The consumer's ack wait.
             lease: self.config.ack_wait,
+            redelivers_slow_handlers: true,
         }
     }
 

@@ -184,6 +184,7 @@ impl Component for Postgres {
             recovery_bound: Duration::from_secs(10),
             // The visibility timeout.
             lease: self.config.visibility_timeout,
+            redelivers_slow_handlers: true,
         }
     }
 

@@ -454,6 +454,7 @@ impl Component for RabbitMq {
             recovery_bound: Duration::from_secs(15),
             // Unacknowledged deliveries go back to the queue when the connection dies.
             lease: Duration::ZERO,
+            redelivers_slow_handlers: false,
         }
     }
 

@@ -187,6 +187,7 @@ impl Component for RedisStreams {
             recovery_bound: Duration::from_secs(10),
             // Pending entries idle this long are claimed by another member.
             lease: self.config.claim_idle,
+            redelivers_slow_handlers: true,
         }
     }
 

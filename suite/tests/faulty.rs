@@ -102,11 +102,9 @@ async fn faulty_component_fails_the_cases_it_breaks(
 }
 
 /// The Redis Streams component on a broker of its own (a spawned redis-server the
-/// suite can kill, restart and cut off), wrapped by `wrap`; the environment builds the
-/// same wrapped component behind a fault proxy.
-async fn on_own_redis(
-    wrap: fn(Arc<dyn Component>) -> Arc<dyn Component>,
-) -> (Runtime, CaseEnvironment) {
+/// suite can kill, restart and cut off), broken as `breaks` says; the environment
+/// builds the same component behind a fault proxy.
+async fn on_own_redis(breaks: Option<Breaks>) -> (Runtime, CaseEnvironment) {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/redis.yaml");
     let definition = ComponentDefinition::from_file(&path).unwrap();
     let provisioned = provision::provision(
@@ -118,7 +116,7 @@ async fn on_own_redis(
     let plain = factory_of(&definition);
     let connect: ComponentFactory = Arc::new(move |endpoint: String| {
         let plain = plain.clone();
-        Box::pin(async move { plain(endpoint).await.map(wrap) })
+        Box::pin(async move { plain(endpoint).await.map(|c| wrap(breaks, c)) })
     });
     let environment = CaseEnvironment {
         broker: provisioned.broker,
@@ -126,47 +124,16 @@ async fn on_own_redis(
         connect: Some(connect),
     };
     (
-        Runtime::new("redis-under-faults", wrap(provisioned.component)),
+        Runtime::new("redis-under-faults", wrap(breaks, provisioned.component)),
         environment,
     )
 }
 
-fn correct(component: Arc<dyn Component>) -> Arc<dyn Component> {
-    component
-}
-
-fn broken(breaks: Breaks) -> fn(Arc<dyn Component>) -> Arc<dyn Component> {
+/// The component as it is, or broken the way `breaks` says.
+fn wrap(breaks: Option<Breaks>, inner: Arc<dyn Component>) -> Arc<dyn Component> {
     match breaks {
-        Breaks::FireAndForget => |inner| {
-            Arc::new(Broken {
-                inner,
-                breaks: Breaks::FireAndForget,
-            })
-        },
-        Breaks::LiesAfterDisconnect => |inner| {
-            Arc::new(Broken {
-                inner,
-                breaks: Breaks::LiesAfterDisconnect,
-            })
-        },
-        Breaks::NeverResubscribes => |inner| {
-            Arc::new(Broken {
-                inner,
-                breaks: Breaks::NeverResubscribes,
-            })
-        },
-        Breaks::KeepsDeliveringAfterClose => |inner| {
-            Arc::new(Broken {
-                inner,
-                breaks: Breaks::KeepsDeliveringAfterClose,
-            })
-        },
-        Breaks::DeadLettersRedeliveries => |inner| {
-            Arc::new(Broken {
-                inner,
-                breaks: Breaks::DeadLettersRedeliveries,
-            })
-        },
+        None => inner,
+        Some(breaks) => Arc::new(Broken { inner, breaks }),
     }
 }
 
@@ -188,6 +155,11 @@ fn broken(breaks: Breaks) -> fn(Arc<dyn Component>) -> Arc<dyn Component> {
     "certification.close-stops-delivery",
     "a closed consumer still received"
 )]
+#[case::hides_lease_expiry(
+    Breaks::HidesLeaseExpiry,
+    "certification.slow-handler",
+    "handed to another member while the first still worked on it"
+)]
 #[case::dead_letters_redeliveries(
     Breaks::DeadLettersRedeliveries,
     "certification.crash-not-dead-lettered",
@@ -200,7 +172,7 @@ async fn a_component_that_breaks_under_faults_fails_the_fault_case(
     #[case] finding: &str,
 ) {
     let case = find(case_id).unwrap();
-    let (runtime, environment) = on_own_redis(correct).await;
+    let (runtime, environment) = on_own_redis(None).await;
     let good = run_case_in(case, &runtime, &NO_RETRY, &environment).await;
     assert_eq!(
         good.status,
@@ -211,7 +183,7 @@ async fn a_component_that_breaks_under_faults_fails_the_fault_case(
     if let Some(broker) = &environment.broker {
         broker.shutdown().await;
     }
-    let (runtime, environment) = on_own_redis(broken(breaks)).await;
+    let (runtime, environment) = on_own_redis(Some(breaks)).await;
     let bad = run_case_in(case, &runtime, &NO_RETRY, &environment).await;
     assert_eq!(
         bad.status,

@@ -141,6 +141,17 @@ pub fn cases() -> Vec<Case> {
             run: |ctx| Box::pin(exhausted_stays_dead(ctx, true)),
         },
         Case {
+            id: "certification.slow-handler",
+            must: "A message whose handler works longer than the broker's lease MUST NOT be handed to another member while the first still works on it, unless the component declares that it may; either way it MUST be handled in the end.",
+            requires: &[],
+            level: Level::Certification,
+            injects: &[],
+            bound: Bound::new("lease + 1 s handler + 2 x redelivery bound + 2 x delivery bound", |c| {
+                slow_handler_time(c) + c.redelivery_bound * 2 + c.delivery_bound * 2
+            }),
+            run: |ctx| Box::pin(slow_handler(ctx)),
+        },
+        Case {
             id: "certification.backlog",
             must: "A backlog of 10000 messages over 10 topics, each read by 2 groups, MUST be drained completely: every message reaches every group.",
             requires: &[Feature::BulkPublish],
@@ -983,6 +994,129 @@ async fn exhausted_stays_dead(ctx: CaseContext, restart: bool) -> CaseRun {
         )
     });
     Ok(outcome.with_history(&ctx.recorder.history()))
+}
+
+/// How long the slow handler works: past the lease (2 s where there is none).
+fn slow_handler_time(caps: &pubsub_components::Capabilities) -> Duration {
+    if caps.lease.is_zero() {
+        Duration::from_secs(2)
+    } else {
+        caps.lease + Duration::from_secs(1)
+    }
+}
+
+/// Records each delivery and works `hold` on the message `slow` before answering
+/// SUCCESS.
+struct Slow {
+    recorder: crate::history::Recorder,
+    member: &'static str,
+    hold: Duration,
+}
+
+#[async_trait]
+impl MessageHandler for Slow {
+    async fn handle(&self, event: Event) -> Result<Status, String> {
+        self.recorder.delivered(&event, self.member, None);
+        if event.metadata.get(KEY).is_some_and(|k| k == "slow") {
+            tokio::time::sleep(self.hold).await;
+            self.recorder
+                .note(format!("{} finished working on slow", self.member));
+        }
+        Ok(Status::Success)
+    }
+}
+
+async fn slow_handler(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let hold = slow_handler_time(&ctx.caps);
+    let subscription = || Subscription::new(topic.clone(), ctx.group("g"));
+    ctx.create_group(&subscription()).await?;
+    let mut members = Vec::new();
+    for member in ["a", "b"] {
+        members.push(
+            ctx.subscribe(
+                subscription(),
+                Handler::Single(Arc::new(Slow {
+                    recorder: ctx.recorder.clone(),
+                    member,
+                    hold,
+                })),
+            )
+            .await?,
+        );
+    }
+    ctx.publish(ctx.message(&topic, "slow"))
+        .await
+        .doing("publishing the slow message")?;
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), |h| h.delivery_count("slow") >= 1)
+        .await;
+    let first = ctx.recorder.history().records.iter().find_map(|r| match r {
+        Record::Delivered {
+            key: Some(k),
+            at,
+            subscriber,
+            ..
+        } if k == "slow" => Some((*at, subscriber.clone())),
+        _ => None,
+    });
+    // The first handler works `hold`; a second delivery meanwhile is what is judged.
+    tokio::time::sleep(hold + ctx.caps.redelivery_bound).await;
+    ctx.publish(ctx.message(&topic, "sentinel"))
+        .await
+        .doing("publishing a sentinel")?;
+    ctx.recorder
+        .wait_for_keys(&["sentinel".to_string()], ctx.delivery_deadline())
+        .await;
+    for member in members {
+        member.stop().await;
+    }
+    let history = ctx.recorder.history();
+    let mut outcome = Outcome::new();
+    let Some((first_at, first_member)) = first else {
+        outcome.fail("lost: the slow message was never delivered");
+        return Ok(outcome.with_history(&history));
+    };
+    let while_working: Vec<String> = history
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Delivered {
+                key: Some(k),
+                at,
+                subscriber,
+                ..
+            } if k == "slow"
+                && *at > first_at
+                && at.duration_since(first_at).unwrap_or_default() < hold =>
+            {
+                Some(format!(
+                    "to {subscriber} {} ms after {first_member} got it",
+                    at.duration_since(first_at).unwrap_or_default().as_millis()
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    outcome.note(format!(
+        "the handler worked {} ms on the message (declared lease {} ms)",
+        hold.as_millis(),
+        ctx.caps.lease.as_millis()
+    ));
+    if while_working.is_empty() {
+        outcome.note("nobody else got the message while its handler worked");
+    } else if ctx.caps.redelivers_slow_handlers {
+        outcome.note(format!(
+            "handed to another member while the first still worked (declared: the lease expires): {}",
+            while_working.join("; ")
+        ));
+    } else {
+        outcome.fail(format!(
+            "handed to another member while the first still worked on it, though the component does not declare that it may: {}",
+            while_working.join("; ")
+        ));
+    }
+    Ok(outcome.with_history(&history))
 }
 
 /// Counts deliveries per group without recording each (10000s of them).

@@ -27,6 +27,9 @@ pub enum Breaks {
     /// Counts a redelivery after a member's crash as a failed delivery and
     /// dead-letters it at once (declares native dead letters).
     DeadLettersRedeliveries,
+    /// Hands a slow handler's message to another member when its lease expires, but
+    /// declares that it never does.
+    HidesLeaseExpiry,
 }
 
 /// A correct component with one way of breaking.
@@ -49,6 +52,9 @@ impl Component for Broken {
         let mut caps = self.inner.capabilities();
         if self.breaks == Breaks::DeadLettersRedeliveries {
             caps.dead_letter = Support::Native;
+        }
+        if self.breaks == Breaks::HidesLeaseExpiry {
+            caps.redelivers_slow_handlers = false;
         }
         caps
     }
