@@ -191,7 +191,41 @@ async fn run_cases(
     let mut results = Vec::new();
     let mut restarted_after: Option<String> = None;
     let expectations = Expectations::load(&definition.source, &definition.name).unwrap_or_default();
+    // Fault cases of a component whose broker the suite cannot fault (the auto order
+    // chose a running server) run on a second broker the suite controls.
+    let mut controlled: Option<Result<Controlled, String>> = None;
     for (index, case) in cases.iter().enumerate() {
+        let wants_control = !case.injects.is_empty()
+            && options.provision.is_none()
+            && provisioned.broker.as_ref().is_some_and(|b| !b.can_fault());
+        if wants_control {
+            if controlled.is_none() {
+                progress(&format!(
+                    "{}: starting a broker the suite controls for the fault cases",
+                    definition.name
+                ));
+                controlled = Some(Controlled::provision(definition).await);
+            }
+            if let Some(Ok(side)) = &mut controlled {
+                let run =
+                    run_options_for(&options.run, &expectations, case, side.version.as_deref());
+                let mut result = run_case_in(case, &side.runtime, &run, &side.environment).await;
+                side.refresh(definition).await;
+                if matches!(result.status, Status::Fail | Status::Pass) {
+                    result.expected_failure = side
+                        .version
+                        .as_deref()
+                        .and_then(|version| expectations.for_cell(case.id, version));
+                }
+                result.evidence.notes.push(format!(
+                    "run on a broker the suite controls, {}, since the run's broker cannot be faulted",
+                    side.describe()
+                ));
+                report_progress(progress, definition, index, cases.len(), case, &result);
+                results.push(result);
+                continue;
+            }
+        }
         if let (true, Some(broker)) = (options.restart_broker, &provisioned.broker) {
             if let Some(reason) = broker.health().down_reason() {
                 progress(&format!(
@@ -207,7 +241,15 @@ async fn run_cases(
                 }
             }
         }
-        let mut result = run_case_in(case, &runtime, &options.run, &environment).await;
+        let run = run_options_for(&options.run, &expectations, case, broker_version);
+        let mut result = run_case_in(case, &runtime, &run, &environment).await;
+        if let Some(Err(reason)) = &controlled {
+            if wants_control {
+                result.evidence.notes.push(format!(
+                    "no broker the suite controls could be started for the fault cases: {reason}"
+                ));
+            }
+        }
         // Certification cases may fault the broker: the next case gets a fresh
         // component, so that a component that does not recover fails only there.
         if case.level == crate::catalogue::Level::Certification {
@@ -231,18 +273,104 @@ async fn run_cases(
                 "run on a restarted broker (--restart-broker) after it died: {reason}"
             ));
         }
-        progress(&format!(
-            "{}: [{}/{}] {} {} ({} ms)",
-            definition.name,
-            index + 1,
-            cases.len(),
-            case.id,
-            result.status.label(),
-            result.duration_ms
-        ));
+        report_progress(progress, definition, index, cases.len(), case, &result);
         results.push(result);
     }
+    if let Some(Ok(side)) = controlled {
+        side.broker.shutdown().await;
+        if let Some(still) = side.broker.leftover().await {
+            progress(&format!(
+                "cleanup: still running after shutdown (a suite defect): {still}"
+            ));
+        }
+    }
     results
+}
+
+fn report_progress(
+    progress: &mut dyn FnMut(&str),
+    definition: &ComponentDefinition,
+    index: usize,
+    total: usize,
+    case: &Case,
+    result: &CaseResult,
+) {
+    progress(&format!(
+        "{}: [{}/{total}] {} {} ({} ms)",
+        definition.name,
+        index + 1,
+        case.id,
+        result.status.label(),
+        result.duration_ms
+    ));
+}
+
+/// The run options for `case`: a cell the expectations file predicts to FAIL is not
+/// run again (a rerun only proves the known defect twice).
+fn run_options_for(
+    run: &RunOptions,
+    expectations: &Expectations,
+    case: &Case,
+    broker_version: Option<&str>,
+) -> RunOptions {
+    let expected = broker_version.is_some_and(|v| expectations.for_cell(case.id, v).is_some());
+    RunOptions {
+        retries: if expected { 0 } else { run.retries },
+        seed: run.seed,
+    }
+}
+
+/// A broker the suite controls (a local process, else a container), with the
+/// component built on it, for the fault cases.
+struct Controlled {
+    runtime: Runtime,
+    environment: CaseEnvironment,
+    broker: std::sync::Arc<dyn Broker>,
+    version: Option<String>,
+}
+
+impl Controlled {
+    async fn provision(definition: &ComponentDefinition) -> Result<Self, String> {
+        let order = provision::order_for(
+            &definition.component_type,
+            Some(&[ProvisionKind::LocalProcess, ProvisionKind::Container]),
+        );
+        let provisioned = provision::provision(definition, &order)
+            .await
+            .map_err(|reasons| {
+                reasons
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })?;
+        let broker = provisioned
+            .broker
+            .clone()
+            .ok_or_else(|| "the component needs no broker".to_string())?;
+        let version = provisioned.component.broker_version().await.ok();
+        Ok(Controlled {
+            runtime: Runtime::new(definition.name.clone(), provisioned.component.clone()),
+            environment: CaseEnvironment::provisioned(provisioned.broker.clone(), definition),
+            broker,
+            version,
+        })
+    }
+
+    fn describe(&self) -> String {
+        self.broker.describe()
+    }
+
+    /// A fresh component after a fault case, as for the run's own broker.
+    async fn refresh(&mut self, definition: &ComponentDefinition) {
+        if self.broker.health().down_reason().is_none() {
+            if let Ok(component) =
+                pubsub_components::registry::build(definition, Some(&self.broker.endpoint())).await
+            {
+                self.runtime = Runtime::new(definition.name.clone(), component);
+            }
+        }
+    }
 }
 
 /// Starts a dead broker again and builds a fresh component on it.
