@@ -392,25 +392,9 @@ impl Broker for BrokerContainer {
         // The entrypoint starts over with the data the container kept.
         self.health
             .set(Health::Faulted(format!("{} restarting", self.name)));
-        let deadline = tokio::time::Instant::now() + self.ready_within;
-        loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_ok()
-            {
-                self.health.set(Health::Up);
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!(
-                    "{} did not accept connections within {:?} after a restart: {}",
-                    self.describe(),
-                    self.ready_within,
-                    container_log_tail(&self.id).await
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.wait_ready()
+            .await
+            .map_err(|e| format!("after a restart: {e}"))
     }
 
     async fn pause(&self) -> Result<(), String> {
