@@ -365,7 +365,46 @@ async fn broker_restart(ctx: CaseContext) -> CaseRun {
         "the publisher recovered {} ms after the broker was back",
         (recovered - back).as_millis()
     ));
-    let mut after = vec!["after-0".to_string()];
+    let mut after = Vec::new();
+    if ctx.caps.durable {
+        // The broker kept the group's subscription: what it acknowledged since it is
+        // back must reach the running subscriber.
+        after.push("after-0".to_string());
+    } else {
+        // A broker that keeps nothing across a crash forgets the subscription too:
+        // only what is published once the subscriber has subscribed again must
+        // arrive. Probes find that moment.
+        let mut probes = 0;
+        let subscribed_again = loop {
+            probes += 1;
+            let probe = format!("probe-{probes}");
+            publish_bounded(&ctx, &ctx.runtime, &topic, &probe, ctx.caps.delivery_bound).await;
+            let seen = ctx
+                .recorder
+                .wait_until(ctx.within(Duration::from_millis(200)), |h| {
+                    delivered_to(h, "s1")
+                        .iter()
+                        .any(|k| k.starts_with("probe-"))
+                })
+                .await;
+            if seen || Instant::now() >= recovery_deadline {
+                break seen;
+            }
+        };
+        if subscribed_again {
+            outcome.note(format!(
+                "declared not durable: the subscriber subscribed again {} ms after the broker was back ({probes} probes; what was published before that is not required)",
+                back.elapsed().as_millis()
+            ));
+        } else {
+            live.stop().await;
+            outcome.fail(format!(
+                "the subscriber did not recover: no probe published after the restart reached it within the declared recovery bound of {:?}",
+                ctx.caps.recovery_bound
+            ));
+            return Ok(outcome.with_history(&ctx.recorder.history()));
+        }
+    }
     for key in numbered("after", 20).into_iter().skip(1) {
         if publish_bounded(&ctx, &ctx.runtime, &topic, &key, ctx.caps.delivery_bound).await {
             after.push(key);
