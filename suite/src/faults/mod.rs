@@ -102,10 +102,4 @@ impl<'a> Faults<'a> {
         self.record(fault.describe());
         proxy.set(fault);
     }
-
-    /// Resets every connection through `proxy` once (a crashed peer).
-    pub fn reset_connections(&self, proxy: &FaultProxy) {
-        self.record("connections reset (RST), as a crashed peer would");
-        proxy.reset_peers();
-    }
 }
