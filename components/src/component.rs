@@ -219,6 +219,21 @@ pub trait Consumer: Send + Sync {
     /// Asks for a redelivery of this message no sooner than `delay` from now.
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()>;
 
+    /// Hands a received message back to the broker until `delay` has passed, without
+    /// counting a delivery attempt where the broker allows it (the runtime defers
+    /// delayed messages it cannot hold). Defaults to [`Consumer::nack`].
+    async fn defer(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        self.nack(id, delay).await
+    }
+
+    /// Keeps received, unsettled messages with this member for another lease (the
+    /// runtime holds delayed messages longer than the lease). A no-op where the
+    /// component declares no lease.
+    async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
+        let _ = ids;
+        Ok(())
+    }
+
     /// Native dead-lettering: gives up on the message, routing it to the dead-letter
     /// topic with `reason`. Only called when the component declares `dead_letter` native.
     async fn reject(&self, id: &MessageId, reason: &str) -> Result<()> {

@@ -442,6 +442,27 @@ impl Consumer for NatsConsumer {
             .map_err(nats("negatively acknowledging"))
     }
 
+    async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
+        self.ensure_open()?;
+        let held: Vec<jetstream::Message> = {
+            let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            ids.iter()
+                .filter_map(|id| {
+                    let topic = self.owner(id).ok()?;
+                    held.get(&(topic, id.position)).cloned()
+                })
+                .collect()
+        };
+        for message in held {
+            // "Work in progress": the ack wait starts again.
+            message
+                .ack_with(AckKind::Progress)
+                .await
+                .map_err(nats("extending the ack wait"))?;
+        }
+        Ok(())
+    }
+
     async fn seek(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
         let topic = self.owner(id)?;

@@ -93,6 +93,14 @@ const HEADER_METADATA: &str = "pcs-metadata";
 const HEADER_TOPIC: &str = "pcs-topic";
 const HEADER_KEY: &str = "pcs-partition-key";
 const HEADER_PUBLISHED: &str = "pcs-published-ms";
+/// On a deferred copy: the topic it was delivered from (its routing key then names
+/// the group's queue).
+const HEADER_DEFERRED_TOPIC: &str = "pcs-deferred-topic";
+/// On a deferred copy: returns before it was deferred (the copy's own delivery count
+/// starts again at zero).
+const HEADER_RETURNS: &str = "pcs-returns";
+/// The shortest wait queue; longer ones double.
+const SHORTEST_WAIT: Duration = Duration::from_millis(64);
 /// AMQP routing keys are at most 255 bytes; a topic spelled one character per word
 /// takes up to 4 bytes per character.
 const MAX_ROUTED_TOPIC: usize = 63;
@@ -568,12 +576,43 @@ struct RabbitConsumer {
     /// `None` after the channel died, until the next receive opens a new one.
     subscription: tokio::sync::Mutex<Option<Subscription>>,
     /// The delivery tag of each unsettled message, with the channel it came on.
-    tags: Mutex<HashMap<MessageId, (u64, Channel)>>,
+    tags: Mutex<HashMap<MessageId, Unsettled>>,
     closed: AtomicBool,
 }
 
+/// A delivered message awaiting settlement: its tag and channel, and what a deferred
+/// copy needs.
+struct Unsettled {
+    tag: u64,
+    channel: Channel,
+    topic: String,
+    attempt: u32,
+    payload: Vec<u8>,
+    properties: BasicProperties,
+}
+
+/// The most recent dead-lettering of a message (`x-death` lists the latest first):
+/// its reason and the queue it left.
+fn last_death(headers: &FieldTable) -> Option<(String, String)> {
+    let AMQPValue::FieldArray(deaths) = headers.inner().get("x-death")? else {
+        return None;
+    };
+    let AMQPValue::FieldTable(latest) = deaths.as_slice().first()? else {
+        return None;
+    };
+    Some((
+        text_header(latest, "reason")?,
+        text_header(latest, "queue").unwrap_or_default(),
+    ))
+}
+
+/// True for a wait queue's name (see [`RabbitConsumer::defer`]).
+fn is_wait_queue(queue: &str) -> bool {
+    queue.contains(".wait.")
+}
+
 impl RabbitConsumer {
-    fn tag(&self, id: &MessageId) -> Result<(u64, Channel)> {
+    fn take(&self, id: &MessageId) -> Result<Unsettled> {
         owner_topic(id, &self.spec.topics)?;
         self.tags
             .lock()
@@ -584,6 +623,43 @@ impl RabbitConsumer {
             })
     }
 
+    fn tag(&self, id: &MessageId) -> Result<(u64, Channel)> {
+        self.take(id).map(|u| (u.tag, u.channel))
+    }
+
+    /// Declares the group's wait queue for `wait`: what expires there goes back to the
+    /// group's queue (through the default exchange).
+    async fn wait_queue(&self, channel: &Channel, wait: Duration) -> Result<ShortString> {
+        let group_queue = self.inner.queue_name(&self.spec)?;
+        let name = short(format!("{}.wait.{}", group_queue, wait.as_millis())).map_err(|_| {
+            PubSubError::InvalidRequest(format!(
+                "group '{}' makes a wait queue name over 255 bytes",
+                self.spec.group
+            ))
+        })?;
+        let mut arguments = FieldTable::default();
+        let ms = wait.as_millis() as i64;
+        arguments.insert("x-message-ttl".into(), AMQPValue::LongLongInt(ms));
+        arguments.insert("x-dead-letter-exchange".into(), long(""));
+        arguments.insert(
+            "x-dead-letter-routing-key".into(),
+            long(group_queue.as_str()),
+        );
+        arguments.insert("x-expires".into(), AMQPValue::LongLongInt(ms + 60_000));
+        channel
+            .queue_declare(
+                name.clone(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                arguments,
+            )
+            .await
+            .map_err(amqp("declaring a wait queue"))?;
+        Ok(name)
+    }
+
     fn convert(&self, delivery: lapin::message::Delivery, channel: &Channel) -> ReceivedMessage {
         let properties = &delivery.properties;
         let empty = FieldTable::default();
@@ -592,7 +668,9 @@ impl RabbitConsumer {
         let mut metadata: Metadata = text_header(headers, HEADER_METADATA)
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default();
-        if let Some(reason) = text_header(headers, "x-first-death-reason") {
+        let topic = text_header(headers, HEADER_DEFERRED_TOPIC).unwrap_or(topic);
+        let dead = last_death(headers).filter(|(_, queue)| !is_wait_queue(queue));
+        if let Some((reason, _)) = dead {
             let reason = match reason.as_str() {
                 "rejected" => "dropped",
                 "delivery_limit" => "maxDeliveries",
@@ -608,15 +686,24 @@ impl RabbitConsumer {
             .as_ref()
             .and_then(|id| id.as_str().parse().ok())
             .unwrap_or(delivery.delivery_tag);
-        let returns = number_header(headers, "x-delivery-count").unwrap_or(0);
+        let returns = number_header(headers, "x-delivery-count").unwrap_or(0)
+            + number_header(headers, HEADER_RETURNS).unwrap_or(0);
         let published = number_header(headers, HEADER_PUBLISHED)
             .map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
             .unwrap_or_else(SystemTime::now);
-        let id = MessageId::new(topic, None, position);
-        self.tags
-            .lock()
-            .expect("tags lock")
-            .insert(id.clone(), (delivery.delivery_tag, channel.clone()));
+        let id = MessageId::new(&topic, None, position);
+        let attempt = 1 + returns.max(0) as u32;
+        self.tags.lock().expect("tags lock").insert(
+            id.clone(),
+            Unsettled {
+                tag: delivery.delivery_tag,
+                channel: channel.clone(),
+                topic,
+                attempt,
+                payload: delivery.data.clone(),
+                properties: properties.clone(),
+            },
+        );
         ReceivedMessage {
             id,
             content_type: properties
@@ -625,7 +712,7 @@ impl RabbitConsumer {
                 .map(|c| c.as_str().to_string()),
             partition_key: text_header(headers, HEADER_KEY),
             metadata,
-            attempt: 1 + returns.max(0) as u32,
+            attempt,
             publish_time: published,
             payload: delivery.data,
         }
@@ -698,6 +785,71 @@ impl Consumer for RabbitConsumer {
             let _ = channel.basic_nack(tag, requeue).await;
         });
         Ok(())
+    }
+
+    /// Hands the message to the group's wait queue for the longest doubling of 64 ms
+    /// within `delay` (it expires back into the group's queue, where the runtime holds
+    /// or defers it again), and acknowledges the original: unlike a held message, a
+    /// deferred one does not fill the prefetch window. The copy keeps its attempt.
+    async fn defer(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        let unsettled = self.take(id)?;
+        let mut wait = SHORTEST_WAIT;
+        while wait * 2 <= delay {
+            wait *= 2;
+        }
+        let copied = async {
+            let queue = self.wait_queue(&unsettled.channel, wait).await?;
+            let mut headers = FieldTable::default();
+            let original = unsettled.properties.headers().clone().unwrap_or_default();
+            for (name, value) in original.inner() {
+                if !name.as_str().starts_with("x-") && name.as_str() != HEADER_RETURNS {
+                    headers.insert(name.clone(), value.clone());
+                }
+            }
+            headers.insert(HEADER_DEFERRED_TOPIC.into(), long(&unsettled.topic));
+            headers.insert(
+                HEADER_RETURNS.into(),
+                AMQPValue::LongLongInt(i64::from(unsettled.attempt.saturating_sub(1))),
+            );
+            let properties = unsettled.properties.clone().with_headers(headers);
+            let confirm = self
+                .inner
+                .link()
+                .await?
+                .publisher
+                .basic_publish(
+                    "".into(),
+                    queue,
+                    BasicPublishOptions::default(),
+                    &unsettled.payload,
+                    properties,
+                )
+                .await
+                .map_err(amqp("publishing a deferred copy"))?;
+            settle(confirm).await
+        }
+        .await;
+        match copied {
+            Ok(()) => unsettled
+                .channel
+                .basic_ack(unsettled.tag, BasicAckOptions::default())
+                .await
+                .map_err(amqp("acknowledging a deferred message")),
+            Err(e) => {
+                // Never lose it: back to the queue.
+                let _ = unsettled
+                    .channel
+                    .basic_nack(
+                        unsettled.tag,
+                        BasicNackOptions {
+                            requeue: true,
+                            ..Default::default()
+                        },
+                    )
+                    .await;
+                Err(e)
+            }
+        }
     }
 
     async fn reject(&self, id: &MessageId, _reason: &str) -> Result<()> {

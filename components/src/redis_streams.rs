@@ -8,8 +8,8 @@
 
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
 use crate::component::{
-    check_message_size, owner_topic, Component, Consumer, ConsumerSpec, StartPosition,
-    TopicSelector,
+    check_message_size, millis_since_epoch, owner_topic, Component, Consumer, ConsumerSpec,
+    StartPosition, TopicSelector,
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
@@ -458,17 +458,70 @@ impl RedisConsumer {
                     .query_async(&mut conn)
                     .await
                     .map_err(broker("reading a delivery count"))?;
-                let attempt = items(items(&pending).first().unwrap_or(&Value::Nil))
+                let attempt: u32 = items(items(&pending).first().unwrap_or(&Value::Nil))
                     .get(3)
                     .and_then(text)
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(2);
+                if self.still_deferred(&topic, &id, attempt).await? {
+                    continue;
+                }
                 if let Some(message) = self.entry(&topic, entry, attempt)? {
                     out.push(message);
                 }
             }
         }
         Ok(out)
+    }
+
+    /// The hash holding due times of entries negatively acknowledged with a delay
+    /// longer than the claim idle time (which alone cannot hold them that long).
+    fn due_key(&self, topic: &str) -> String {
+        // Not under `{prefix}:`, where pattern subscriptions look for streams.
+        format!("{}-due:{}:{topic}", self.prefix, self.spec.group)
+    }
+
+    /// For an entry just claimed: when it was negatively acknowledged with a delay
+    /// beyond the claim idle time and is not due yet, hands it back (idle again, its
+    /// delivery count as it was) and answers true; else forgets its due time.
+    async fn still_deferred(&self, topic: &str, id: &str, attempt: u32) -> Result<bool> {
+        let mut conn = self.connection.clone();
+        let due: Option<u64> = redis::cmd("HGET")
+            .arg(self.due_key(topic))
+            .arg(id)
+            .query_async(&mut conn)
+            .await
+            .map_err(broker("reading a redelivery due time"))?;
+        let Some(due) = due else {
+            return Ok(false);
+        };
+        let now = millis_since_epoch(SystemTime::now());
+        if due <= now {
+            redis::cmd("HDEL")
+                .arg(self.due_key(topic))
+                .arg(id)
+                .query_async::<Value>(&mut conn)
+                .await
+                .map_err(broker("clearing a redelivery due time"))?;
+            return Ok(false);
+        }
+        let remaining = Duration::from_millis(due - now);
+        let idle = self.claim_idle.saturating_sub(remaining).as_millis() as u64;
+        redis::cmd("XCLAIM")
+            .arg(self.key(topic))
+            .arg(&self.spec.group)
+            .arg(&self.name)
+            .arg(0)
+            .arg(id)
+            .arg("IDLE")
+            .arg(idle)
+            .arg("RETRYCOUNT")
+            .arg(attempt.saturating_sub(1))
+            .arg("JUSTID")
+            .query_async::<Value>(&mut conn)
+            .await
+            .map_err(broker("deferring an entry again"))?;
+        Ok(true)
     }
 
     /// Reads new entries, blocking up to `wait`.
@@ -638,10 +691,40 @@ impl Consumer for RedisConsumer {
         Ok(())
     }
 
+    async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
+        self.ensure_open()?;
+        let mut by_stream: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for id in ids {
+            by_stream
+                .entry(self.owned(id)?)
+                .or_default()
+                .push(stream_id(id.position));
+        }
+        for (key, entries) in by_stream {
+            // Idle time back to zero: no member may claim them for another lease.
+            self.release(&key, &entries, self.claim_idle).await?;
+        }
+        Ok(())
+    }
+
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
         self.ensure_open()?;
         let key = self.owned(id)?;
-        self.release(&key, &[stream_id(id.position)], delay).await
+        let entry = stream_id(id.position);
+        if delay > self.claim_idle {
+            // The idle time cannot hold it that long: remember when it is due.
+            let topic = owner_topic(id, &self.spec.topics)?;
+            let due = millis_since_epoch(SystemTime::now() + delay);
+            let mut conn = self.connection.clone();
+            redis::cmd("HSET")
+                .arg(self.due_key(&topic))
+                .arg(&entry)
+                .arg(due)
+                .query_async::<Value>(&mut conn)
+                .await
+                .map_err(broker("recording a redelivery due time"))?;
+        }
+        self.release(&key, &[entry], delay).await
     }
 
     async fn seek(&self, id: &MessageId) -> Result<()> {

@@ -57,6 +57,12 @@ pub struct Findings {
     pub early: Vec<String>,
     pub late: Vec<String>,
     pub over_reported: Vec<String>,
+    /// Deliveries after the handler's SUCCESS or DROP in the same group.
+    pub redelivered_after_ack: Vec<String>,
+    /// CloudEvent ids carried by more than one published message.
+    pub shared_event_ids: Vec<String>,
+    /// Whether the history records an injected fault.
+    pub under_faults: bool,
     pub published_ok: usize,
     pub delivered: usize,
 }
@@ -93,6 +99,29 @@ impl Findings {
                 examples(&self.unexpected)
             ));
         }
+        if !self.redelivered_after_ack.is_empty() {
+            let text = format!(
+                "redelivered after acknowledgement (duplicated): {} deliveries came after the handler's SUCCESS or DROP in the same group: {}",
+                self.redelivered_after_ack.len(),
+                examples(&self.redelivered_after_ack)
+            );
+            if !self.under_faults {
+                outcome.fail(format!(
+                    "{text} (no fault was injected: an acknowledged message is settled)"
+                ));
+            } else if expectation.guarantee == DeliveryGuarantee::ExactlyOnce {
+                outcome.fail(format!("{text} (the component claims exactly-once)"));
+            } else {
+                outcome.warn(format!("{text} (allowed under faults for at-least-once)"));
+            }
+        }
+        if !self.shared_event_ids.is_empty() {
+            outcome.fail(format!(
+                "envelope ids not unique: {} CloudEvent ids were carried by different messages: {}",
+                self.shared_event_ids.len(),
+                examples(&self.shared_event_ids)
+            ));
+        }
         if !self.duplicated.is_empty() {
             let listed: Vec<String> = self
                 .duplicated
@@ -100,7 +129,7 @@ impl Findings {
                 .map(|(k, n)| format!("{k} x{n}"))
                 .collect();
             let text = format!(
-                "duplicated: {} messages delivered more than once: {}",
+                "duplicated: {} messages delivered again before their first delivery was answered: {}",
                 listed.len(),
                 examples(&listed)
             );
@@ -146,8 +175,20 @@ impl Findings {
 struct Publish {
     index: usize,
     ok: bool,
+    /// Publish attempts of this key (an app may publish a key again after a
+    /// reported failure).
+    attempts: usize,
     partition_key: Option<String>,
     due: Option<SystemTime>,
+}
+
+/// What one group has seen of one key.
+#[derive(Default)]
+struct Seen {
+    deliveries: usize,
+    /// The last delivery's answer: `None` while it is unanswered.
+    last_settled: Option<bool>,
+    settled: usize,
 }
 
 /// Checks `history` against `expectation`.
@@ -166,22 +207,52 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
             let entry = published.entry(key.as_str()).or_insert(Publish {
                 index,
                 ok: false,
+                attempts: 0,
                 partition_key: partition_key.clone(),
                 due: *due,
             });
             entry.ok |= outcome.is_ok();
+            entry.attempts += 1;
         }
     }
     let mut findings = Findings {
         published_ok: published.values().filter(|p| p.ok).count(),
+        under_faults: history
+            .records
+            .iter()
+            .any(|r| matches!(r, Record::Fault { .. })),
         ..Findings::default()
     };
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut seen: HashMap<(String, &str), Seen> = HashMap::new();
+    let mut duplicates: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut event_ids: HashMap<&str, &str> = HashMap::new();
     // scope -> (publish index, key) of the latest first delivery seen
     let mut last_in_scope: HashMap<String, (usize, &str)> = HashMap::new();
     for record in &history.records {
+        if let Record::Answered {
+            key: Some(key),
+            subscriber,
+            group,
+            settled,
+            ..
+        } = record
+        {
+            let who = group.clone().unwrap_or_else(|| subscriber.clone());
+            let state = seen.entry((who, key.as_str())).or_default();
+            state.last_settled = Some(*settled);
+            state.settled += usize::from(*settled);
+            continue;
+        }
         let Record::Delivered {
-            key, topic, id, at, ..
+            key,
+            topic,
+            id,
+            at,
+            subscriber,
+            group,
+            event_id,
+            ..
         } = record
         else {
             continue;
@@ -197,6 +268,37 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
             findings.unexpected.push(format!("{key} ({id})"));
             continue;
         };
+        if let Some(event_id) = event_id.as_deref() {
+            match event_ids.get(event_id) {
+                Some(other) if *other != key => findings
+                    .shared_event_ids
+                    .push(format!("{event_id} on {other} and {key}")),
+                Some(_) => {}
+                None => {
+                    event_ids.insert(event_id, key);
+                }
+            }
+        }
+        let who = group.clone().unwrap_or_else(|| subscriber.clone());
+        let state = seen.entry((who.clone(), key)).or_default();
+        if state.deliveries > 0 {
+            match state.last_settled {
+                // Every published copy was settled: this delivery is one too many.
+                Some(true) if state.settled >= publish.attempts => {
+                    findings.redelivered_after_ack.push(format!(
+                        "{key} to {subscriber} in {who} (attempt {})",
+                        record_attempt(record)
+                    ));
+                }
+                // Asked again by the handler (RETRY, missing status, error), or
+                // another published copy.
+                Some(_) => {}
+                // Delivered again while the previous delivery was unanswered.
+                None => *duplicates.entry(key).or_insert(1) += 1,
+            }
+        }
+        state.deliveries += 1;
+        state.last_settled = None;
         let count = counts.entry(key).or_insert(0);
         *count += 1;
         if *count > 1 {
@@ -248,12 +350,18 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
         }
     }
     findings.lost.sort_by_key(|k| published[k.as_str()].index);
-    findings.duplicated = counts
+    findings.duplicated = duplicates
         .into_iter()
-        .filter(|(_, n)| *n > 1)
         .map(|(k, n)| (k.to_string(), n))
         .collect();
     findings
+}
+
+fn record_attempt(record: &Record) -> u32 {
+    match record {
+        Record::Delivered { attempt, .. } => *attempt,
+        _ => 0,
+    }
 }
 
 #[cfg(test)]
@@ -281,6 +389,19 @@ mod tests {
             attempt: 1,
             batch: None,
             subscriber: "s".into(),
+            group: None,
+            event_id: None,
+        }
+    }
+
+    fn answered(key: &str, settled: bool) -> Record {
+        Record::Answered {
+            key: Some(key.into()),
+            at: SystemTime::now(),
+            subscriber: "s".into(),
+            group: None,
+            settled,
+            answer: if settled { "SUCCESS" } else { "RETRY" }.into(),
         }
     }
 
@@ -339,5 +460,112 @@ mod tests {
         assert!(check(&history, &expectation).reordered.is_empty());
         expectation.ordering = Some(OrderingScope::PerTopic);
         assert_eq!(check(&history, &expectation).reordered.len(), 1);
+    }
+
+    #[test]
+    fn redeliveries_the_handler_asked_for_are_not_duplicates() {
+        let history = History {
+            records: vec![
+                published("a", true),
+                delivered("a", 0),
+                answered("a", false),
+                delivered("a", 0),
+                answered("a", true),
+            ],
+        };
+        let once = Expectation::delivery(DeliveryGuarantee::ExactlyOnce);
+        let findings = check(&history, &once);
+        assert!(findings.duplicated.is_empty(), "{findings:?}");
+        assert!(findings.outcome(&once).passed());
+    }
+
+    #[test]
+    fn a_redelivery_after_success_fails_without_faults_and_warns_under_them() {
+        let mut records = vec![
+            published("a", true),
+            delivered("a", 0),
+            answered("a", true),
+            delivered("a", 0),
+        ];
+        let least = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
+        let history = History {
+            records: records.clone(),
+        };
+        let outcome = check(&history, &least).outcome(&least);
+        assert!(!outcome.passed());
+        assert!(outcome
+            .findings
+            .iter()
+            .any(|f| f.contains("after acknowledgement")));
+        records.insert(
+            0,
+            Record::Fault {
+                at: SystemTime::now(),
+                what: "network cut".into(),
+            },
+        );
+        let history = History { records };
+        assert!(check(&history, &least).outcome(&least).passed());
+        let once = Expectation::delivery(DeliveryGuarantee::ExactlyOnce);
+        assert!(!check(&history, &once).outcome(&once).passed());
+    }
+
+    #[test]
+    fn a_key_published_twice_may_be_settled_twice() {
+        let history = History {
+            records: vec![
+                published("a", false),
+                published("a", true),
+                delivered("a", 0),
+                answered("a", true),
+                delivered("a", 0),
+                answered("a", true),
+            ],
+        };
+        let once = Expectation::delivery(DeliveryGuarantee::ExactlyOnce);
+        let findings = check(&history, &once);
+        assert!(findings.redelivered_after_ack.is_empty(), "{findings:?}");
+        assert!(findings.duplicated.is_empty(), "{findings:?}");
+    }
+
+    #[test]
+    fn envelope_ids_shared_by_two_messages_fail() {
+        let with_id = |key: &str, event_id: &str| match delivered(key, 0) {
+            Record::Delivered {
+                key,
+                topic,
+                id,
+                at,
+                attempt,
+                batch,
+                subscriber,
+                group,
+                ..
+            } => Record::Delivered {
+                key,
+                topic,
+                id,
+                at,
+                attempt,
+                batch,
+                subscriber,
+                group,
+                event_id: Some(event_id.into()),
+            },
+            other => other,
+        };
+        let history = History {
+            records: vec![
+                published("a", true),
+                published("b", true),
+                with_id("a", "ce-1"),
+                with_id("b", "ce-1"),
+                with_id("a", "ce-1"),
+            ],
+        };
+        let least = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
+        let findings = check(&history, &least);
+        assert_eq!(findings.shared_event_ids, vec!["ce-1 on a and b"]);
+        assert!(!findings.outcome(&least).passed());
     }
 }

@@ -111,6 +111,7 @@ impl CaseContext {
         handler: Handler,
     ) -> Result<SubscriptionHandle, CaseError> {
         let what = format!("subscribing to {}", subscription.topics.describe());
+        self.recorder.assign_group(&handler, &subscription.group);
         self.runtime
             .subscribe(subscription, handler)
             .await

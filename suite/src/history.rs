@@ -6,6 +6,7 @@ use pubsub_components::runtime::{
     Batch, BulkHandler, EntryStatus, Event, Handler, MessageHandler, Status,
 };
 use pubsub_components::MessageId;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use tokio::sync::Notify;
@@ -37,6 +38,23 @@ pub enum Record {
         /// The batch it came in, for bulk subscriptions.
         batch: Option<String>,
         subscriber: String,
+        /// The consumer group of the subscriber, when the case subscribed it through
+        /// [`crate::context::CaseContext::subscribe`].
+        group: Option<String>,
+        /// The CloudEvent `id` of the envelope (`None` for raw payloads).
+        event_id: Option<String>,
+    },
+    /// The handler's answer for a delivery: settled (SUCCESS, DROP) or asked again
+    /// (RETRY, a missing status, a handler error).
+    Answered {
+        key: Option<String>,
+        at: SystemTime,
+        subscriber: String,
+        group: Option<String>,
+        /// SUCCESS or DROP: the runtime acknowledges the message.
+        settled: bool,
+        /// The answer as text (`SUCCESS`, `RETRY`, `DROP`, `missing`, `error: ...`).
+        answer: String,
     },
     Batch {
         id: String,
@@ -104,6 +122,7 @@ impl Record {
                 attempt,
                 batch,
                 subscriber,
+                ..
             } => {
                 let batch = batch
                     .as_ref()
@@ -126,6 +145,17 @@ impl Record {
                 millis(*at),
                 &id[..8.min(id.len())]
             ),
+            Record::Answered {
+                key,
+                at,
+                subscriber,
+                answer,
+                ..
+            } => format!(
+                "{} answer {} by {subscriber}: {answer}",
+                millis(*at),
+                key.as_deref().unwrap_or("(no key)")
+            ),
             Record::Fault { at, what } => format!("{} FAULT {what}", millis(*at)),
             Record::Note(note) => format!("note: {note}"),
         }
@@ -147,6 +177,7 @@ impl History {
             Record::Published { at, .. }
             | Record::Delivered { at, .. }
             | Record::Batch { at, .. }
+            | Record::Answered { at, .. }
             | Record::Fault { at, .. } => Some(*at),
             Record::Note(_) => None,
         };
@@ -251,12 +282,54 @@ impl History {
     }
 }
 
+/// What a recording handler answered for one message.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// A status; `None` when a bulk handler left the entry out (counts as RETRY).
+    Status(Option<Status>),
+    /// The handler failed (counts as RETRY).
+    Error(String),
+}
+
+impl Answer {
+    /// True when the runtime acknowledges the message (SUCCESS, DROP).
+    pub fn settles(&self) -> bool {
+        matches!(self, Answer::Status(Some(Status::Success | Status::Drop)))
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Answer::Status(Some(Status::Success)) => "SUCCESS".into(),
+            Answer::Status(Some(Status::Retry)) => "RETRY".into(),
+            Answer::Status(Some(Status::Drop)) => "DROP".into(),
+            Answer::Status(None) => "missing (RETRY)".into(),
+            Answer::Error(e) => format!("error (RETRY): {e}"),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 type Script = dyn Fn(&Event) -> Status + Send + Sync;
 
 struct Shared {
     history: Mutex<History>,
     events: Mutex<Vec<Event>>,
+    /// Subscriber name -> consumer group, as the case subscribed it.
+    groups: Mutex<HashMap<String, String>>,
+    /// The recorder's handlers by address -> their subscriber name.
+    handlers: Mutex<HashMap<usize, String>>,
     changed: Notify,
+}
+
+/// The address of a handler, to find the subscriber name the recorder gave it.
+fn handler_address(handler: &Handler) -> usize {
+    match handler {
+        Handler::Single(h) => Arc::as_ptr(h) as *const () as usize,
+        Handler::Bulk(h) => Arc::as_ptr(h) as *const () as usize,
+    }
 }
 
 /// A shared history with handlers that record into it. Clones share it.
@@ -278,6 +351,8 @@ impl Recorder {
             shared: Arc::new(Shared {
                 history: Mutex::new(History::default()),
                 events: Mutex::new(Vec::new()),
+                groups: Mutex::new(HashMap::new()),
+                handlers: Mutex::new(HashMap::new()),
                 changed: Notify::new(),
             }),
         }
@@ -291,6 +366,38 @@ impl Recorder {
             .records
             .push(record);
         self.shared.changed.notify_waiters();
+    }
+
+    /// Notes that `handler` (one of this recorder's) consumes in `group`, so that
+    /// its deliveries and answers are judged per group.
+    pub fn assign_group(&self, handler: &Handler, group: &str) {
+        let subscriber = lock(&self.shared.handlers)
+            .get(&handler_address(handler))
+            .cloned();
+        if let Some(subscriber) = subscriber {
+            lock(&self.shared.groups).insert(subscriber, group.to_string());
+        }
+    }
+
+    fn group_of(&self, subscriber: &str) -> Option<String> {
+        lock(&self.shared.groups).get(subscriber).cloned()
+    }
+
+    fn register(&self, handler: Handler, subscriber: &str) -> Handler {
+        lock(&self.shared.handlers).insert(handler_address(&handler), subscriber.to_string());
+        handler
+    }
+
+    /// Records the handler's answer for `event`.
+    pub fn answered(&self, event: &Event, subscriber: &str, answer: Answer) {
+        self.push(Record::Answered {
+            key: event.metadata.get(KEY).cloned(),
+            at: SystemTime::now(),
+            subscriber: subscriber.to_string(),
+            group: self.group_of(subscriber),
+            settled: answer.settles(),
+            answer: answer.text(),
+        });
     }
 
     /// Records a publish attempt.
@@ -340,6 +447,13 @@ impl Recorder {
             attempt: event.attempt,
             batch: batch.map(str::to_string),
             subscriber: subscriber.to_string(),
+            group: self.group_of(subscriber),
+            event_id: event
+                .cloud_event
+                .as_ref()
+                .and_then(|ce| ce.get("id"))
+                .and_then(|id| id.as_str())
+                .map(str::to_string),
         });
     }
 
@@ -402,11 +516,12 @@ impl Recorder {
         subscriber: &str,
         script: impl Fn(&Event) -> Status + Send + Sync + 'static,
     ) -> Handler {
-        Handler::Single(Arc::new(RecordingHandler {
+        let handler = Handler::Single(Arc::new(RecordingHandler {
             recorder: self.clone(),
             subscriber: subscriber.to_string(),
             script: Box::new(script),
-        }))
+        }));
+        self.register(handler, subscriber)
     }
 
     /// A bulk handler that records each batch and answers `script(event)` per entry
@@ -418,12 +533,13 @@ impl Recorder {
         script: impl Fn(&Event) -> Option<Status> + Send + Sync + 'static,
         fail_batch: impl Fn(&Batch) -> Option<String> + Send + Sync + 'static,
     ) -> Handler {
-        Handler::Bulk(Arc::new(RecordingBulkHandler {
+        let handler = Handler::Bulk(Arc::new(RecordingBulkHandler {
             recorder: self.clone(),
             subscriber: subscriber.to_string(),
             script: Box::new(script),
             fail_batch: Box::new(fail_batch),
-        }))
+        }));
+        self.register(handler, subscriber)
     }
 }
 
@@ -437,7 +553,10 @@ struct RecordingHandler {
 impl MessageHandler for RecordingHandler {
     async fn handle(&self, event: Event) -> Result<Status, String> {
         self.recorder.delivered(&event, &self.subscriber, None);
-        Ok((self.script)(&event))
+        let status = (self.script)(&event);
+        self.recorder
+            .answered(&event, &self.subscriber, Answer::Status(Some(status)));
+        Ok(status)
     }
 }
 
@@ -465,18 +584,28 @@ impl BulkHandler for RecordingBulkHandler {
             self.recorder
                 .delivered(&entry.event, &self.subscriber, Some(&batch.id));
         }
-        match (self.fail_batch)(&batch) {
-            Some(error) => Err(error),
-            None => Ok(batch
-                .entries
-                .iter()
-                .filter_map(|entry| {
-                    (self.script)(&entry.event).map(|status| EntryStatus {
-                        entry_id: entry.entry_id.clone(),
-                        status,
-                    })
-                })
-                .collect()),
+        if let Some(error) = (self.fail_batch)(&batch) {
+            for entry in &batch.entries {
+                self.recorder.answered(
+                    &entry.event,
+                    &self.subscriber,
+                    Answer::Error(error.clone()),
+                );
+            }
+            return Err(error);
         }
+        let mut statuses = Vec::new();
+        for entry in &batch.entries {
+            let status = (self.script)(&entry.event);
+            self.recorder
+                .answered(&entry.event, &self.subscriber, Answer::Status(status));
+            if let Some(status) = status {
+                statuses.push(EntryStatus {
+                    entry_id: entry.entry_id.clone(),
+                    status,
+                });
+            }
+        }
+        Ok(statuses)
     }
 }

@@ -33,15 +33,58 @@ pub(super) async fn publish(
         None => None,
     };
 
+    // The call's own span: a child of the request's traceparent (the caller's
+    // context) when it has one; each entry's span is a child of it.
+    if let Some(parent) = request.metadata.get(keys::TRACEPARENT) {
+        if !super::trace::is_valid_traceparent(parent) {
+            return Err(PubSubError::InvalidRequest(format!(
+                "request metadata 'traceparent' has value '{parent}'; expected a W3C traceparent like 00-<32 hex>-<16 hex>-<2 hex>; nothing was published"
+            )));
+        }
+    }
+    let call_traceparent = request
+        .metadata
+        .get(keys::TRACEPARENT)
+        .map(|parent| super::trace::child_of(parent))
+        .unwrap_or_else(super::trace::new_traceparent);
+    let call_span = tracing::info_span!(
+        "pubsub.bulk_publish",
+        topic = %request.topic,
+        entries = request.entries.len(),
+        traceparent = %call_traceparent,
+    );
+
     // Prepare every entry before publishing any, so bad input publishes nothing.
     let mut ids = Vec::with_capacity(request.entries.len());
     let mut messages = Vec::with_capacity(request.entries.len());
     for entry in request.entries {
         let mut metadata = request.metadata.clone();
-        metadata.retain(|k, _| !REQUEST_ONLY_KEYS.contains(&k.as_str()));
+        metadata.retain(|k, _| {
+            !REQUEST_ONLY_KEYS.contains(&k.as_str()) && k.as_str() != keys::TRACEPARENT
+        });
         metadata.extend(entry.metadata);
+        // Every entry carries its own traceparent: the app's, or a new span in the
+        // call's trace.
+        let entry_traceparent = metadata
+            .get(keys::TRACEPARENT)
+            .cloned()
+            .unwrap_or_else(|| super::trace::child_of(&call_traceparent));
+        tracing::info_span!(
+            parent: &call_span,
+            "pubsub.publish_entry",
+            entry_id = %entry.entry_id,
+            traceparent = %entry_traceparent,
+            parent_traceparent = %call_traceparent,
+        )
+        .in_scope(|| ());
         let message = runtime
-            .prepare(&request.topic, entry.event, entry.content_type, metadata)
+            .prepare(
+                &request.topic,
+                entry.event,
+                entry.content_type,
+                metadata,
+                Some(entry_traceparent),
+            )
             .map_err(|e| match e {
                 PubSubError::InvalidRequest(why) => {
                     PubSubError::InvalidRequest(format!("entry '{}': {why}", entry.entry_id))

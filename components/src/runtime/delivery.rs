@@ -21,6 +21,10 @@ use tracing::{warn, Instrument};
 const POLL: Duration = Duration::from_millis(100);
 /// Messages fetched at once for a single-message handler.
 const FETCH_MAX: usize = 32;
+/// Delayed messages held at once; beyond this the furthest-due go back to the broker
+/// ([`Consumer::defer`]) so that they never fill the prefetch window and starve
+/// messages that are due.
+const HOLD_LIMIT: usize = 128;
 /// How long `stop` waits for the loop to finish its current handler call.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -71,6 +75,7 @@ pub(super) fn start(
         consumer,
         held: BTreeMap::new(),
         held_seq: 0,
+        leases_extended: Instant::now(),
         pending: BTreeMap::new(),
     };
     let task = tokio::spawn(delivery.run(stopped).with_current_subscriber());
@@ -100,6 +105,8 @@ struct Delivery {
     /// Delayed messages, held (unacknowledged) until due.
     held: BTreeMap<(SystemTime, u64), Ready>,
     held_seq: u64,
+    /// When the leases of held messages were last extended.
+    leases_extended: Instant,
     /// Emulated bulk subscribe: a batch being filled per topic.
     pending: BTreeMap<String, PendingBatch>,
 }
@@ -127,6 +134,7 @@ impl Delivery {
                 }
             }
             self.release_due().await;
+            self.extend_held_leases().await;
             self.flush_batches(false).await;
         }
         if let Err(e) = self.consumer.close().await {
@@ -248,12 +256,44 @@ impl Delivery {
                 due = Some(due.map_or(receiver_due, |d| d.max(receiver_due)));
             }
             if let Some(due) = due.filter(|due| *due > now) {
-                self.held_seq += 1;
-                self.held.insert((due, self.held_seq), (message, event));
+                self.hold(due, (message, event)).await;
                 return None;
             }
         }
         Some((message, event))
+    }
+
+    /// Holds a delayed message until `due`; when too many are held, the one due last
+    /// goes back to the broker until it is nearly due.
+    async fn hold(&mut self, due: SystemTime, ready: Ready) {
+        self.held_seq += 1;
+        self.held.insert((due, self.held_seq), ready);
+        if self.held.len() <= HOLD_LIMIT {
+            return;
+        }
+        let Some(((last_due, _), (message, _))) = self.held.pop_last() else {
+            return;
+        };
+        let wait = last_due
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        if let Err(e) = self.consumer.defer(&message.id, wait).await {
+            warn!(id = %message.id, error = %e, "deferring a delayed message failed");
+        }
+    }
+
+    /// Keeps the broker from handing held (delayed) messages to another member: where
+    /// the component declares a lease, held messages are extended every third of it.
+    async fn extend_held_leases(&mut self) {
+        let lease = self.runtime.capabilities().lease;
+        if lease.is_zero() || self.held.is_empty() || self.leases_extended.elapsed() < lease / 3 {
+            return;
+        }
+        self.leases_extended = Instant::now();
+        let ids: Vec<_> = self.held.values().map(|(m, _)| m.id.clone()).collect();
+        if let Err(e) = self.consumer.extend_lease(&ids).await {
+            warn!(error = %e, held = ids.len(), "extending the lease of held messages failed");
+        }
     }
 
     async fn release_due(&mut self) {

@@ -88,6 +88,59 @@ pub fn encode(fields: &EnvelopeFields<'_>, data: &[u8]) -> Result<Vec<u8>> {
     Ok(body)
 }
 
+/// An application-supplied CloudEvent (`application/cloudevents+json` whose body is a
+/// structured CloudEvent 1.0), parsed so the runtime can complete it rather than wrap
+/// it a second time. `None` when `data` is not one.
+pub struct AppEvent {
+    attributes: std::collections::BTreeMap<String, Box<serde_json::value::RawValue>>,
+}
+
+impl AppEvent {
+    /// Reads `data` as an app-supplied CloudEvent when its content type says so.
+    pub fn parse(content_type: Option<&str>, data: &[u8]) -> Option<AppEvent> {
+        let essence = content_type?.split(';').next()?.trim();
+        if essence != CLOUDEVENTS_CONTENT_TYPE {
+            return None;
+        }
+        let attributes: std::collections::BTreeMap<String, Box<serde_json::value::RawValue>> =
+            serde_json::from_slice(data).ok()?;
+        let spec = attributes.get("specversion")?;
+        (spec.get() == "\"1.0\"").then_some(AppEvent { attributes })
+    }
+
+    /// A string attribute of the event.
+    pub fn attribute(&self, name: &str) -> Option<String> {
+        serde_json::from_str(self.attributes.get(name)?.get()).ok()
+    }
+
+    /// The event with the attributes the runtime adds where the app left them out
+    /// (`id`, `source`, `type`, `topic`, `pubsubname`, `traceparent`, `time`), and the
+    /// runtime's `expiration` when a TTL is set; its `data` bytes are kept as sent.
+    pub fn complete(mut self, fields: &EnvelopeFields<'_>) -> Result<Vec<u8>> {
+        let mut set = |name: &str, value: &str, overwrite: bool| -> Result<()> {
+            if overwrite || !self.attributes.contains_key(name) {
+                let raw = serde_json::value::to_raw_value(value).map_err(|e| {
+                    PubSubError::InvalidRequest(format!("cannot encode CloudEvent {name}: {e}"))
+                })?;
+                self.attributes.insert(name.to_string(), raw);
+            }
+            Ok(())
+        };
+        set("id", fields.id, false)?;
+        set("source", fields.source, false)?;
+        set("type", EVENT_TYPE, false)?;
+        set("topic", fields.topic, false)?;
+        set("pubsubname", fields.pubsub_name, false)?;
+        set("traceparent", fields.traceparent, false)?;
+        set("time", fields.time, false)?;
+        if let Some(expiration) = fields.expiration {
+            set("expiration", expiration, true)?;
+        }
+        serde_json::to_vec(&self.attributes)
+            .map_err(|e| PubSubError::InvalidRequest(format!("cannot encode CloudEvent: {e}")))
+    }
+}
+
 /// An envelope taken apart.
 pub struct Decoded {
     pub envelope: Value,
@@ -175,6 +228,20 @@ mod tests {
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert!(value.get("data").is_none());
         assert_eq!(value["data_base64"], "AJ+Slg==");
+    }
+
+    #[test]
+    fn an_app_cloud_event_is_completed_not_wrapped() {
+        let app = br#"{"specversion":"1.0","id":"app-1","source":"shop","type":"order.placed","datacontenttype":"application/json","data":{"n": 1}}"#;
+        let event = AppEvent::parse(Some("application/cloudevents+json"), app).unwrap();
+        let body = event.complete(&fields(Some("application/json"))).unwrap();
+        let decoded = decode(&body).unwrap();
+        assert_eq!(decoded.id.as_deref(), Some("app-1"));
+        assert_eq!(decoded.envelope["type"], "order.placed");
+        assert_eq!(decoded.envelope["topic"], "t");
+        assert_eq!(decoded.data, br#"{"n": 1}"#);
+        assert!(AppEvent::parse(Some("application/json"), app).is_none());
+        assert!(AppEvent::parse(Some("application/cloudevents+json"), b"[1]").is_none());
     }
 
     proptest! {

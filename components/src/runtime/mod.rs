@@ -120,17 +120,20 @@ impl Runtime {
             request.data,
             request.content_type,
             request.metadata,
+            None,
         )?;
         self.component.publish(message).await
     }
 
-    /// Turns application data and metadata into the wire message.
+    /// Turns application data and metadata into the wire message; `default_traceparent`
+    /// is used when the metadata carries none (a bulk entry's span in its call's trace).
     fn prepare(
         &self,
         topic: &str,
         data: Vec<u8>,
         content_type: Option<String>,
         metadata: Metadata,
+        default_traceparent: Option<String>,
     ) -> Result<OutgoingMessage> {
         let now = SystemTime::now();
         let Controls {
@@ -148,7 +151,15 @@ impl Runtime {
             Some(_) => Some(self.require(Feature::DelayedDelivery)?),
             None => None,
         };
-        let traceparent = traceparent.unwrap_or_else(trace::new_traceparent);
+        let app_event = if raw_payload {
+            None
+        } else {
+            envelope::AppEvent::parse(content_type.as_deref(), &data)
+        };
+        let traceparent = traceparent
+            .or_else(|| app_event.as_ref().and_then(|e| e.attribute("traceparent")))
+            .or(default_traceparent)
+            .unwrap_or_else(trace::new_traceparent);
         let expires_at = ttl.map(|ttl| now + ttl);
         let expiration = expires_at.map(controls::format_time);
 
@@ -183,10 +194,12 @@ impl Runtime {
                 expiration: expiration.as_deref(),
                 time: &controls::format_time(now),
             };
-            (
-                envelope::encode(&fields, &data)?,
-                Some(envelope::CLOUDEVENTS_CONTENT_TYPE.to_string()),
-            )
+            let body = match app_event {
+                // The app sent a CloudEvent: complete it, never wrap it twice.
+                Some(event) => event.complete(&fields)?,
+                None => envelope::encode(&fields, &data)?,
+            };
+            (body, Some(envelope::CLOUDEVENTS_CONTENT_TYPE.to_string()))
         };
         Ok(OutgoingMessage {
             topic: topic.to_string(),

@@ -10,6 +10,18 @@ pub fn new_traceparent() -> String {
     format!("00-{trace:032x}-{span:016x}-01")
 }
 
+/// A `traceparent` for a new span in the trace of `parent` (same trace id, new span
+/// id), or a new trace when `parent` is not a valid `traceparent`.
+pub fn child_of(parent: &str) -> String {
+    match trace_id(parent).filter(|_| is_valid_traceparent(parent)) {
+        Some(trace) => {
+            let span: u64 = rand::thread_rng().gen_range(1..=u64::MAX);
+            format!("00-{trace}-{span:016x}-01")
+        }
+        None => new_traceparent(),
+    }
+}
+
 /// True for a version-00 `traceparent` with non-zero trace and span ids.
 pub fn is_valid_traceparent(value: &str) -> bool {
     let parts: Vec<&str> = value.split('-').collect();

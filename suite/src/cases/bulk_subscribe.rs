@@ -4,7 +4,7 @@ use super::{generate, key_of};
 use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::{Record, Recorder};
-use crate::outcome::{CaseRun, Outcome};
+use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{BulkSubscribeOptions, Status, Subscription};
 use pubsub_components::{Feature, Support, TopicSelector};
 use std::collections::{BTreeMap, HashSet};
@@ -52,7 +52,185 @@ pub fn cases() -> Vec<Case> {
             bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
             run: |ctx| Box::pin(handler_error(ctx)),
         },
+        Case {
+            id: "bulk-subscribe.expired-entries",
+            must: "Entries whose TTL passed before delivery MUST be removed from a batch before it is handed over (never an empty batch), and dead-lettered with reason expired when a dead-letter topic is set; live entries of the same batch MUST be delivered.",
+            requires: &[Feature::BulkSubscribe, Feature::Ttl],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("1 s TTL + clock tolerance + 2 x delivery bound + redelivery bound", |c| Duration::from_secs(1) + c.clock_tolerance + c.delivery_bound * 2 + c.redelivery_bound),
+            run: |ctx| Box::pin(expired_entries(ctx)),
+        },
+        Case {
+            id: "bulk-subscribe.exhausted-dead-lettered",
+            must: "An entry answered RETRY in every batch until maxDeliveries MUST end in the dead-letter topic with reason maxDeliveries, as a single message does, and never be delivered again.",
+            requires: &[Feature::BulkSubscribe, Feature::DeadLetter],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("2 x delivery bound + 4 x redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound * 4),
+            run: |ctx| Box::pin(exhausted_dead_lettered(ctx)),
+        },
     ]
+}
+
+/// Expired and live entries published together, read in one batch after the TTL.
+async fn expired_entries(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let dlq_topic = ctx.topic("dlq");
+    let dead_letters = ctx.caps.dead_letter.is_available();
+    let dlq = Recorder::new();
+    let dlq_subscription = Subscription::new(&dlq_topic, ctx.group("dlq"));
+    let mut subscription = Subscription::new(&topic, ctx.group("g"));
+    subscription.bulk = bulk(50, 300);
+    subscription.dead_letter_topic = dead_letters.then(|| dlq_topic.clone());
+    if dead_letters {
+        ctx.create_group(&dlq_subscription).await?;
+    }
+    ctx.create_group(&subscription).await?;
+    let mut expiring = Vec::new();
+    let mut live = Vec::new();
+    for i in 0..10 {
+        let key = format!("entry-{i}");
+        let mut request = ctx.message(&topic, &key);
+        if i % 2 == 0 {
+            request = request.with_metadata("ttlInSeconds", "1");
+            expiring.push(key.clone());
+        } else {
+            live.push(key.clone());
+        }
+        ctx.publish(request)
+            .await
+            .doing(&format!("publishing {key}"))?;
+    }
+    // Let the TTL pass: waiting for a point in time, not for an event.
+    tokio::time::sleep(
+        Duration::from_secs(1) + ctx.caps.clock_tolerance + Duration::from_millis(50),
+    )
+    .await;
+    let dlq_handle = if dead_letters {
+        Some(
+            ctx.subscribe(dlq_subscription, dlq.handler("dead-letters"))
+                .await?,
+        )
+    } else {
+        None
+    };
+    let handle = ctx
+        .subscribe(
+            subscription,
+            ctx.recorder.bulk("s1", |_| Some(Status::Success), |_| None),
+        )
+        .await?;
+    ctx.recorder
+        .wait_for_keys(&live, ctx.delivery_deadline())
+        .await;
+    if dead_letters {
+        dlq.wait_for_keys(&expiring, ctx.delivery_deadline()).await;
+    }
+    handle.stop().await;
+    if let Some(h) = dlq_handle {
+        h.stop().await;
+    }
+    let history = ctx.recorder.history();
+    let mut outcome = Outcome::new().with_history(&history);
+    for key in &expiring {
+        outcome.expect(history.delivery_count(key) == 0, || {
+            format!("{key} was handed over in a batch after its 1 s TTL had passed")
+        });
+    }
+    for key in &live {
+        outcome.expect(history.delivery_count(key) > 0, || {
+            format!("lost: live entry {key} was not delivered")
+        });
+    }
+    let empty = history.batches().filter(|b| b.3 == 0).count();
+    outcome.expect(empty == 0, || {
+        format!("{empty} empty batches were handed over")
+    });
+    if dead_letters {
+        let dead = dlq.events();
+        for key in &expiring {
+            let reason = dead
+                .iter()
+                .find(|e| key_of(e) == key)
+                .and_then(|e| e.metadata.get("deadLetterReason").cloned());
+            outcome.expect(reason.as_deref() == Some("expired"), || {
+                format!("{key}: dead-letter reason {reason:?}, expected expired")
+            });
+        }
+    } else {
+        outcome.note(
+            "dead letters are unsupported: expired entries are only checked not to be delivered",
+        );
+    }
+    Ok(outcome)
+}
+
+/// One poison entry among healthy ones, always answered RETRY in its batch.
+async fn exhausted_dead_lettered(ctx: CaseContext) -> CaseRun {
+    const MAX: u32 = 3;
+    let topic = ctx.topic("t");
+    let dlq_topic = ctx.topic("dlq");
+    let dlq = Recorder::new();
+    let dlq_handle = ctx
+        .subscribe(
+            Subscription::new(&dlq_topic, ctx.group("dlq")),
+            dlq.handler("dead-letters"),
+        )
+        .await?;
+    let mut subscription = Subscription::new(&topic, ctx.group("g"));
+    subscription.bulk = bulk(10, 200);
+    subscription.max_deliveries = MAX;
+    subscription.retry_delay = Duration::from_millis(50);
+    subscription.dead_letter_topic = Some(dlq_topic.clone());
+    ctx.create_group(&subscription).await?;
+    let mut keys = ctx.publish_numbered(&topic, "ok", 4).await?;
+    keys.extend(ctx.publish_numbered(&topic, "poison", 1).await?);
+    let handler = ctx.recorder.bulk(
+        "s1",
+        |event| {
+            Some(if key_of(event) == "poison-0" {
+                Status::Retry
+            } else {
+                Status::Success
+            })
+        },
+        |_| None,
+    );
+    let handle = ctx.subscribe(subscription, handler).await?;
+    ctx.recorder
+        .wait_until(
+            ctx.within(ctx.caps.delivery_bound + ctx.caps.redelivery_bound * MAX),
+            |h| h.delivery_count("poison-0") >= MAX as usize,
+        )
+        .await;
+    dlq.wait_for_keys(&["poison-0".to_string()], ctx.delivery_deadline())
+        .await;
+    ctx.recorder
+        .wait_until(ctx.quiet_window(), |h| {
+            h.delivery_count("poison-0") > MAX as usize
+        })
+        .await;
+    handle.stop().await;
+    dlq_handle.stop().await;
+    let mut outcome = ctx.check(&ctx.expectation());
+    let count = ctx.recorder.history().delivery_count("poison-0");
+    outcome.expect(count == MAX as usize, || {
+        format!("the entry always answered RETRY was delivered {count} times in batches; maxDeliveries is {MAX}")
+    });
+    let dead = dlq.events();
+    match dead.iter().find(|e| key_of(e) == "poison-0") {
+        None => {
+            outcome.fail("poison-0 never reached the dead-letter topic from the bulk path");
+        }
+        Some(event) => {
+            let reason = event.metadata.get("deadLetterReason").cloned();
+            outcome.expect(reason.as_deref() == Some("maxDeliveries"), || {
+                format!("dead-letter reason {reason:?}, expected maxDeliveries")
+            });
+        }
+    }
+    Ok(outcome)
 }
 
 fn bulk(max_messages_count: usize, max_await_ms: u64) -> Option<BulkSubscribeOptions> {

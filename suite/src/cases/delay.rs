@@ -3,6 +3,7 @@
 use crate::catalogue::{Bound, Case, Level};
 use crate::checker::Timing;
 use crate::context::CaseContext;
+use crate::history::Record;
 use crate::outcome::{CaseRun, Context};
 use pubsub_components::runtime::controls::format_time;
 use pubsub_components::runtime::Subscription;
@@ -43,7 +44,207 @@ pub fn cases() -> Vec<Case> {
             bound,
             run: |ctx| Box::pin(receiver_delay(ctx)),
         },
+        Case {
+            id: "delay.receiver-delay-from-publish",
+            must: "receiverDelay MUST count from publish time: a message already older than the delay when its subscriber starts MUST be delivered at once (within the declared precision), not held for the delay again.",
+            requires: &[Feature::DelayedDelivery],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("1.5 s delay + delay precision + 2 x delivery bound", |c| {
+                RECEIVER_DELAY + c.delay_precision + c.delivery_bound * 2
+            }),
+            run: |ctx| Box::pin(receiver_delay_from_publish(ctx)),
+        },
+        Case {
+            id: "delay.beyond-lease",
+            must: "A message delayed longer than the broker's lease (ack wait, claim idle time, visibility timeout) MUST be delivered once, not before its due time and by due time + precision; a far-future one MUST NOT be delivered early.",
+            requires: &[Feature::DelayedDelivery],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("lease + 1 s + delay precision + 2 x delivery bound", |c| {
+                c.lease + Duration::from_secs(1) + c.delay_precision + c.delivery_bound * 2
+            }),
+            run: |ctx| Box::pin(beyond_lease(ctx)),
+        },
+        Case {
+            id: "delay.no-starvation",
+            must: "More delayed messages than the prefetch window (600, due in an hour) MUST NOT starve undelayed messages published after them: those are delivered within the delivery bound.",
+            requires: &[Feature::DelayedDelivery],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
+            run: |ctx| Box::pin(no_starvation(ctx)),
+        },
     ]
+}
+
+/// The subscription delay of the publish-time case.
+const RECEIVER_DELAY: Duration = Duration::from_millis(1500);
+/// Delayed messages queued ahead of undelayed ones: more than any prefetch window.
+const QUEUED_AHEAD: usize = 600;
+
+async fn receiver_delay_from_publish(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let mut subscription = Subscription::new(&topic, ctx.group("g"));
+    subscription.receiver_delay = Some(RECEIVER_DELAY);
+    ctx.create_group(&subscription).await?;
+    let keys = ctx.publish_numbered(&topic, "old", 5).await?;
+    // Time is the property: the messages grow older than the delay.
+    tokio::time::sleep(RECEIVER_DELAY + Duration::from_millis(100)).await;
+    let subscribed_at = SystemTime::now();
+    let handle = ctx
+        .subscribe(subscription, ctx.recorder.handler("s1"))
+        .await?;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.within(RECEIVER_DELAY + ctx.caps.delivery_bound))
+        .await;
+    handle.stop().await;
+    let mut outcome = ctx.check(&ctx.expectation());
+    let precision = ctx.caps.delay_precision;
+    for key in &keys {
+        let first = ctx
+            .recorder
+            .history()
+            .deliveries_of(key)
+            .find_map(|r| match r {
+                Record::Delivered { at, .. } => Some(*at),
+                _ => None,
+            });
+        if let Some(at) = first {
+            let after = at.duration_since(subscribed_at).unwrap_or_default();
+            outcome.expect(after <= precision, || {
+                format!("{key}: late: delivered {after:?} after the subscriber started though it was older than the receiverDelay {RECEIVER_DELAY:?} (precision {precision:?}); the delay counted from receipt, not publish time")
+            });
+        }
+    }
+    Ok(outcome)
+}
+
+async fn beyond_lease(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let handle = ctx.subscribe_recorded(&topic).await?;
+    let delay = ctx.caps.lease + Duration::from_secs(1);
+    let mut keys = Vec::new();
+    for i in 0..4 {
+        let key = format!("beyond-lease-{i}");
+        ctx.publish(
+            ctx.message(&topic, &key)
+                .with_metadata("deliverAfter", format!("{}ms", delay.as_millis())),
+        )
+        .await
+        .doing(&format!("publishing {key}"))?;
+        keys.push(key);
+    }
+    // Far future: never due within the case.
+    let far = format_time(SystemTime::now() + Duration::from_secs(24 * 3600));
+    let far_request = ctx
+        .message(&topic, "far-future")
+        .with_metadata("deliverAt", far);
+    ctx.runtime
+        .publish(far_request)
+        .await
+        .doing("publishing a message due tomorrow")?;
+    keys.extend(ctx.publish_numbered(&topic, "now", 1).await?);
+    ctx.recorder
+        .wait_for_keys(
+            &keys,
+            ctx.within(delay + ctx.caps.delay_precision + ctx.caps.delivery_bound),
+        )
+        .await;
+    // Anything still on its way (a second copy after the lease) shows by then.
+    ctx.recorder
+        .wait_until(ctx.quiet_window(), |h| {
+            keys.iter().any(|k| h.delivery_count(k) > 1) || h.delivery_count("far-future") > 0
+        })
+        .await;
+    handle.stop().await;
+    let mut expectation = ctx.expectation();
+    expectation.timing = Some(timing(&ctx));
+    let mut outcome = ctx.check(&expectation);
+    let far_deliveries = ctx.recorder.history().delivery_count("far-future");
+    outcome.expect(far_deliveries == 0, || {
+        "early: the message due tomorrow was delivered".into()
+    });
+    outcome.note(format!(
+        "delay {delay:?} (lease {:?} + 1 s)",
+        ctx.caps.lease
+    ));
+    Ok(outcome)
+}
+
+async fn no_starvation(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = Subscription::new(&topic, ctx.group("g"));
+    ctx.create_group(&subscription).await?;
+    let handle = ctx
+        .subscribe(subscription, ctx.recorder.handler("s1"))
+        .await?;
+    let in_an_hour = Duration::from_secs(3600);
+    let delayed: Vec<String> = (0..QUEUED_AHEAD).map(|i| format!("later-{i}")).collect();
+    if ctx.caps.bulk_publish.is_available() {
+        for chunk in delayed.chunks(100) {
+            let entries = chunk.iter().map(|k| super::keyed_entry(k)).collect();
+            let mut metadata = pubsub_components::Metadata::new();
+            metadata.insert("deliverAfter".into(), format!("{}s", in_an_hour.as_secs()));
+            let response = ctx
+                .runtime
+                .bulk_publish(pubsub_components::runtime::BulkPublishRequest {
+                    topic: topic.clone(),
+                    entries,
+                    metadata,
+                })
+                .await
+                .doing("bulk publishing delayed messages")?;
+            if !response.failed_entries.is_empty() {
+                ctx.recorder.note(format!(
+                    "{} delayed entries failed",
+                    response.failed_entries.len()
+                ));
+            }
+        }
+    } else {
+        for key in &delayed {
+            ctx.runtime
+                .publish(
+                    ctx.message(&topic, key)
+                        .with_metadata("deliverAfter", format!("{}s", in_an_hour.as_secs())),
+                )
+                .await
+                .doing(&format!("publishing {key}"))?;
+        }
+    }
+    let published_at = tokio::time::Instant::now();
+    let keys = ctx.publish_numbered(&topic, "now", 20).await?;
+    let all = ctx
+        .recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
+    let took = published_at.elapsed();
+    handle.stop().await;
+    let mut outcome = ctx.check(&ctx.expectation());
+    let history = ctx.recorder.history();
+    let early: Vec<&String> = delayed
+        .iter()
+        .filter(|k| history.delivery_count(k) > 0)
+        .collect();
+    outcome.expect(early.is_empty(), || {
+        format!(
+            "early: {} messages due in an hour were delivered: {:?}",
+            early.len(),
+            early.iter().take(5).collect::<Vec<_>>()
+        )
+    });
+    if all {
+        outcome.note(format!(
+            "20 undelayed messages delivered {took:?} after {QUEUED_AHEAD} delayed ones"
+        ));
+    } else {
+        outcome.fail(format!(
+            "starved: undelayed messages published after {QUEUED_AHEAD} delayed ones were not all delivered within the delivery bound {:?}",
+            ctx.caps.delivery_bound
+        ));
+    }
+    Ok(outcome)
 }
 
 fn timing(ctx: &CaseContext) -> Timing {

@@ -6,7 +6,9 @@ mod bulk_publish;
 mod bulk_subscribe;
 mod certification;
 mod delay;
+mod envelope_ids;
 mod faults;
+mod groups;
 mod multi_topic;
 mod ordering;
 mod partitions;
@@ -25,6 +27,8 @@ use pubsub_components::{Capabilities, Metadata};
 pub fn all() -> Vec<Case> {
     [
         basics::cases(),
+        groups::cases(),
+        envelope_ids::cases(),
         bulk_publish::cases(),
         bulk_subscribe::cases(),
         retry::cases(),

@@ -3,13 +3,15 @@
 use super::key_of;
 use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
-use crate::history::Recorder;
+use crate::history::{Record, Recorder, KEY};
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{PublishRequest, Status, Subscription};
 use pubsub_components::Feature;
 use std::time::Duration;
 
 const MAX_DELIVERIES: u32 = 3;
+/// The content type of the raw poison message.
+const RAW_CONTENT_TYPE: &str = "application/x-protobuf";
 
 pub fn cases() -> Vec<Case> {
     vec![
@@ -49,7 +51,109 @@ pub fn cases() -> Vec<Case> {
             bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
             run: |ctx| Box::pin(drop_to_dead_letter(ctx)),
         },
+        Case {
+            id: "retry.delay",
+            must: "A message answered RETRY MUST come back no earlier than the subscription's retry delay (less the clock tolerance) and no later than the delay plus the redelivery bound, for short delays and for delays longer than the broker's lease.",
+            requires: &[],
+            level: Level::Core,
+            injects: &[],
+            bound: Bound::new("delivery bound + 2 x (lease + 1 s + redelivery bound)", |c| {
+                c.delivery_bound + (c.lease + Duration::from_secs(1) + c.redelivery_bound) * 2
+            }),
+            run: |ctx| Box::pin(retry_delay(ctx)),
+        },
     ]
+}
+
+/// Two groups retry the same messages: one with a short delay drawn from the seed,
+/// one with a delay beyond the broker's lease.
+async fn retry_delay(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let short = super::generate(300u64..900, ctx.seed(), 1)[0];
+    let delays = [
+        ("short", Duration::from_millis(short)),
+        (
+            "beyond-lease",
+            ctx.caps.lease
+                + Duration::from_millis(if ctx.caps.lease.is_zero() { 1200 } else { 700 }),
+        ),
+    ];
+    let mut handles = Vec::new();
+    let mut subscriptions = Vec::new();
+    for (label, delay) in delays {
+        let mut subscription = Subscription::new(&topic, ctx.group(label));
+        subscription.retry_delay = delay;
+        ctx.create_group(&subscription).await?;
+        subscriptions.push((label, subscription));
+    }
+    let keys = ctx.publish_numbered(&topic, "m", 6).await?;
+    // Two RETRYs for the short group, one for the long one, then SUCCESS.
+    for (label, subscription) in subscriptions {
+        let retries = if label == "short" { 2 } else { 1 };
+        let handler = ctx.recorder.scripted(label, move |event| {
+            if event.attempt <= retries {
+                Status::Retry
+            } else {
+                Status::Success
+            }
+        });
+        handles.push(ctx.subscribe(subscription, handler).await?);
+    }
+    let deadline = ctx.deadline();
+    ctx.recorder
+        .wait_until(deadline, |h| keys.iter().all(|k| h.delivery_count(k) >= 5))
+        .await;
+    for handle in handles {
+        handle.stop().await;
+    }
+    let mut outcome = ctx.check(&ctx.expectation());
+    let history = ctx.recorder.history();
+    let tolerance = ctx.caps.clock_tolerance;
+    let bound = ctx.caps.redelivery_bound;
+    for (label, delay) in delays {
+        let wanted = if label == "short" { 3 } else { 2 };
+        outcome.note(format!("group {label}: retry delay {delay:?}"));
+        for key in &keys {
+            // The answer RETRY, then the next delivery to the same group.
+            let mut last_retry = None;
+            let mut deliveries = 0;
+            for record in &history.records {
+                match record {
+                    Record::Answered {
+                        key: Some(k),
+                        subscriber,
+                        at,
+                        settled: false,
+                        ..
+                    } if k == key && subscriber == label => {
+                        last_retry = Some(*at);
+                    }
+                    Record::Delivered {
+                        key: Some(k),
+                        subscriber,
+                        at,
+                        ..
+                    } if k == key && subscriber == label => {
+                        deliveries += 1;
+                        if let Some(retried) = last_retry.take() {
+                            let gap = at.duration_since(retried).unwrap_or_default();
+                            outcome.expect(gap + tolerance >= delay, || {
+                                format!("{key} in group {label}: redelivered {gap:?} after RETRY, before its retry delay of {delay:?}")
+                            });
+                            outcome.expect(gap <= delay + bound, || {
+                                format!("{key} in group {label}: redelivered {gap:?} after RETRY, later than the retry delay {delay:?} + redelivery bound {bound:?}")
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            outcome.expect(deliveries >= wanted, || {
+                format!("{key} in group {label}: delivered {deliveries} times, expected {wanted} (RETRY not redelivered in time)")
+            });
+        }
+    }
+    Ok(outcome)
 }
 
 async fn redelivery(ctx: CaseContext) -> CaseRun {
@@ -130,9 +234,18 @@ async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     ctx.publish(poison)
         .await
         .doing("publishing the poison message")?;
+    // A raw payload with its own content type: no envelope carries it.
+    let raw_poison = PublishRequest::new(&topic, b"poison-raw".to_vec())
+        .with_content_type(RAW_CONTENT_TYPE)
+        .with_metadata(KEY, "poison-raw")
+        .with_metadata("rawPayload", "true")
+        .with_metadata("app-origin", "retry ✓");
+    ctx.publish(raw_poison)
+        .await
+        .doing("publishing the raw poison message")?;
     let healthy = ctx.publish_numbered(&topic, "ok", 5).await?;
     let handler = ctx.recorder.scripted("s1", |event| {
-        if key_of(event) == "poison" {
+        if key_of(event).starts_with("poison") {
             Status::Retry
         } else {
             Status::Success
@@ -143,12 +256,16 @@ async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     ctx.recorder
         .wait_until(deadline, |h| {
             h.delivery_count("poison") >= MAX_DELIVERIES as usize
+                && h.delivery_count("poison-raw") >= MAX_DELIVERIES as usize
                 && healthy.iter().all(|k| h.delivery_count(k) > 0)
         })
         .await;
     if with_dead_letter {
-        dlq.wait_for_keys(&["poison".to_string()], ctx.delivery_deadline())
-            .await;
+        dlq.wait_for_keys(
+            &["poison".to_string(), "poison-raw".to_string()],
+            ctx.delivery_deadline(),
+        )
+        .await;
     }
     // It must not come back after the last attempt.
     ctx.recorder
@@ -161,14 +278,23 @@ async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
         h.stop().await;
     }
     let mut outcome = ctx.check(&ctx.expectation());
-    let count = ctx.recorder.history().delivery_count("poison");
-    outcome.expect(count == MAX_DELIVERIES as usize, || {
-        format!("the message always answered RETRY was delivered {count} times; maxDeliveries is {MAX_DELIVERIES}")
-    });
+    for key in ["poison", "poison-raw"] {
+        let count = ctx.recorder.history().delivery_count(key);
+        outcome.expect(count == MAX_DELIVERIES as usize, || {
+            format!("{key}, always answered RETRY, was delivered {count} times; maxDeliveries is {MAX_DELIVERIES}")
+        });
+    }
     if with_dead_letter {
         outcome = outcome.merge(check_dead_letter(
             &dlq,
             "poison",
+            &topic,
+            "maxDeliveries",
+            "retry ✓",
+        ));
+        outcome = outcome.merge(check_dead_letter(
+            &dlq,
+            "poison-raw",
             &topic,
             "maxDeliveries",
             "retry ✓",
@@ -210,9 +336,18 @@ fn check_dead_letter(
             String::from_utf8_lossy(&event.data)
         )
     });
-    outcome.expect(event.content_type.as_deref() == Some("text/plain"), || {
-        format!("dead letter content type {:?}", event.content_type)
+    let content_type = if event.cloud_event.is_none() && key.ends_with("-raw") {
+        RAW_CONTENT_TYPE
+    } else {
+        "text/plain"
+    };
+    outcome.expect(event.content_type.as_deref() == Some(content_type), || {
+        format!(
+            "{key}: dead letter content type {:?}, expected {content_type:?}",
+            event.content_type
+        )
     });
+
     outcome.expect(field("app-origin") == Some(origin), || {
         format!("dead letter lost metadata: {:?}", event.metadata)
     });

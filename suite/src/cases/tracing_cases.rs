@@ -6,7 +6,7 @@ use crate::context::CaseContext;
 use crate::history::Record;
 use crate::outcome::{CaseRun, Context};
 use crate::spans::SpanCapture;
-use pubsub_components::runtime::trace::new_traceparent;
+use pubsub_components::runtime::trace::{new_traceparent, trace_id};
 use pubsub_components::runtime::{BulkPublishRequest, BulkSubscribeOptions, Status, Subscription};
 use pubsub_components::{Feature, Metadata};
 use std::collections::BTreeMap;
@@ -15,6 +15,14 @@ use tracing::instrument::WithSubscriber;
 
 pub fn cases() -> Vec<Case> {
     vec![Case {
+            id: "tracing.bulk-parent",
+            must: "A bulk publish call MUST record its own span, as a child of the caller's traceparent, and one span per entry whose parent is the call's span; an entry without its own traceparent MUST be delivered with one in the call's trace, an entry with its own keeps it.",
+            requires: &[Feature::BulkPublish],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(bulk_parent(ctx)),
+        }, Case {
         id: "tracing.per-entry",
         must: "Every entry of a bulk publish MUST keep its own traceparent through delivery, and the batch delivery MUST record one span per entry linked to that entry's trace, naming the batch.",
         requires: &[Feature::BulkPublish, Feature::BulkSubscribe],
@@ -23,6 +31,110 @@ pub fn cases() -> Vec<Case> {
         bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
         run: |ctx| Box::pin(per_entry(ctx)),
     }]
+}
+
+async fn bulk_parent(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let handle = ctx.subscribe_recorded(&topic).await?;
+    let caller = new_traceparent();
+    let own = new_traceparent();
+    let keys: Vec<String> = (0..6).map(|i| format!("e-{i}")).collect();
+    let entries = keys
+        .iter()
+        .map(|key| {
+            let mut entry = super::keyed_entry(key);
+            if key == "e-0" {
+                entry.metadata.insert("traceparent".into(), own.clone());
+            }
+            entry
+        })
+        .collect();
+    let mut metadata = Metadata::new();
+    metadata.insert("traceparent".into(), caller.clone());
+    let capture = SpanCapture::default();
+    let response = ctx
+        .bulk_publish(BulkPublishRequest {
+            topic: topic.clone(),
+            entries,
+            metadata,
+        })
+        .with_subscriber(capture.dispatch())
+        .await
+        .doing("bulk publishing under a caller's traceparent")?;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
+    handle.stop().await;
+    let mut outcome = ctx.check(&ctx.expectation());
+    outcome.expect(response.failed_entries.is_empty(), || {
+        format!("entries failed: {:?}", response.failed_entries)
+    });
+    let trace_of = |tp: &str| trace_id(tp).unwrap_or_default().to_string();
+    let calls = capture.named("pubsub.bulk_publish");
+    let Some(call) = calls.first() else {
+        outcome.fail("the bulk publish call recorded no pubsub.bulk_publish span of its own");
+        return Ok(outcome);
+    };
+    outcome.expect(calls.len() == 1, || {
+        format!("{} pubsub.bulk_publish spans for one call", calls.len())
+    });
+    let call_tp = call.fields.get("traceparent").cloned().unwrap_or_default();
+    outcome.expect(
+        trace_of(&call_tp) == trace_of(&caller) && call_tp != caller,
+        || {
+            format!(
+                "the call's span {call_tp:?} is not a child of the caller's traceparent {caller}"
+            )
+        },
+    );
+    let entry_spans = capture.named("pubsub.publish_entry");
+    outcome.expect(entry_spans.len() == keys.len(), || {
+        format!(
+            "{} entry spans for {} entries",
+            entry_spans.len(),
+            keys.len()
+        )
+    });
+    for span in &entry_spans {
+        outcome.expect(
+            span.fields.get("parent_traceparent") == Some(&call_tp),
+            || {
+                format!(
+                    "entry span {:?} names parent {:?}, not the call's span {call_tp}",
+                    span.fields.get("entry_id"),
+                    span.fields.get("parent_traceparent")
+                )
+            },
+        );
+    }
+    let mut delivered_tps = Vec::new();
+    for event in ctx.recorder.events() {
+        let key = key_of(&event).to_string();
+        let tp = event.trace_parent.clone().unwrap_or_default();
+        delivered_tps.push(tp.clone());
+        if key == "e-0" {
+            outcome.expect(tp == own, || {
+                format!("e-0 carried its own traceparent {own}, delivered with {tp:?}")
+            });
+        } else {
+            outcome.expect(trace_of(&tp) == trace_of(&call_tp) && tp != call_tp, || {
+                format!("{key}: delivered with traceparent {tp:?}, not a span of its own in the call's trace {}", trace_of(&call_tp))
+            });
+        }
+        let span_tp = entry_spans
+            .iter()
+            .find(|s| s.fields.get("entry_id") == Some(&key))
+            .and_then(|s| s.fields.get("traceparent"));
+        outcome.expect(span_tp == Some(&tp), || {
+            format!("{key}: its entry span carries {span_tp:?}, the message {tp:?}")
+        });
+    }
+    delivered_tps.sort();
+    delivered_tps.dedup();
+    outcome.expect(delivered_tps.len() == keys.len(), || {
+        "entries share a traceparent: every message must carry its own".into()
+    });
+    Ok(outcome)
 }
 
 async fn per_entry(ctx: CaseContext) -> CaseRun {

@@ -38,7 +38,95 @@ pub fn cases() -> Vec<Case> {
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(live(ctx)),
         },
+        Case {
+            id: "ttl.live-late-in-life",
+            must: "A message inside its TTL MUST be delivered even when handed over late in its life (here after 2 s of a 3 s ttlInSeconds, set per message, per bulk entry and per bulk request).",
+            requires: &[Feature::Ttl],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("2 s + 2 x delivery bound", |c| Duration::from_secs(2) + c.delivery_bound * 2),
+            run: |ctx| Box::pin(late_in_life(ctx)),
+        },
     ]
+}
+
+/// Messages with a 3 s TTL wait 2 s for their subscriber: two thirds of their life.
+async fn late_in_life(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = Subscription::new(&topic, ctx.group("g"));
+    ctx.create_group(&subscription).await?;
+    let mut keys = Vec::new();
+    for i in 0..3 {
+        let key = format!("single-{i}");
+        ctx.publish(ctx.message(&topic, &key).with_metadata("ttlInSeconds", "3"))
+            .await
+            .doing(&format!("publishing {key}"))?;
+        keys.push(key);
+    }
+    if ctx.caps.bulk_publish.is_available() {
+        // Per entry: each entry carries its own TTL, next to one without any.
+        let entries: Vec<BulkPublishEntry> = (0..3)
+            .map(|i| {
+                let key = format!("entry-ttl-{i}");
+                keys.push(key.clone());
+                let mut entry = super::keyed_entry(&key);
+                if i < 2 {
+                    entry.metadata.insert("ttlInSeconds".into(), "3".into());
+                }
+                entry
+            })
+            .collect();
+        let response = ctx
+            .bulk_publish(BulkPublishRequest {
+                topic: topic.clone(),
+                entries,
+                metadata: Metadata::new(),
+            })
+            .await
+            .doing("bulk publishing with per-entry TTLs")?;
+        if !response.failed_entries.is_empty() {
+            ctx.recorder
+                .note(format!("failed entries: {:?}", response.failed_entries));
+        }
+        // Per request.
+        let entries: Vec<BulkPublishEntry> = (0..3)
+            .map(|i| {
+                let key = format!("request-ttl-{i}");
+                keys.push(key.clone());
+                super::keyed_entry(&key)
+            })
+            .collect();
+        let mut metadata = Metadata::new();
+        metadata.insert("ttlInSeconds".into(), "3".into());
+        ctx.bulk_publish(BulkPublishRequest {
+            topic: topic.clone(),
+            entries,
+            metadata,
+        })
+        .await
+        .doing("bulk publishing with a request TTL")?;
+    }
+    // Time is the property: two thirds of the TTL pass before anyone reads.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let handle = ctx
+        .subscribe(subscription, ctx.recorder.handler("s1"))
+        .await?;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.within(Duration::from_millis(900)))
+        .await;
+    handle.stop().await;
+    let mut outcome = ctx.check(&ctx.expectation());
+    let history = ctx.recorder.history();
+    let missing: Vec<&String> = keys
+        .iter()
+        .filter(|k| history.delivery_count(k) == 0)
+        .collect();
+    outcome.expect(missing.is_empty(), || {
+        format!(
+            "lost inside their TTL: {missing:?} were not delivered within 2.9 s of a 3 s TTL (expired early?)"
+        )
+    });
+    Ok(outcome)
 }
 
 async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {

@@ -7,7 +7,7 @@ use pubsub_components::{
     Capabilities, Component, Consumer, ConsumerSpec, DeliveryGuarantee, MessageId, OutgoingMessage,
     PartitionWatch, ReceivedMessage, Result, Support, TopicSelector,
 };
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -68,6 +68,32 @@ pub enum Fault {
     /// `create_group` does nothing: what was published for a group created ahead of
     /// its first member is lost.
     ForgetsCreatedGroups,
+    /// Claims native TTL and expires messages at half their TTL.
+    HalvesTtl,
+    /// Redelivers a retried message at once, whatever the retry delay.
+    IgnoresRetryDelay,
+    /// Loses what is published to a group while it has no connected member.
+    ForgetsWhileEmpty,
+    /// Gives one message in 100 the CloudEvent id of the message before it.
+    RepeatsEnvelopeIds,
+    /// Reports partition versions the topic never had (1, 3, 5 for 1, 2, 3).
+    PhantomVersions,
+    /// Dead-letters a raw payload without its content type.
+    LosesDeadLetterContentType,
+    /// Skips 1 acknowledgement in 100: the message comes back a moment later.
+    SkipsAcks,
+    /// Wraps an app-supplied CloudEvent in a second envelope.
+    WrapsAppEvents,
+    /// No violation: declares exactly-once, which the in-memory component keeps
+    /// (for the test that exactly-once is judged by what is declared).
+    DeclaresExactlyOnce,
+}
+
+/// Groups and their connected members, for [`Fault::ForgetsWhileEmpty`].
+#[derive(Default)]
+struct Membership {
+    /// group -> (members connected, when it last became empty)
+    groups: HashMap<String, (usize, Option<SystemTime>)>,
 }
 
 /// The in-memory component with `fault`.
@@ -75,6 +101,10 @@ pub struct Faulty {
     inner: MemoryComponent,
     fault: Fault,
     consumers: AtomicU64,
+    published: AtomicU64,
+    last_envelope_id: Mutex<Option<String>>,
+    acks: Arc<AtomicU64>,
+    membership: Arc<Mutex<Membership>>,
 }
 
 impl Faulty {
@@ -83,6 +113,10 @@ impl Faulty {
             inner,
             fault,
             consumers: AtomicU64::new(0),
+            published: AtomicU64::new(0),
+            last_envelope_id: Mutex::new(None),
+            acks: Arc::new(AtomicU64::new(0)),
+            membership: Arc::new(Mutex::new(Membership::default())),
         })
     }
 
@@ -98,6 +132,56 @@ impl Faulty {
                 message.metadata.remove("x-rt-envelope");
             }
             Fault::TruncatesLargePayloads => message.payload.truncate(4096),
+            Fault::HalvesTtl => {
+                if let Some(expires) = message.expires_at {
+                    message.metadata.insert(
+                        EXPIRES_HEADER.into(),
+                        pubsub_components::component::millis_since_epoch(expires).to_string(),
+                    );
+                }
+            }
+            Fault::RepeatsEnvelopeIds if message.metadata.contains_key(ENVELOPE_HEADER) => {
+                let n = self.published.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut envelope) =
+                    serde_json::from_slice::<serde_json::Value>(&message.payload)
+                {
+                    let own = envelope["id"].as_str().map(str::to_string);
+                    let mut last = self.last_envelope_id.lock().unwrap();
+                    if n % 100 == 99 {
+                        if let Some(previous) = last.clone() {
+                            envelope["id"] = serde_json::Value::String(previous);
+                            message.payload = serde_json::to_vec(&envelope).unwrap();
+                        }
+                    }
+                    *last = own;
+                }
+            }
+            Fault::LosesDeadLetterContentType
+                if message.metadata.contains_key("deadLetterReason")
+                    && !message.metadata.contains_key(ENVELOPE_HEADER) =>
+            {
+                message.content_type = None;
+            }
+            Fault::WrapsAppEvents => {
+                let app_event = serde_json::from_slice::<serde_json::Value>(&message.payload)
+                    .ok()
+                    .filter(|e| e["type"] != "com.dapr.event.sent" && e["specversion"] == "1.0");
+                if app_event.is_some() {
+                    let fields = pubsub_components::runtime::envelope::EnvelopeFields {
+                        id: "wrapped-again",
+                        source: "faulty",
+                        topic: &message.topic,
+                        pubsub_name: "faulty",
+                        traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                        content_type: Some("application/cloudevents+json"),
+                        expiration: None,
+                        time: "2026-01-01T00:00:00Z",
+                    };
+                    message.payload =
+                        pubsub_components::runtime::envelope::encode(&fields, &message.payload)
+                            .unwrap();
+                }
+            }
             _ => {}
         }
         message
@@ -121,6 +205,8 @@ impl Component for Faulty {
             Fault::IgnoresTtl => caps.ttl = Support::Native,
             Fault::NeverDeadLetters => caps.dead_letter = Support::Native,
             Fault::HidesPartitions => caps.partitions = None,
+            Fault::HalvesTtl => caps.ttl = Support::Native,
+            Fault::DeclaresExactlyOnce => caps.delivery = DeliveryGuarantee::ExactlyOnce,
             _ => {}
         }
         caps
@@ -162,13 +248,28 @@ impl Component for Faulty {
             _ => {}
         }
         let inner = self.inner.consumer(spec.clone()).await?;
+        let opened_at = SystemTime::now();
+        let forget_since = {
+            let mut membership = self.membership.lock().unwrap();
+            let entry = membership.groups.entry(spec.group.clone()).or_default();
+            entry.0 += 1;
+            if entry.0 == 1 {
+                entry.1.take()
+            } else {
+                None
+            }
+        };
         Ok(Box::new(FaultyConsumer {
             inner,
             fault: self.fault,
             topics: spec.topics,
+            group: spec.group,
             received: AtomicU64::new(0),
             held: Mutex::new(HashSet::new()),
-            opened_at: SystemTime::now(),
+            opened_at,
+            forget_since,
+            acks: self.acks.clone(),
+            membership: self.membership.clone(),
         }))
     }
 
@@ -184,7 +285,20 @@ impl Component for Faulty {
     }
 
     async fn watch_partitions(&self, topic: &str) -> Result<PartitionWatch> {
-        self.inner.watch_partitions(topic).await
+        let mut watch = self.inner.watch_partitions(topic).await?;
+        if self.fault != Fault::PhantomVersions {
+            return Ok(watch);
+        }
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(mut update) = watch.next().await {
+                update.version = update.version * 2 - 1;
+                if sender.send(update).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(PartitionWatch::new(receiver))
     }
 }
 
@@ -196,6 +310,12 @@ struct FaultyConsumer {
     /// Ids handed out and not yet settled.
     held: Mutex<HashSet<MessageId>>,
     opened_at: SystemTime,
+    group: String,
+    /// For [`Fault::ForgetsWhileEmpty`]: the group was empty from then until this
+    /// consumer opened.
+    forget_since: Option<SystemTime>,
+    acks: Arc<AtomicU64>,
+    membership: Arc<Mutex<Membership>>,
 }
 
 impl FaultyConsumer {
@@ -231,6 +351,41 @@ impl FaultyConsumer {
                 for message in &mut messages {
                     message.id.topic = None;
                 }
+            }
+            Fault::ForgetsWhileEmpty => {
+                let mut kept = Vec::new();
+                for message in messages {
+                    let forgotten = self.forget_since.is_some_and(|since| {
+                        message.publish_time >= since && message.publish_time < self.opened_at
+                    });
+                    if forgotten {
+                        self.inner.ack(&message.id).await?;
+                    } else {
+                        kept.push(message);
+                    }
+                }
+                messages = kept;
+            }
+            Fault::HalvesTtl => {
+                let now = SystemTime::now();
+                let mut kept = Vec::new();
+                for message in messages {
+                    let expires = message
+                        .metadata
+                        .get(EXPIRES_HEADER)
+                        .and_then(|ms| ms.parse::<u64>().ok())
+                        .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms));
+                    let half_life = expires.map(|at| {
+                        let life = at.duration_since(message.publish_time).unwrap_or_default();
+                        message.publish_time + life / 2
+                    });
+                    if half_life.is_some_and(|at| at <= now) {
+                        self.inner.ack(&message.id).await?;
+                    } else {
+                        kept.push(message);
+                    }
+                }
+                messages = kept;
             }
             _ => {}
         }
@@ -273,6 +428,10 @@ impl Consumer for FaultyConsumer {
 
     async fn ack(&self, id: &MessageId) -> Result<()> {
         self.settled(id);
+        if self.fault == Fault::SkipsAcks && self.acks.fetch_add(1, Ordering::Relaxed) % 100 == 57 {
+            // The ack is lost on the way; the broker hands the message out again.
+            return self.inner.nack(id, Duration::from_millis(300)).await;
+        }
         match (self.fault, &self.topics) {
             (Fault::AcksEveryTopic, TopicSelector::List(topics)) => {
                 for topic in topics {
@@ -298,6 +457,7 @@ impl Consumer for FaultyConsumer {
         self.settled(id);
         match self.fault {
             Fault::NoRedelivery => self.inner.ack(id).await,
+            Fault::IgnoresRetryDelay => self.inner.nack(id, Duration::ZERO).await,
             _ => self.inner.nack(id, delay).await,
         }
     }
@@ -333,6 +493,15 @@ impl Consumer for FaultyConsumer {
     }
 
     async fn close(&self) -> Result<()> {
+        {
+            let mut membership = self.membership.lock().unwrap();
+            if let Some(entry) = membership.groups.get_mut(&self.group) {
+                entry.0 = entry.0.saturating_sub(1);
+                if entry.0 == 0 {
+                    entry.1 = Some(SystemTime::now());
+                }
+            }
+        }
         if self.fault == Fault::LosesUnackedOnLeave {
             let held: Vec<MessageId> = self.held.lock().unwrap().drain().collect();
             for id in held {
@@ -342,6 +511,11 @@ impl Consumer for FaultyConsumer {
         self.inner.close().await
     }
 }
+
+/// Where [`Fault::HalvesTtl`] keeps a message's expiry (ms since the epoch).
+const EXPIRES_HEADER: &str = "x-faulty-expires-ms";
+/// The runtime's envelope marker.
+const ENVELOPE_HEADER: &str = "x-rt-envelope";
 
 /// A different key on every call.
 fn uuid_like(counter: &AtomicU64) -> String {
