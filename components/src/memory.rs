@@ -194,7 +194,7 @@ impl Component for MemoryComponent {
             delivery: DeliveryGuarantee::AtLeastOnce,
             max_message_bytes: Some(self.config.max_message_bytes),
             delivery_bound: Duration::from_secs(5),
-            redelivery_bound: Duration::from_secs(2),
+            redelivery_bound: Duration::from_secs(1),
             delay_precision: Duration::from_millis(250),
             clock_tolerance: Duration::from_millis(5),
             // In process: nothing outlives the process.

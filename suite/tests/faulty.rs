@@ -40,8 +40,8 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::duplicates(Fault::Duplicates, &["publish.delivery"], "duplicated")]
 #[case::reorders(Fault::Reorders, &["ordering.declared-scope", "ordering.after-retry", "bulk-publish.keep-order"], "reordered")]
 #[case::delivers_early(Fault::DeliversEarly, &["delay.deliver-after", "delay.deliver-at", "delay.receiver-delay"], "early")]
-#[case::ignores_ttl(Fault::IgnoresTtl, &["ttl.expired-not-delivered", "ttl.expired-dead-lettered"], "after its 1 s TTL")]
-#[case::never_dead_letters(Fault::NeverDeadLetters, &["dead-letter.max-deliveries", "dead-letter.drop"], "never reached the dead-letter topic")]
+#[case::ignores_ttl(Fault::IgnoresTtl, &["ttl.expired-not-delivered", "ttl.expired-dead-lettered", "bulk-subscribe.expired-entries"], "after its 1 s TTL")]
+#[case::never_dead_letters(Fault::NeverDeadLetters, &["dead-letter.max-deliveries", "dead-letter.drop", "bulk-subscribe.exhausted-dead-lettered"], "never reached the dead-letter topic")]
 #[case::retries_forever(Fault::NeverDeadLetters, &["retry.exhausted-without-dead-letter"], "maxDeliveries is 3")]
 #[case::lies_in_bulk_statuses(Fault::LiesInBulkStatuses, &["bulk-publish.partial-failure", "bulk-publish.status-mapping"], "lost")]
 #[case::overfills_batches(Fault::OverfillsBatches, &["bulk-subscribe.max-messages"], "exceeds maxMessagesCount")]
@@ -54,7 +54,7 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::ignores_partition_updates(Fault::IgnoresPartitionUpdates, &["partitions.watch"], "final count 5")]
 #[case::ignores_partition_updates_usage(Fault::IgnoresPartitionUpdates, &["partitions.update-seen"], "new partitions")]
 #[case::misroutes_keys(Fault::MisroutesKeys, &["partitions.key-routing"], "landed on partitions")]
-#[case::drops_trace_context(Fault::DropsTraceContext, &["tracing.per-entry"], "traceparent")]
+#[case::drops_trace_context(Fault::DropsTraceContext, &["tracing.per-entry", "tracing.bulk-parent"], "traceparent")]
 #[case::no_redelivery(Fault::NoRedelivery, &["retry.redelivery", "bulk-subscribe.statuses", "bulk-subscribe.handler-error"], "not redelivered")]
 #[case::loses_unacked_on_leave(Fault::LosesUnackedOnLeave, &["certification.consumer-leaves"], "lost")]
 #[case::strips_envelope(Fault::StripsEnvelope, &["envelope.cloudevents"], "without a CloudEvent envelope")]
@@ -71,6 +71,9 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::loses_dead_letter_content_type(Fault::LosesDeadLetterContentType, &["dead-letter.max-deliveries"], "dead letter content type")]
 #[case::skips_acks(Fault::SkipsAcks, &["subscribe.acked-not-redelivered"], "after acknowledgement")]
 #[case::wraps_app_events(Fault::WrapsAppEvents, &["envelope.app-cloudevent"], "wrapped a second time")]
+#[case::delays_from_receipt(Fault::DelaysFromReceipt, &["delay.receiver-delay-from-publish"], "counted from receipt")]
+#[case::blocks_behind_delayed(Fault::BlocksBehindDelayed, &["delay.no-starvation"], "starved")]
+#[case::delays_capped_at_lease(Fault::DelaysCappedAtLease, &["delay.beyond-lease"], "early")]
 #[case::hides_partitions(Fault::HidesPartitions, &["partitions.watch", "partitions.key-routing"], "declared unsupported")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faulty_component_fails_the_cases_it_breaks(
@@ -188,6 +191,11 @@ fn wrap(breaks: Option<Breaks>, inner: Arc<dyn Component>) -> Arc<dyn Component>
     Breaks::HidesLeaseExpiry,
     "certification.slow-handler",
     "handed to another member while the first still worked on it"
+)]
+#[case::skips_acks(
+    Breaks::SkipsAcks,
+    "subscribe.acked-not-redelivered",
+    "redelivered after acknowledgement"
 )]
 #[case::dead_letters_redeliveries(
     Breaks::DeadLettersRedeliveries,

@@ -84,6 +84,15 @@ pub enum Fault {
     SkipsAcks,
     /// Wraps an app-supplied CloudEvent in a second envelope.
     WrapsAppEvents,
+    /// Claims native delayed delivery and counts receiverDelay from when the member
+    /// first received the message, not from its publish time.
+    DelaysFromReceipt,
+    /// Claims native delayed delivery and serves messages strictly in order: a
+    /// delayed message at the head holds back everything behind it.
+    BlocksBehindDelayed,
+    /// Claims native delayed delivery with a 1 s lease, and hands a message delayed
+    /// longer out again when the lease expires.
+    DelaysCappedAtLease,
     /// No violation: declares exactly-once, which the in-memory component keeps
     /// (for the test that exactly-once is judged by what is declared).
     DeclaresExactlyOnce,
@@ -132,6 +141,14 @@ impl Faulty {
                 message.metadata.remove("x-rt-envelope");
             }
             Fault::TruncatesLargePayloads => message.payload.truncate(4096),
+            Fault::DelaysFromReceipt | Fault::BlocksBehindDelayed | Fault::DelaysCappedAtLease => {
+                if let Some(due) = message.deliver_at {
+                    message.metadata.insert(
+                        DUE_HEADER.into(),
+                        pubsub_components::component::millis_since_epoch(due).to_string(),
+                    );
+                }
+            }
             Fault::HalvesTtl => {
                 if let Some(expires) = message.expires_at {
                     message.metadata.insert(
@@ -206,6 +223,13 @@ impl Component for Faulty {
             Fault::NeverDeadLetters => caps.dead_letter = Support::Native,
             Fault::HidesPartitions => caps.partitions = None,
             Fault::HalvesTtl => caps.ttl = Support::Native,
+            Fault::DelaysFromReceipt | Fault::BlocksBehindDelayed => {
+                caps.delayed_delivery = Support::Native
+            }
+            Fault::DelaysCappedAtLease => {
+                caps.delayed_delivery = Support::Native;
+                caps.lease = Duration::from_secs(1);
+            }
             Fault::DeclaresExactlyOnce => caps.delivery = DeliveryGuarantee::ExactlyOnce,
             _ => {}
         }
@@ -270,6 +294,8 @@ impl Component for Faulty {
             forget_since,
             acks: self.acks.clone(),
             membership: self.membership.clone(),
+            receiver_delay: spec.receiver_delay,
+            first_seen: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -316,6 +342,9 @@ struct FaultyConsumer {
     forget_since: Option<SystemTime>,
     acks: Arc<AtomicU64>,
     membership: Arc<Mutex<Membership>>,
+    receiver_delay: Option<Duration>,
+    /// When each message was first received, for [`Fault::DelaysFromReceipt`].
+    first_seen: Mutex<HashMap<MessageId, SystemTime>>,
 }
 
 impl FaultyConsumer {
@@ -362,6 +391,56 @@ impl FaultyConsumer {
                         self.inner.ack(&message.id).await?;
                     } else {
                         kept.push(message);
+                    }
+                }
+                messages = kept;
+            }
+            Fault::DelaysFromReceipt | Fault::BlocksBehindDelayed | Fault::DelaysCappedAtLease => {
+                let now = SystemTime::now();
+                let mut kept = Vec::new();
+                let mut blocked = false;
+                for message in messages {
+                    let mut due = message
+                        .metadata
+                        .get(DUE_HEADER)
+                        .and_then(|ms| ms.parse::<u64>().ok())
+                        .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms));
+                    if let Some(delay) = self.receiver_delay {
+                        let from = match self.fault {
+                            Fault::DelaysFromReceipt => *self
+                                .first_seen
+                                .lock()
+                                .unwrap()
+                                .entry(message.id.clone())
+                                .or_insert(now),
+                            _ => message.publish_time,
+                        };
+                        due = Some(due.map_or(from + delay, |d| d.max(from + delay)));
+                    }
+                    let wait = due.and_then(|d| d.duration_since(now).ok());
+                    match (self.fault, wait) {
+                        (Fault::BlocksBehindDelayed, _) if blocked => {
+                            self.inner
+                                .nack(&message.id, Duration::from_millis(50))
+                                .await?;
+                        }
+                        (Fault::BlocksBehindDelayed, Some(wait)) => {
+                            blocked = true;
+                            self.inner
+                                .nack(&message.id, wait.min(Duration::from_millis(50)))
+                                .await?;
+                        }
+                        // Held for one lease; back after it, it goes out as it is.
+                        (Fault::DelaysCappedAtLease, Some(_)) if message.attempt > 1 => {
+                            kept.push(message)
+                        }
+                        (Fault::DelaysCappedAtLease, Some(wait)) => {
+                            self.inner
+                                .nack(&message.id, wait.min(Duration::from_secs(1)))
+                                .await?;
+                        }
+                        (_, Some(wait)) => self.inner.nack(&message.id, wait).await?,
+                        (_, None) => kept.push(message),
                     }
                 }
                 messages = kept;
@@ -514,6 +593,8 @@ impl Consumer for FaultyConsumer {
 
 /// Where [`Fault::HalvesTtl`] keeps a message's expiry (ms since the epoch).
 const EXPIRES_HEADER: &str = "x-faulty-expires-ms";
+/// Where the delaying faults keep a message's due time (ms since the epoch).
+const DUE_HEADER: &str = "x-faulty-due-ms";
 /// The runtime's envelope marker.
 const ENVELOPE_HEADER: &str = "x-rt-envelope";
 

@@ -7,7 +7,7 @@ use pubsub_components::{
     Capabilities, Component, Consumer, ConsumerSpec, MessageId, OutgoingMessage, ReceivedMessage,
     Result, Support,
 };
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +30,9 @@ pub enum Breaks {
     /// Hands a slow handler's message to another member when its lease expires, but
     /// declares that it never does.
     HidesLeaseExpiry,
+    /// Silently skips 1 XACK in 100: the acknowledged message comes back once the
+    /// claim idle time has passed.
+    SkipsAcks,
 }
 
 /// A correct component with one way of breaking.
@@ -117,6 +120,7 @@ impl Component for Broken {
             spec,
             breaks: self.breaks,
             failed_once: AtomicBool::new(false),
+            acks: AtomicU64::new(0),
         }))
     }
 
@@ -131,6 +135,7 @@ struct BrokenConsumer {
     spec: ConsumerSpec,
     breaks: Breaks,
     failed_once: AtomicBool,
+    acks: AtomicU64,
 }
 
 #[async_trait]
@@ -167,6 +172,10 @@ impl Consumer for BrokenConsumer {
     }
 
     async fn ack(&self, id: &MessageId) -> Result<()> {
+        if self.breaks == Breaks::SkipsAcks && self.acks.fetch_add(1, Ordering::Relaxed) % 100 == 41
+        {
+            return Ok(());
+        }
         self.inner.ack(id).await
     }
 
