@@ -253,6 +253,35 @@ pub trait Consumer: Send + Sync {
         })
     }
 
+    /// Repositions every covered topic: to its oldest retained message (`Earliest`) or
+    /// past its last one (`Latest`). The default seeks each topic that has messages
+    /// through [`Consumer::seek`], using [`Consumer::last_message_ids`].
+    async fn seek_all(&self, position: StartPosition) -> Result<()> {
+        for last in self.last_message_ids().await? {
+            let target = match position {
+                StartPosition::Earliest => 0,
+                StartPosition::Latest => last.position + 1,
+            };
+            self.seek(&MessageId {
+                position: target,
+                ..last
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Acknowledges several messages, each on its owner topic. Every id is checked
+    /// before any is acknowledged: one the consumer may not settle (another topic, no
+    /// owner topic on a multi-topic consumer) refuses the whole call.
+    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        let _ = ids;
+        Err(PubSubError::Unsupported {
+            component: "consumer".into(),
+            feature: "acknowledging several ids".into(),
+        })
+    }
+
     /// The id of the last message of each owner topic (and partition) covered.
     async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
         Err(PubSubError::Unsupported {
@@ -280,6 +309,22 @@ pub fn owner_topic(id: &MessageId, topics: &TopicSelector) -> Result<String> {
             selector.describe()
         ))),
     }
+}
+
+/// [`Consumer::ack_many`] for components that acknowledge one id at a time: checks
+/// every owner topic first, then acknowledges each.
+pub async fn ack_each(
+    consumer: &dyn Consumer,
+    ids: &[MessageId],
+    topics: &TopicSelector,
+) -> Result<()> {
+    for id in ids {
+        owner_topic(id, topics)?;
+    }
+    for id in ids {
+        consumer.ack(id).await?;
+    }
+    Ok(())
 }
 
 /// A stable 64-bit FNV-1a hash (the same on every run and platform), for key routing

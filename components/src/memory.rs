@@ -450,7 +450,9 @@ impl MemoryConsumer {
     }
 
     /// Resolves an id to the cursor it belongs to, refusing ids this consumer cannot own.
-    fn cursor_key(&self, id: &MessageId, state: &State) -> Result<CursorKey> {
+    /// The cursor `id` belongs to; `id` must name a stored message, or (`to_end`) the
+    /// position just past the last one, where a seek to latest goes.
+    fn cursor_key(&self, id: &MessageId, state: &State, to_end: bool) -> Result<CursorKey> {
         let topic = owner_topic(id, &self.spec.topics)?;
         let entry = state
             .topics
@@ -471,7 +473,8 @@ impl MemoryConsumer {
                 )))
             }
         };
-        if id.position >= entry.partitions[partition as usize].len() as u64 {
+        let end = entry.partitions[partition as usize].len() as u64;
+        if id.position > end || (id.position == end && !to_end) {
             return Err(PubSubError::InvalidRequest(format!(
                 "message id {id} is past the end of partition {partition} of '{topic}'"
             )));
@@ -483,11 +486,16 @@ impl MemoryConsumer {
         })
     }
 
-    fn with_cursor<T>(&self, id: &MessageId, f: impl FnOnce(&mut Cursor) -> T) -> Result<T> {
+    fn with_cursor<T>(
+        &self,
+        id: &MessageId,
+        to_end: bool,
+        f: impl FnOnce(&mut Cursor) -> T,
+    ) -> Result<T> {
         self.ensure_open()?;
         let result = {
             let mut state = self.broker.lock();
-            let key = self.cursor_key(id, &state)?;
+            let key = self.cursor_key(id, &state, to_end)?;
             f(state.cursors.entry(key).or_default())
         };
         self.broker.changed.notify_waiters();
@@ -527,15 +535,19 @@ impl Consumer for MemoryConsumer {
         }
     }
 
+    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        crate::component::ack_each(self, ids, &self.spec.topics).await
+    }
+
     async fn ack(&self, id: &MessageId) -> Result<()> {
-        self.with_cursor(id, |cursor| {
+        self.with_cursor(id, false, |cursor| {
             cursor.in_flight.remove(&id.position);
             cursor.redeliver.remove(&id.position);
         })
     }
 
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
-        self.with_cursor(id, |cursor| {
+        self.with_cursor(id, false, |cursor| {
             if cursor.in_flight.remove(&id.position).is_some() {
                 cursor.redeliver.insert(id.position, Instant::now() + delay);
             }
@@ -543,7 +555,7 @@ impl Consumer for MemoryConsumer {
     }
 
     async fn seek(&self, id: &MessageId) -> Result<()> {
-        self.with_cursor(id, |cursor| {
+        self.with_cursor(id, true, |cursor| {
             cursor.next = id.position;
             cursor.redeliver.retain(|pos, _| *pos < id.position);
             cursor.in_flight.retain(|pos, _| *pos < id.position);

@@ -695,6 +695,10 @@ impl Consumer for MqttConsumer {
         Ok(received)
     }
 
+    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        crate::component::ack_each(self, ids, &self.topics).await
+    }
+
     async fn ack(&self, id: &MessageId) -> Result<()> {
         self.unsettled(id)?;
         let entry = self.unacked.lock().expect("unacked lock").remove(id);

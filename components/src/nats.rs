@@ -422,6 +422,10 @@ impl Consumer for NatsConsumer {
         }
     }
 
+    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        crate::component::ack_each(self, ids, &self.spec.topics).await
+    }
+
     async fn ack(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
         let Some(message) = self.take_held(id)? else {
@@ -481,6 +485,25 @@ impl Consumer for NatsConsumer {
             )
             .await?;
         self.consumers.lock().await.insert(topic, consumer);
+        Ok(())
+    }
+
+    async fn seek_all(&self, position: StartPosition) -> Result<()> {
+        self.ensure_open()?;
+        let policy = match position {
+            StartPosition::Earliest => DeliverPolicy::All,
+            StartPosition::Latest => DeliverPolicy::New,
+        };
+        for topic in self.covered_topics().await? {
+            let name = durable(&self.spec.group, &topic);
+            let _ = self.stream.delete_consumer(&name).await;
+            self.held
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|(t, _), _| *t != topic);
+            let consumer = self.consumer_at(&topic, policy).await?;
+            self.consumers.lock().await.insert(topic, consumer);
+        }
         Ok(())
     }
 

@@ -517,6 +517,10 @@ impl Consumer for PostgresConsumer {
             .await
     }
 
+    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        crate::component::ack_each(self, ids, &self.spec.topics).await
+    }
+
     async fn ack(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
         self.owned(id)?;
@@ -550,6 +554,18 @@ impl Consumer for PostgresConsumer {
     async fn seek(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
         let topic = owner_topic(id, &self.spec.topics)?;
+        // Forward or back: what is below `id` is passed (the floor), what is at or
+        // above it is new again (its deliveries forgotten).
+        self.client
+            .execute(
+                &format!(
+                    "UPDATE {}_groups SET floor = $3::int8 - 1 WHERE grp = $1 AND topic = $2",
+                    self.prefix
+                ),
+                &[&self.spec.group, &topic, &(id.position as i64)],
+            )
+            .await
+            .map_err(db("moving the group's floor"))?;
         self.client
             .execute(
                 &format!(

@@ -758,6 +758,10 @@ impl Consumer for RabbitConsumer {
         Ok(received)
     }
 
+    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        crate::component::ack_each(self, ids, &self.spec.topics).await
+    }
+
     async fn ack(&self, id: &MessageId) -> Result<()> {
         let (tag, channel) = self.tag(id)?;
         channel

@@ -677,6 +677,10 @@ impl Consumer for RedisConsumer {
         Ok(batch)
     }
 
+    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        crate::component::ack_each(self, ids, &self.spec.topics).await
+    }
+
     async fn ack(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
         let key = self.owned(id)?;

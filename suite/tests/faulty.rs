@@ -74,6 +74,9 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::delays_from_receipt(Fault::DelaysFromReceipt, &["delay.receiver-delay-from-publish"], "counted from receipt")]
 #[case::blocks_behind_delayed(Fault::BlocksBehindDelayed, &["delay.no-starvation"], "starved")]
 #[case::delays_capped_at_lease(Fault::DelaysCappedAtLease, &["delay.beyond-lease"], "early")]
+#[case::accepts_foreign_seeks(Fault::AcceptsForeignSeeks, &["multi-topic.seek-refused"], "was accepted")]
+#[case::seeks_one_topic(Fault::SeeksOneTopic, &["multi-topic.seek-earliest-latest"], "after seeking to")]
+#[case::acks_many_partially(Fault::AcksManyPartially, &["multi-topic.ack-many"], "the refused call acknowledged some ids")]
 #[case::hides_partitions(Fault::HidesPartitions, &["partitions.watch", "partitions.key-routing"], "declared unsupported")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faulty_component_fails_the_cases_it_breaks(

@@ -7,7 +7,8 @@ use crate::context::CaseContext;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use pubsub_components::runtime::Subscription;
 use pubsub_components::{
-    Consumer, ConsumerSpec, ErrorKind, Feature, MessageId, ReceivedMessage, TopicSelector,
+    Consumer, ConsumerSpec, ErrorKind, Feature, MessageId, ReceivedMessage, StartPosition,
+    TopicSelector,
 };
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -60,7 +61,363 @@ pub fn cases() -> Vec<Case> {
             bound: Bound::new("delivery bound", |c| c.delivery_bound),
             run: |ctx| Box::pin(last_message_ids(ctx)),
         },
+        Case {
+            id: "multi-topic.seek-refused",
+            must: "On a multi-topic consumer, seek to an id without an owner topic, or to an id of a topic it does not subscribe, MUST be refused with a NotAllowed error and move nothing.",
+            requires: &[Feature::MultiTopic, Feature::Seek],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(seek_refused(ctx)),
+        },
+        Case {
+            id: "multi-topic.seek-publish-id",
+            must: "An id returned by publish, combined with its topic, MUST be accepted by seek and ack on a multi-topic consumer; the seek repositions its topic only, and messages of other topics, received or not yet, are neither lost nor delivered again.",
+            requires: &[Feature::MultiTopic, Feature::Seek],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
+            run: |ctx| Box::pin(seek_publish_id(ctx)),
+        },
+        Case {
+            id: "multi-topic.seek-earliest-latest",
+            must: "Seeking a multi-topic consumer to earliest MUST deliver every retained message of every topic again, and to latest MUST skip everything published before the seek on every topic.",
+            requires: &[Feature::MultiTopic, Feature::Seek],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
+            run: |ctx| Box::pin(seek_earliest_latest(ctx)),
+        },
+        Case {
+            id: "multi-topic.ack-many",
+            must: "Acknowledging several ids at once on a multi-topic consumer MUST acknowledge each on its owner topic; a call holding one id the consumer may not settle MUST be refused whole (NotAllowed), acknowledging none.",
+            requires: &[Feature::MultiTopic],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("3 x delivery bound + lease + redelivery bound", |c| c.delivery_bound * 3 + c.lease + c.redelivery_bound),
+            run: |ctx| Box::pin(ack_many(ctx)),
+        },
     ]
+}
+
+/// A multi-topic consumer over two fresh topics with `per_topic` messages each
+/// (`a-i`, `b-i`), its group created before publishing; returns the publish ids.
+async fn two_topics(
+    ctx: &CaseContext,
+    per_topic: usize,
+) -> Result<(String, String, Box<dyn Consumer>, Vec<(String, MessageId)>), CaseError> {
+    let (a, b) = (ctx.topic("a"), ctx.topic("b"));
+    let spec = ConsumerSpec::new(
+        TopicSelector::List(vec![a.clone(), b.clone()]),
+        ctx.group("g"),
+    );
+    ctx.create_consumer_group(&spec).await?;
+    let mut published = Vec::new();
+    for (label, topic) in [("a", &a), ("b", &b)] {
+        for i in 0..per_topic {
+            let key = format!("{label}-{i}");
+            let id = ctx
+                .publish(ctx.message(topic, &key))
+                .await
+                .doing(&format!("publishing {key}"))?;
+            published.push((key, id));
+        }
+    }
+    let consumer = ctx
+        .runtime
+        .component()
+        .consumer(spec)
+        .await
+        .doing("opening a multi-topic consumer")?;
+    Ok((a, b, consumer, published))
+}
+
+/// Receives until nothing more arrives within `quiet` (or `deadline` passes).
+async fn drain(
+    consumer: &dyn Consumer,
+    quiet: Duration,
+    deadline: Instant,
+) -> Result<Vec<ReceivedMessage>, CaseError> {
+    let mut out = Vec::new();
+    loop {
+        let wait = quiet.min(deadline.saturating_duration_since(Instant::now()));
+        if wait.is_zero() {
+            return Ok(out);
+        }
+        let got = consumer.receive(64, wait).await.doing("receiving")?;
+        if got.is_empty() {
+            return Ok(out);
+        }
+        out.extend(got);
+    }
+}
+
+fn keys_of(messages: &[ReceivedMessage]) -> Vec<String> {
+    messages.iter().map(key).collect()
+}
+
+async fn seek_refused(ctx: CaseContext) -> CaseRun {
+    let (a, _b, consumer, published) = two_topics(&ctx, 3).await?;
+    let got = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;
+    let mut outcome = Outcome::new();
+    let position = published[1].1.position;
+    let foreign = ctx.topic("not-subscribed");
+    for (what, id) in [
+        (
+            "an id without an owner topic",
+            MessageId {
+                topic: None,
+                partition: None,
+                position,
+            },
+        ),
+        (
+            "an id of a topic the consumer does not subscribe",
+            MessageId::new(&foreign, None, position),
+        ),
+    ] {
+        match consumer.seek(&id).await {
+            Ok(()) => {
+                outcome.fail(format!("seek to {what} ({id}) was accepted"));
+            }
+            Err(e) if e.kind() == ErrorKind::NotAllowed => {
+                outcome.note(format!("seek to {what}: {e}"));
+            }
+            Err(e) => {
+                outcome.fail(format!(
+                    "seek to {what} was refused with {:?}, expected NotAllowed: {e}",
+                    e.kind()
+                ));
+            }
+        }
+    }
+    // Nothing moved: acknowledging what was received leaves nothing to come back.
+    for message in &got {
+        consumer.ack(&message.id).await.doing("acking")?;
+    }
+    let again = drain(
+        consumer.as_ref(),
+        Duration::from_millis(300),
+        ctx.quiet_window(),
+    )
+    .await?;
+    let _ = consumer.close().await;
+    outcome.expect(again.is_empty(), || {
+        format!(
+            "after the refused seeks on {a}, messages came again: {:?}",
+            keys_of(&again)
+        )
+    });
+    Ok(outcome)
+}
+
+async fn seek_publish_id(ctx: CaseContext) -> CaseRun {
+    let (a, b, consumer, published) = two_topics(&ctx, 5).await?;
+    // Some messages of each topic received (unacknowledged), the rest not yet.
+    let first = receive(consumer.as_ref(), 4, ctx.delivery_deadline()).await?;
+    let mut outcome = Outcome::new();
+    let publish_id = |key: &str| {
+        published
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, id)| id.clone())
+    };
+    let Some(target) = publish_id("a-2") else {
+        outcome.fail("a-2 has no publish id");
+        return Ok(outcome);
+    };
+    // PIP-224's TopicMessageId.create: the publish id with its topic.
+    let target = MessageId {
+        topic: Some(a.clone()),
+        ..target
+    };
+    consumer
+        .seek(&target)
+        .await
+        .doing(&format!("seeking to the publish id of a-2 ({target})"))?;
+    let rest = drain(
+        consumer.as_ref(),
+        Duration::from_millis(500),
+        ctx.delivery_deadline(),
+    )
+    .await?;
+    let before: Vec<String> = keys_of(&first);
+    let after: Vec<String> = keys_of(&rest);
+    let from_a: Vec<&String> = after.iter().filter(|k| k.starts_with("a-")).collect();
+    outcome.note(format!("before the seek: {before:?}; after it: {after:?}"));
+    outcome.expect(from_a.first().map(|k| k.as_str()) == Some("a-2"), || {
+        format!(
+            "after seek to a-2's publish id the first message of {a} was {:?}",
+            from_a.first()
+        )
+    });
+    outcome.expect(!from_a.iter().any(|k| *k == "a-0" || *k == "a-1"), || {
+        format!("messages of {a} before the seek position came back: {from_a:?}")
+    });
+    let all_b: BTreeSet<String> = (0..5).map(|i| format!("b-{i}")).collect();
+    let seen_b: BTreeSet<String> = before
+        .iter()
+        .chain(&after)
+        .filter(|k| k.starts_with("b-"))
+        .cloned()
+        .collect();
+    let missing: Vec<&String> = all_b.difference(&seen_b).collect();
+    outcome.expect(missing.is_empty(), || {
+        format!("the seek on {a} lost messages of {b}: {missing:?}")
+    });
+    let repeated_b: Vec<&String> = after
+        .iter()
+        .filter(|k| k.starts_with("b-") && before.contains(k))
+        .collect();
+    outcome.expect(repeated_b.is_empty(), || {
+        format!("the seek on {a} delivered received messages of {b} again: {repeated_b:?}")
+    });
+    // Acknowledge the sought messages through their publish ids with topic.
+    for key in ["a-2", "a-3", "a-4"] {
+        if !after.iter().any(|k| k == key) {
+            continue;
+        }
+        let id = MessageId {
+            topic: Some(a.clone()),
+            ..publish_id(key).expect("published")
+        };
+        if let Err(e) = consumer.ack(&id).await {
+            outcome.fail(format!(
+                "ack of {key} by its publish id with topic ({id}) was refused: {e}"
+            ));
+        }
+    }
+    let _ = consumer.close().await;
+    Ok(outcome)
+}
+
+async fn seek_earliest_latest(ctx: CaseContext) -> CaseRun {
+    let (a, b, consumer, _) = two_topics(&ctx, 3).await?;
+    let first = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;
+    for message in &first {
+        consumer.ack(&message.id).await.doing("acking")?;
+    }
+    let mut outcome = Outcome::new();
+    consumer
+        .seek_all(StartPosition::Earliest)
+        .await
+        .doing("seeking every topic to earliest")?;
+    let again = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;
+    let mut got: Vec<String> = keys_of(&again);
+    got.sort();
+    let all = ["a-0", "a-1", "a-2", "b-0", "b-1", "b-2"];
+    outcome.expect(got == all, || {
+        format!("after seeking to earliest, {a} and {b} gave {got:?}; expected all of {all:?}")
+    });
+    for message in &again {
+        consumer.ack(&message.id).await.doing("acking")?;
+    }
+    // Published before the seek to latest: skipped. After it: delivered.
+    for (label, topic) in [("a", &a), ("b", &b)] {
+        let key = format!("{label}-skipped");
+        ctx.runtime
+            .publish(ctx.message(topic, &key))
+            .await
+            .doing(&format!("publishing {key}"))?;
+    }
+    consumer
+        .seek_all(StartPosition::Latest)
+        .await
+        .doing("seeking every topic to latest")?;
+    let mut fresh = Vec::new();
+    for (label, topic) in [("a", &a), ("b", &b)] {
+        let key = format!("{label}-fresh");
+        ctx.publish(ctx.message(topic, &key))
+            .await
+            .doing(&format!("publishing {key}"))?;
+        fresh.push(key);
+    }
+    let mut after = keys_of(&receive(consumer.as_ref(), 2, ctx.delivery_deadline()).await?);
+    after.extend(keys_of(
+        &drain(
+            consumer.as_ref(),
+            Duration::from_millis(300),
+            ctx.quiet_window(),
+        )
+        .await?,
+    ));
+    let _ = consumer.close().await;
+    after.sort();
+    outcome.expect(after == ["a-fresh", "b-fresh"], || {
+        format!("after seeking to latest, got {after:?}; expected only a-fresh and b-fresh (a-skipped and b-skipped were published before the seek)")
+    });
+    Ok(outcome)
+}
+
+async fn ack_many(ctx: CaseContext) -> CaseRun {
+    let (a, b, consumer, _) = two_topics(&ctx, 3).await?;
+    let got = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;
+    let mut outcome = Outcome::new();
+    outcome.expect(got.len() == 6, || {
+        format!("received {} of 6 messages", got.len())
+    });
+    let ids: Vec<MessageId> = got.iter().map(|m| m.id.clone()).collect();
+    let foreign = MessageId::new(ctx.topic("not-subscribed"), None, 1);
+    let with_foreign: Vec<MessageId> = ids.iter().cloned().chain([foreign]).collect();
+    match consumer.ack_many(&with_foreign).await {
+        Ok(()) => {
+            outcome.fail(
+                "ack_many with an id of a topic the consumer does not subscribe was accepted",
+            );
+        }
+        Err(e) if e.kind() == ErrorKind::NotAllowed => {
+            outcome.note(format!("refused whole: {e}"));
+        }
+        Err(e) => {
+            outcome.fail(format!(
+                "ack_many with a foreign id was refused with {:?}, expected NotAllowed: {e}",
+                e.kind()
+            ));
+        }
+    }
+    // The refused call acknowledged nothing: a new member gets all of them.
+    let _ = consumer.close().await;
+    let spec = || {
+        ConsumerSpec::new(
+            TopicSelector::List(vec![a.clone(), b.clone()]),
+            ctx.group("g"),
+        )
+    };
+    let open = |what: &'static str| {
+        let component = ctx.runtime.component().clone();
+        let spec = spec();
+        async move { component.consumer(spec).await.doing(what) }
+    };
+    let second = open("opening a second member").await?;
+    let returned = receive(second.as_ref(), 6, ctx.delivery_deadline()).await?;
+    let mut back: Vec<String> = keys_of(&returned);
+    back.sort();
+    outcome.expect(back.len() == 6, || {
+        format!("after the refused ack_many only {back:?} came back to the next member: the refused call acknowledged some ids")
+    });
+    let ids: Vec<MessageId> = returned.iter().map(|m| m.id.clone()).collect();
+    second
+        .ack_many(&ids)
+        .await
+        .doing("acknowledging ids of both topics at once")?;
+    // Acknowledged on their owner topics: nothing comes back, to this member or, once
+    // it leaves, to the next.
+    let window = ctx.caps.lease + ctx.caps.redelivery_bound;
+    let again = drain(second.as_ref(), window, ctx.within(window)).await?;
+    let _ = second.close().await;
+    let third = open("opening a third member").await?;
+    let later = drain(
+        third.as_ref(),
+        Duration::from_millis(500),
+        ctx.quiet_window(),
+    )
+    .await?;
+    let _ = third.close().await;
+    let back: Vec<String> = keys_of(&again).into_iter().chain(keys_of(&later)).collect();
+    outcome.expect(back.is_empty(), || {
+        format!("messages acknowledged with ack_many came back: {back:?}")
+    });
+    Ok(outcome)
 }
 
 /// Receives until `count` messages arrived or `deadline` passed.

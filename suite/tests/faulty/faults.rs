@@ -93,6 +93,12 @@ pub enum Fault {
     /// Claims native delayed delivery with a 1 s lease, and hands a message delayed
     /// longer out again when the lease expires.
     DelaysCappedAtLease,
+    /// Accepts a seek to an id without an owner topic (and moves nothing).
+    AcceptsForeignSeeks,
+    /// Seeking to earliest or latest moves only the first topic.
+    SeeksOneTopic,
+    /// `ack_many` acknowledges the ids it can before refusing a foreign one.
+    AcksManyPartially,
     /// No violation: declares exactly-once, which the in-memory component keeps
     /// (for the test that exactly-once is judged by what is declared).
     DeclaresExactlyOnce,
@@ -546,7 +552,40 @@ impl Consumer for FaultyConsumer {
         self.inner.ack(id).await
     }
 
+    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        if self.fault == Fault::AcksManyPartially {
+            for id in ids {
+                self.ack(id).await?;
+            }
+            return Ok(());
+        }
+        for id in ids {
+            pubsub_components::component::owner_topic(id, &self.topics)?;
+        }
+        for id in ids {
+            self.ack(id).await?;
+        }
+        Ok(())
+    }
+
+    async fn seek_all(&self, position: pubsub_components::StartPosition) -> Result<()> {
+        if self.fault != Fault::SeeksOneTopic {
+            return self.inner.seek_all(position).await;
+        }
+        let Some(first) = self.inner.last_message_ids().await?.into_iter().next() else {
+            return Ok(());
+        };
+        let position = match position {
+            pubsub_components::StartPosition::Earliest => 0,
+            pubsub_components::StartPosition::Latest => first.position + 1,
+        };
+        self.inner.seek(&MessageId { position, ..first }).await
+    }
+
     async fn seek(&self, id: &MessageId) -> Result<()> {
+        if self.fault == Fault::AcceptsForeignSeeks && id.topic.is_none() {
+            return Ok(());
+        }
         self.inner.seek(id).await?;
         if self.fault == Fault::SeeksEverything {
             for last in self.inner.last_message_ids().await? {
