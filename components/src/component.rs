@@ -139,6 +139,37 @@ impl PartitionWatch {
     }
 }
 
+/// One notification of a watcher over several topics: the current state of every
+/// watched topic (version and partition count), after a change of any of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionsState {
+    /// The topic whose change this notification reports (for the first notification,
+    /// the first topic).
+    pub changed: String,
+    /// Every watched topic's latest update.
+    pub topics: std::collections::BTreeMap<String, PartitionUpdate>,
+}
+
+/// A stream of [`PartitionsState`] notifications for several topics.
+pub struct PartitionsWatch {
+    receiver: mpsc::UnboundedReceiver<PartitionsState>,
+}
+
+impl PartitionsWatch {
+    /// Wraps the receiving end a component feeds.
+    pub fn new(receiver: mpsc::UnboundedReceiver<PartitionsState>) -> Self {
+        PartitionsWatch { receiver }
+    }
+
+    /// The next notification if one arrives within `wait`.
+    pub async fn next_within(&mut self, wait: Duration) -> Option<PartitionsState> {
+        tokio::time::timeout(wait, self.receiver.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
 /// A broker adapter. Usable as `Arc<dyn Component>`.
 #[async_trait]
 pub trait Component: Send + Sync + 'static {
@@ -192,6 +223,50 @@ pub trait Component: Send + Sync + 'static {
     async fn watch_partitions(&self, topic: &str) -> Result<PartitionWatch> {
         let _ = topic;
         Err(PubSubError::unsupported(self.kind(), "partition watches"))
+    }
+
+    /// Watches several topics with one watcher: a notification once every topic's
+    /// current state is known, then one per change, each carrying the state of every
+    /// watched topic. The default merges one [`Component::watch_partitions`] per topic.
+    async fn watch_partitions_of(&self, topics: &[String]) -> Result<PartitionsWatch> {
+        if topics.is_empty() {
+            return Err(PubSubError::InvalidRequest(
+                "a partition watcher needs at least one topic".into(),
+            ));
+        }
+        let (updates, mut merged) = mpsc::unbounded_channel::<(String, PartitionUpdate)>();
+        for topic in topics {
+            let mut watch = self.watch_partitions(topic).await?;
+            let updates = updates.clone();
+            let topic = topic.clone();
+            tokio::spawn(async move {
+                while let Some(update) = watch.next().await {
+                    if updates.send((topic.clone(), update)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(updates);
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let count = topics.len();
+        tokio::spawn(async move {
+            let mut state = std::collections::BTreeMap::new();
+            while let Some((topic, update)) = merged.recv().await {
+                state.insert(topic.clone(), update);
+                if state.len() < count {
+                    continue;
+                }
+                let notification = PartitionsState {
+                    changed: topic,
+                    topics: state.clone(),
+                };
+                if sender.send(notification).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(PartitionsWatch::new(receiver))
     }
 }
 

@@ -24,8 +24,8 @@ pub mod runtime;
 
 pub use capability::{Capabilities, DeliveryGuarantee, Feature, OrderingScope, Support};
 pub use component::{
-    Component, Consumer, ConsumerSpec, PartitionUpdate, PartitionWatch, StartPosition,
-    TopicSelector,
+    Component, Consumer, ConsumerSpec, PartitionUpdate, PartitionWatch, PartitionsState,
+    PartitionsWatch, StartPosition, TopicSelector,
 };
 pub use error::{ErrorKind, PubSubError, Result};
 pub use message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};

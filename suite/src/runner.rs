@@ -277,7 +277,7 @@ pub async fn run_case_in(
                         result.evidence.notes.insert(
                             0,
                             format!(
-                                "the broker failed, not the component: {reason}; the findings below are what the case saw"
+                                "the broker failed, not the component: {reason}; this says nothing about the component, and the findings below are only what the case saw"
                             ),
                         );
                         break;

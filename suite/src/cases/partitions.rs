@@ -51,6 +51,15 @@ pub fn cases() -> Vec<Case> {
             bound: Bound::new("delivery bound", |c| c.delivery_bound),
             run: |ctx| Box::pin(invalid_updates(ctx)),
         },
+        Case {
+            id: "partitions.watch-several",
+            must: "One watcher MAY cover several topics, and then every notification MUST carry the current state of every watched topic: first the counts as they are, then after each update, with versions per topic that never go back and never repeat a state.",
+            requires: &[Feature::Partitions],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("4 x discovery bound + delivery bound", |c| discovery(c) * 4 + c.delivery_bound),
+            run: |ctx| Box::pin(watch_several(ctx)),
+        },
     ]
 }
 
@@ -329,5 +338,116 @@ async fn invalid_updates(ctx: CaseContext) -> CaseRun {
             outcome.note(format!("lowering: {e}"));
         }
     }
+    Ok(outcome)
+}
+
+async fn watch_several(ctx: CaseContext) -> CaseRun {
+    let (one, two) = (ctx.topic("one"), ctx.topic("two"));
+    let component = ctx.runtime.component().clone();
+    let bound = discovery(&ctx.caps);
+    component
+        .create_topic(&one, 1)
+        .await
+        .doing("creating a topic")?;
+    component
+        .create_topic(&two, 2)
+        .await
+        .doing("creating a second topic")?;
+    let mut watch = component
+        .watch_partitions_of(&[one.clone(), two.clone()])
+        .await
+        .doing("watching two topics with one watcher")?;
+    let mut seen = Vec::new();
+    if let Some(first) = watch.next_within(bound).await {
+        seen.push(first);
+    }
+    for (topic, count) in [(&one, 3), (&two, 4), (&one, 5)] {
+        component
+            .update_partitions(topic, count)
+            .await
+            .doing(&format!("raising {topic} to {count}"))?;
+    }
+    let target = [(one.clone(), 5u32), (two.clone(), 4u32)];
+    let reached = |state: &pubsub_components::PartitionsState| {
+        target
+            .iter()
+            .all(|(t, n)| state.topics.get(t).map(|u| u.partitions) == Some(*n))
+    };
+    while !seen.last().is_some_and(reached) {
+        match watch.next_within(bound).await {
+            Some(state) => seen.push(state),
+            None => break,
+        }
+    }
+    let extra = watch
+        .next_within(bound.min(Duration::from_millis(200)))
+        .await;
+    let mut outcome = Outcome::new();
+    let summary: Vec<String> = seen
+        .iter()
+        .map(|s| {
+            s.topics
+                .iter()
+                .map(|(t, u)| {
+                    format!(
+                        "{}=v{}:{}",
+                        t.rsplit('-').next().unwrap_or(t),
+                        u.version,
+                        u.partitions
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    outcome.note(format!("notifications: {summary:?}"));
+    match seen.first() {
+        None => {
+            outcome.fail("the watcher over two topics got no notification");
+        }
+        Some(first) => {
+            let counts: Vec<Option<u32>> = [&one, &two]
+                .iter()
+                .map(|t| first.topics.get(*t).map(|u| u.partitions))
+                .collect();
+            outcome.expect(counts == [Some(1), Some(2)], || {
+                format!(
+                    "the first notification carries counts {counts:?}, expected the current [1, 2]"
+                )
+            });
+        }
+    }
+    for (i, state) in seen.iter().enumerate() {
+        outcome.expect(
+            state.topics.contains_key(&one) && state.topics.contains_key(&two),
+            || {
+                format!(
+                    "notification {i} carries only {:?}, not the state of every watched topic",
+                    state.topics.keys().collect::<Vec<_>>()
+                )
+            },
+        );
+    }
+    for pair in seen.windows(2) {
+        for topic in [&one, &two] {
+            let (before, after) = (pair[0].topics.get(topic), pair[1].topics.get(topic));
+            if let (Some(b), Some(a)) = (before, after) {
+                outcome.expect(
+                    a.version >= b.version
+                        && (a.version > b.version || a.partitions == b.partitions),
+                    || format!("{topic}: version went from {b:?} to {a:?}: a stale state"),
+                );
+            }
+        }
+        outcome.expect(pair[0].topics != pair[1].topics, || {
+            format!("a repeated notification: {:?}", pair[1].topics)
+        });
+    }
+    outcome.expect(seen.last().is_some_and(reached), || {
+        "the watcher never carried the final counts (5 and 4)".into()
+    });
+    outcome.expect(extra.is_none(), || {
+        format!("an extra notification after the last update: {extra:?}")
+    });
     Ok(outcome)
 }

@@ -99,6 +99,8 @@ pub enum Fault {
     SeeksOneTopic,
     /// `ack_many` acknowledges the ids it can before refusing a foreign one.
     AcksManyPartially,
+    /// A watcher over several topics carries only the topic that changed.
+    WatchesChangedTopicOnly,
     /// No violation: declares exactly-once, which the in-memory component keeps
     /// (for the test that exactly-once is judged by what is declared).
     DeclaresExactlyOnce,
@@ -314,6 +316,27 @@ impl Component for Faulty {
             return Ok(());
         }
         self.inner.update_partitions(topic, partitions).await
+    }
+
+    async fn watch_partitions_of(
+        &self,
+        topics: &[String],
+    ) -> Result<pubsub_components::PartitionsWatch> {
+        let mut merged = self.inner.watch_partitions_of(topics).await?;
+        if self.fault != Fault::WatchesChangedTopicOnly {
+            return Ok(merged);
+        }
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(mut state) = merged.next_within(Duration::from_secs(3600)).await {
+                let changed = state.changed.clone();
+                state.topics.retain(|topic, _| *topic == changed);
+                if sender.send(state).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(pubsub_components::PartitionsWatch::new(receiver))
     }
 
     async fn watch_partitions(&self, topic: &str) -> Result<PartitionWatch> {
