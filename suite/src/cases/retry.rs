@@ -292,6 +292,23 @@ async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
             "maxDeliveries",
             "retry ✓",
         ));
+        // The dead-lettered copy is the same event: it keeps its CloudEvent id.
+        let original = ctx
+            .recorder
+            .events()
+            .into_iter()
+            .find(|e| key_of(e) == "poison")
+            .and_then(|e| e.cloud_event.map(|_| e.id));
+        let copy = dlq
+            .events()
+            .into_iter()
+            .find(|e| key_of(e) == "poison")
+            .map(|e| e.id);
+        if let (Some(original), Some(copy)) = (original, copy) {
+            outcome.expect(original == copy, || {
+                format!("poison: the dead letter has CloudEvent id {copy}, the original {original}; a dead-lettered copy keeps its id")
+            });
+        }
         outcome = outcome.merge(check_dead_letter(
             &dlq,
             "poison-raw",

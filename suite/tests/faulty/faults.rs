@@ -101,6 +101,8 @@ pub enum Fault {
     AcksManyPartially,
     /// A watcher over several topics carries only the topic that changed.
     WatchesChangedTopicOnly,
+    /// Gives a dead-lettered copy a CloudEvent id of its own.
+    RenamesDeadLetters,
     /// No violation: declares exactly-once, which the in-memory component keeps
     /// (for the test that exactly-once is judged by what is declared).
     DeclaresExactlyOnce,
@@ -186,6 +188,14 @@ impl Faulty {
                     && !message.metadata.contains_key(ENVELOPE_HEADER) =>
             {
                 message.content_type = None;
+            }
+            Fault::RenamesDeadLetters if message.metadata.contains_key("deadLetterReason") => {
+                if let Ok(mut envelope) =
+                    serde_json::from_slice::<serde_json::Value>(&message.payload)
+                {
+                    envelope["id"] = serde_json::Value::String("renamed-dead-letter".into());
+                    message.payload = serde_json::to_vec(&envelope).unwrap();
+                }
             }
             Fault::WrapsAppEvents => {
                 let app_event = serde_json::from_slice::<serde_json::Value>(&message.payload)
