@@ -128,6 +128,10 @@ pub struct Capabilities {
 pub struct PartitionSupport {
     /// How long publishers and subscribers may take to use added partitions.
     pub discovery_bound: Duration,
+    /// Partitions emulated (a topic per partition and a watched record in the broker)
+    /// rather than the broker's own.
+    #[serde(default)]
+    pub emulated: bool,
 }
 
 impl Capabilities {
@@ -149,7 +153,11 @@ impl Capabilities {
             Feature::Ordering => available(self.ordering != OrderingScope::None),
             Feature::MultiTopic => available(self.multi_topic),
             Feature::Seek => available(self.seek),
-            Feature::Partitions => available(self.partitions.is_some()),
+            Feature::Partitions => match self.partitions {
+                Some(p) if p.emulated => Support::Emulated,
+                Some(_) => Support::Native,
+                None => Support::Unsupported,
+            },
         }
     }
 }

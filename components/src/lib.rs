@@ -16,6 +16,7 @@ pub mod memory;
 pub mod message;
 pub mod mqtt;
 pub mod nats;
+pub mod partitioned;
 pub mod postgres;
 pub mod rabbitmq;
 pub mod redis_streams;

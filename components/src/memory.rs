@@ -190,6 +190,7 @@ impl Component for MemoryComponent {
             seek: true,
             partitions: Some(PartitionSupport {
                 discovery_bound: Duration::from_millis(500),
+                emulated: false,
             }),
             delivery: DeliveryGuarantee::AtLeastOnce,
             max_message_bytes: Some(self.config.max_message_bytes),

@@ -119,6 +119,42 @@ impl NatsJetStream {
     }
 }
 
+/// Partition records as messages on `<stream>.__partitions.<topic>`: the last one is
+/// the record (the stream keeps every version).
+#[async_trait]
+impl crate::partitioned::PartitionStore for NatsJetStream {
+    async fn read_partitions(&self, topic: &str) -> Result<Option<crate::PartitionUpdate>> {
+        let subject = format!("{}.__partitions.{topic}", self.config.stream);
+        match self.stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(message) => {
+                let record: (u64, u32) = serde_json::from_slice(&message.payload)
+                    .map_err(|e| PubSubError::broker("reading a partition record", e))?;
+                Ok(Some(crate::PartitionUpdate {
+                    version: record.0,
+                    partitions: record.1,
+                }))
+            }
+            Err(e) if e.kind() == jetstream::stream::LastRawMessageErrorKind::NoMessageFound => {
+                Ok(None)
+            }
+            Err(e) => Err(PubSubError::broker("reading a partition record", e)),
+        }
+    }
+
+    async fn write_partitions(&self, topic: &str, record: crate::PartitionUpdate) -> Result<()> {
+        let subject = format!("{}.__partitions.{topic}", self.config.stream);
+        let payload = serde_json::to_vec(&(record.version, record.partitions))
+            .expect("a pair of numbers encodes");
+        self.context
+            .publish(subject, payload.into())
+            .await
+            .map_err(nats("writing a partition record"))?
+            .await
+            .map_err(nats("waiting for the partition record's ack"))?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Component for NatsJetStream {
     fn kind(&self) -> &str {

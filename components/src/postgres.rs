@@ -116,7 +116,9 @@ impl Postgres {
                     owner TEXT, PRIMARY KEY (grp, message_id));
                  CREATE INDEX IF NOT EXISTS {p}_deliveries_due ON {p}_deliveries (grp, acked, visible_at);
                  CREATE TABLE IF NOT EXISTS {p}_groups (
-                    grp TEXT NOT NULL, topic TEXT NOT NULL, floor BIGINT NOT NULL, PRIMARY KEY (grp, topic));"
+                    grp TEXT NOT NULL, topic TEXT NOT NULL, floor BIGINT NOT NULL, PRIMARY KEY (grp, topic));
+                 CREATE TABLE IF NOT EXISTS {p}_partitions (
+                    topic TEXT PRIMARY KEY, version BIGINT NOT NULL, partitions INT NOT NULL);"
             ))
             .await
             .map_err(db("creating the queue tables"))?;
@@ -151,6 +153,43 @@ impl Row {
             partition_key: message.partition_key.clone(),
             visible_at: message.deliver_at.map_or(0, micros),
         }
+    }
+}
+
+/// Partition records in rows of `<prefix>_partitions`.
+#[async_trait]
+impl crate::partitioned::PartitionStore for Postgres {
+    async fn read_partitions(&self, topic: &str) -> Result<Option<crate::PartitionUpdate>> {
+        let row = self
+            .client
+            .query_opt(
+                &format!(
+                    "SELECT version, partitions FROM {}_partitions WHERE topic = $1",
+                    self.config.table_prefix
+                ),
+                &[&topic],
+            )
+            .await
+            .map_err(db("reading a partition record"))?;
+        Ok(row.map(|row| crate::PartitionUpdate {
+            version: row.get::<_, i64>(0) as u64,
+            partitions: row.get::<_, i32>(1) as u32,
+        }))
+    }
+
+    async fn write_partitions(&self, topic: &str, record: crate::PartitionUpdate) -> Result<()> {
+        self.client
+            .execute(
+                &format!(
+                    "INSERT INTO {}_partitions (topic, version, partitions) VALUES ($1, $2, $3)
+                     ON CONFLICT (topic) DO UPDATE SET version = excluded.version, partitions = excluded.partitions",
+                    self.config.table_prefix
+                ),
+                &[&topic, &(record.version as i64), &(record.partitions as i32)],
+            )
+            .await
+            .map_err(db("writing a partition record"))?;
+        Ok(())
     }
 }
 

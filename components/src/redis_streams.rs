@@ -159,6 +159,42 @@ impl RedisStreams {
     }
 }
 
+/// Partition records in hashes `<prefix>-partitions:<topic>` (fields `version` and
+/// `partitions`), outside the `<prefix>:` keys that pattern consumers take for streams.
+#[async_trait]
+impl crate::partitioned::PartitionStore for RedisStreams {
+    async fn read_partitions(&self, topic: &str) -> Result<Option<crate::PartitionUpdate>> {
+        let mut conn = self.connection.clone();
+        let (version, partitions): (Option<u64>, Option<u32>) = redis::cmd("HMGET")
+            .arg(format!("{}-partitions:{topic}", self.config.key_prefix))
+            .arg("version")
+            .arg("partitions")
+            .query_async(&mut conn)
+            .await
+            .map_err(broker("reading a partition record"))?;
+        Ok(version
+            .zip(partitions)
+            .map(|(version, partitions)| crate::PartitionUpdate {
+                version,
+                partitions,
+            }))
+    }
+
+    async fn write_partitions(&self, topic: &str, record: crate::PartitionUpdate) -> Result<()> {
+        let mut conn = self.connection.clone();
+        redis::cmd("HSET")
+            .arg(format!("{}-partitions:{topic}", self.config.key_prefix))
+            .arg("version")
+            .arg(record.version)
+            .arg("partitions")
+            .arg(record.partitions)
+            .query_async::<Value>(&mut conn)
+            .await
+            .map_err(broker("writing a partition record"))?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Component for RedisStreams {
     fn kind(&self) -> &str {

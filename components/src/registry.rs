@@ -101,13 +101,13 @@ pub async fn build(
             if let Some(endpoint) = endpoint {
                 config.host = endpoint.to_string();
             }
-            Ok(Arc::new(RedisStreams::connect(config).await?))
+            Ok(partitioned(Arc::new(RedisStreams::connect(config).await?)))
         }
         Settings::Nats(mut config) => {
             if let Some(endpoint) = endpoint {
                 config.url = endpoint.to_string();
             }
-            Ok(Arc::new(NatsJetStream::connect(config).await?))
+            Ok(partitioned(Arc::new(NatsJetStream::connect(config).await?)))
         }
         Settings::Rabbit(mut config) => {
             if let Some(endpoint) = endpoint {
@@ -126,9 +126,21 @@ pub async fn build(
                 config.connection_string =
                     format!("{} host={host} port={port}", config.connection_string);
             }
-            Ok(Arc::new(Postgres::connect(config).await?))
+            Ok(partitioned(Arc::new(Postgres::connect(config).await?)))
         }
     }
+}
+
+/// A component with partitioned topics emulated on its own broker (see
+/// [`crate::partitioned`]).
+fn partitioned<C>(component: Arc<C>) -> Arc<dyn Component>
+where
+    C: Component + crate::partitioned::PartitionStore,
+{
+    Arc::new(crate::partitioned::Partitioned::new(
+        component.clone(),
+        component,
+    ))
 }
 
 fn memory_config(definition: &ComponentDefinition) -> Result<MemoryConfig, ConfigError> {

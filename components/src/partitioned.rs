@@ -1,0 +1,376 @@
+//! Partitioned topics emulated on brokers that have none: partition `p` of topic `t`
+//! is the broker topic `t--p<p>`, and a record in the broker itself (a
+//! [`PartitionStore`]: a Redis hash, a NATS key-value entry, a PostgreSQL row) holds
+//! the topic's partition count and version. Publishers route by `partitionKey` over
+//! the count they read (re-read at most every poll interval); a consumer of a
+//! partitioned topic covers `t--p*`, so it picks up partitions added later; watchers
+//! poll the record and report each version change (merged when several fell within one
+//! poll, as the contract allows).
+
+use crate::capability::{Capabilities, PartitionSupport};
+use crate::component::{
+    stable_hash, Component, Consumer, ConsumerSpec, PartitionUpdate, PartitionWatch, TopicSelector,
+};
+use crate::error::{PubSubError, Result};
+use crate::message::{MessageId, OutgoingMessage, ReceivedMessage};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// How often watchers and publishers read the partition record.
+pub const POLL: Duration = Duration::from_millis(100);
+/// The declared discovery bound: a poll, the broker's round trip and slack.
+pub const DISCOVERY_BOUND: Duration = Duration::from_secs(1);
+/// Between a topic and its partition number in the broker's topic names.
+const SEPARATOR: &str = "--p";
+
+/// Where a component keeps each partitioned topic's record.
+#[async_trait]
+pub trait PartitionStore: Send + Sync {
+    /// The topic's record, `None` when the topic is not partitioned.
+    async fn read_partitions(&self, topic: &str) -> Result<Option<PartitionUpdate>>;
+
+    /// Writes the topic's record.
+    async fn write_partitions(&self, topic: &str, record: PartitionUpdate) -> Result<()>;
+}
+
+/// A component with emulated partitioned topics.
+pub struct Partitioned {
+    inner: Arc<dyn Component>,
+    store: Arc<dyn PartitionStore>,
+    /// Counts read recently, by topic (`None`: not partitioned).
+    counts: Mutex<HashMap<String, (Instant, Option<u32>)>>,
+    round_robin: AtomicU64,
+}
+
+impl Partitioned {
+    /// Wraps `inner`, keeping records in `store` (usually the same broker client).
+    pub fn new(inner: Arc<dyn Component>, store: Arc<dyn PartitionStore>) -> Self {
+        Partitioned {
+            inner,
+            store,
+            counts: Mutex::new(HashMap::new()),
+            round_robin: AtomicU64::new(0),
+        }
+    }
+
+    /// The topic's partition count, read again once the cached one is a poll old.
+    async fn count(&self, topic: &str) -> Result<Option<u32>> {
+        if let Some((at, count)) = self.lock_counts().get(topic) {
+            if at.elapsed() < POLL {
+                return Ok(*count);
+            }
+        }
+        let count = self
+            .store
+            .read_partitions(topic)
+            .await?
+            .map(|r| r.partitions);
+        self.lock_counts()
+            .insert(topic.to_string(), (Instant::now(), count));
+        Ok(count)
+    }
+
+    fn lock_counts(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Option<u32>)>> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The message routed to its partition's broker topic, and that partition.
+    async fn route(&self, mut message: OutgoingMessage) -> Result<(OutgoingMessage, Option<u32>)> {
+        let Some(count) = self.count(&message.topic).await? else {
+            return Ok((message, None));
+        };
+        let partition = match &message.partition_key {
+            Some(key) => (stable_hash(key.as_bytes()) % u64::from(count)) as u32,
+            None => (self.round_robin.fetch_add(1, Ordering::Relaxed) % u64::from(count)) as u32,
+        };
+        message.topic = partition_topic(&message.topic, partition);
+        Ok((message, Some(partition)))
+    }
+}
+
+/// The broker topic of one partition.
+fn partition_topic(topic: &str, partition: u32) -> String {
+    format!("{topic}{SEPARATOR}{partition}")
+}
+
+/// The topic and partition a broker topic stands for.
+fn split(broker_topic: &str) -> Option<(&str, u32)> {
+    let (topic, partition) = broker_topic.rsplit_once(SEPARATOR)?;
+    Some((topic, partition.parse().ok()?))
+}
+
+/// The id the application sees: the logical topic with the partition.
+fn outward(mut id: MessageId) -> MessageId {
+    if let Some((topic, partition)) = id.topic.as_deref().and_then(split) {
+        let topic = topic.to_string();
+        id.topic = Some(topic);
+        id.partition = Some(partition);
+    }
+    id
+}
+
+/// The id the broker knows: the partition's topic, no partition.
+fn inward(id: &MessageId) -> MessageId {
+    match (&id.topic, id.partition) {
+        (Some(topic), Some(partition)) => MessageId {
+            topic: Some(partition_topic(topic, partition)),
+            partition: None,
+            position: id.position,
+        },
+        _ => id.clone(),
+    }
+}
+
+#[async_trait]
+impl Component for Partitioned {
+    fn kind(&self) -> &str {
+        self.inner.kind()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = self.inner.capabilities();
+        caps.partitions = Some(PartitionSupport {
+            discovery_bound: DISCOVERY_BOUND,
+            emulated: true,
+        });
+        caps
+    }
+
+    async fn broker_version(&self) -> Result<String> {
+        self.inner.broker_version().await
+    }
+
+    async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
+        let (message, partition) = self.route(message).await?;
+        let id = self.inner.publish(message).await?;
+        Ok(match partition {
+            Some(_) => outward(id),
+            None => id,
+        })
+    }
+
+    async fn publish_batch(
+        &self,
+        messages: Vec<OutgoingMessage>,
+    ) -> Result<Vec<Result<MessageId>>> {
+        let partitioned = match messages.first() {
+            Some(first) => self.count(&first.topic).await?.is_some(),
+            None => false,
+        };
+        if !partitioned {
+            return self.inner.publish_batch(messages).await;
+        }
+        let mut results = Vec::with_capacity(messages.len());
+        for message in messages {
+            results.push(self.publish(message).await);
+        }
+        Ok(results)
+    }
+
+    async fn consumer(&self, mut spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        if let TopicSelector::Single(topic) = &spec.topics {
+            if self.count(topic).await?.is_some() {
+                spec.topics = TopicSelector::Pattern(format!("{topic}{SEPARATOR}*"));
+            }
+        }
+        let partitioned = matches!(&spec.topics, TopicSelector::Pattern(p) if p.ends_with(&format!("{SEPARATOR}*")));
+        let inner = self.inner.consumer(spec).await?;
+        Ok(Box::new(PartitionedConsumer { inner, partitioned }))
+    }
+
+    async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
+        self.inner.create_group(spec).await
+    }
+
+    async fn create_topic(&self, topic: &str, partitions: u32) -> Result<()> {
+        if partitions == 0 {
+            return Err(PubSubError::InvalidRequest(format!(
+                "topic '{topic}' needs at least one partition"
+            )));
+        }
+        match self.store.read_partitions(topic).await? {
+            Some(record) if record.partitions == partitions => Ok(()),
+            Some(record) => Err(PubSubError::InvalidRequest(format!(
+                "topic '{topic}' exists with {} partitions, not {partitions}",
+                record.partitions
+            ))),
+            None => {
+                self.store
+                    .write_partitions(
+                        topic,
+                        PartitionUpdate {
+                            version: 1,
+                            partitions,
+                        },
+                    )
+                    .await?;
+                self.lock_counts().remove(topic);
+                Ok(())
+            }
+        }
+    }
+
+    async fn update_partitions(&self, topic: &str, partitions: u32) -> Result<()> {
+        let Some(record) = self.store.read_partitions(topic).await? else {
+            return Err(PubSubError::NotFound(format!(
+                "topic '{topic}' is not a partitioned topic"
+            )));
+        };
+        if partitions < record.partitions {
+            return Err(PubSubError::InvalidRequest(format!(
+                "topic '{topic}' has {} partitions; a count can only grow, not go to {partitions}",
+                record.partitions
+            )));
+        }
+        if partitions == record.partitions {
+            return Ok(());
+        }
+        self.store
+            .write_partitions(
+                topic,
+                PartitionUpdate {
+                    version: record.version + 1,
+                    partitions,
+                },
+            )
+            .await?;
+        self.lock_counts().remove(topic);
+        Ok(())
+    }
+
+    async fn watch_partitions(&self, topic: &str) -> Result<PartitionWatch> {
+        let Some(first) = self.store.read_partitions(topic).await? else {
+            return Err(PubSubError::NotFound(format!(
+                "topic '{topic}' is not a partitioned topic; nothing to watch"
+            )));
+        };
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let store = self.store.clone();
+        let topic = topic.to_string();
+        tokio::spawn(async move {
+            let mut last = first;
+            if sender.send(first).is_err() {
+                return;
+            }
+            loop {
+                tokio::time::sleep(POLL).await;
+                if sender.is_closed() {
+                    return;
+                }
+                // A failed read (the broker is away) is retried at the next poll: the
+                // watcher reports the current state once it can read it again.
+                let Ok(Some(record)) = store.read_partitions(&topic).await else {
+                    continue;
+                };
+                if record.version > last.version {
+                    last = record;
+                    if sender.send(record).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(PartitionWatch::new(receiver))
+    }
+}
+
+/// A consumer whose ids name the logical topic and partition.
+struct PartitionedConsumer {
+    inner: Box<dyn Consumer>,
+    /// Whether it covers a partitioned topic (else ids pass unchanged).
+    partitioned: bool,
+}
+
+impl PartitionedConsumer {
+    fn outward_all(&self, messages: Vec<ReceivedMessage>) -> Vec<ReceivedMessage> {
+        if !self.partitioned {
+            return messages;
+        }
+        messages
+            .into_iter()
+            .map(|mut m| {
+                m.id = outward(m.id);
+                m
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Consumer for PartitionedConsumer {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        Ok(self.outward_all(self.inner.receive(max, wait).await?))
+    }
+
+    async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
+        Ok(self.outward_all(self.inner.receive_batch(max, max_await).await?))
+    }
+
+    async fn ack(&self, id: &MessageId) -> Result<()> {
+        self.inner.ack(&inward(id)).await
+    }
+
+    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        let ids: Vec<MessageId> = ids.iter().map(inward).collect();
+        self.inner.ack_many(&ids).await
+    }
+
+    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        self.inner.nack(&inward(id), delay).await
+    }
+
+    async fn defer(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        self.inner.defer(&inward(id), delay).await
+    }
+
+    async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
+        let ids: Vec<MessageId> = ids.iter().map(inward).collect();
+        self.inner.extend_lease(&ids).await
+    }
+
+    async fn reject(&self, id: &MessageId, reason: &str) -> Result<()> {
+        self.inner.reject(&inward(id), reason).await
+    }
+
+    async fn seek(&self, id: &MessageId) -> Result<()> {
+        self.inner.seek(&inward(id)).await
+    }
+
+    async fn seek_all(&self, position: crate::component::StartPosition) -> Result<()> {
+        self.inner.seek_all(position).await
+    }
+
+    async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        let ids = self.inner.last_message_ids().await?;
+        Ok(if self.partitioned {
+            ids.into_iter().map(outward).collect()
+        } else {
+            ids
+        })
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_map_between_partition_topics_and_partitions() {
+        let broker = MessageId::new("orders--p3", None, 17);
+        let seen = outward(broker.clone());
+        assert_eq!(seen.topic.as_deref(), Some("orders"));
+        assert_eq!(seen.partition, Some(3));
+        assert_eq!(inward(&seen), broker);
+        let plain = MessageId::new("orders", None, 1);
+        assert_eq!(outward(plain.clone()), plain);
+    }
+}
