@@ -357,6 +357,17 @@ pub trait Consumer: Send + Sync {
         })
     }
 
+    /// Acknowledges, on the owner topic (and partition) of `id`, every message this
+    /// member received up to and including `id`; other topics are untouched. Refused
+    /// like `ack` for ids the consumer may not settle.
+    async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
+        let _ = id;
+        Err(PubSubError::Unsupported {
+            component: "consumer".into(),
+            feature: "cumulative acknowledgement".into(),
+        })
+    }
+
     /// The id of the last message of each owner topic (and partition) covered.
     async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
         Err(PubSubError::Unsupported {

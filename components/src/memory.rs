@@ -547,6 +547,13 @@ impl Consumer for MemoryConsumer {
         })
     }
 
+    async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
+        self.with_cursor(id, false, |cursor| {
+            cursor.in_flight.retain(|pos, _| *pos > id.position);
+            cursor.redeliver.retain(|pos, _| *pos > id.position);
+        })
+    }
+
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
         self.with_cursor(id, false, |cursor| {
             if cursor.in_flight.remove(&id.position).is_some() {

@@ -470,6 +470,23 @@ impl Consumer for NatsConsumer {
         message.ack().await.map_err(nats("acknowledging"))
     }
 
+    async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
+        self.ensure_open()?;
+        let topic = self.owner(id)?;
+        let positions: Vec<u64> = self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .filter(|(t, position)| *t == topic && *position <= id.position)
+            .map(|(_, position)| *position)
+            .collect();
+        for position in positions {
+            self.ack(&MessageId::new(&topic, None, position)).await?;
+        }
+        Ok(())
+    }
+
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
         self.ensure_open()?;
         let Some(message) = self.take_held(id)? else {

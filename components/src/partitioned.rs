@@ -320,6 +320,10 @@ impl Consumer for PartitionedConsumer {
         self.inner.ack_many(&ids).await
     }
 
+    async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
+        self.inner.ack_cumulative(&inward(id)).await
+    }
+
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
         self.inner.nack(&inward(id), delay).await
     }

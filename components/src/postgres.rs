@@ -560,6 +560,23 @@ impl Consumer for PostgresConsumer {
         crate::component::ack_each(self, ids, &self.spec.topics).await
     }
 
+    async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
+        self.ensure_open()?;
+        let topic = owner_topic(id, &self.spec.topics)?;
+        self.client
+            .execute(
+                &format!(
+                    "UPDATE {}_deliveries SET acked = true, owner = NULL
+                     WHERE grp = $1 AND topic = $2 AND message_id <= $3 AND owner = $4 AND NOT acked",
+                    self.prefix
+                ),
+                &[&self.spec.group, &topic, &(id.position as i64), &self.name],
+            )
+            .await
+            .map_err(db("acknowledging cumulatively"))?;
+        Ok(())
+    }
+
     async fn ack(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
         self.owned(id)?;

@@ -731,6 +731,45 @@ impl Consumer for RedisConsumer {
         Ok(())
     }
 
+    async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
+        self.ensure_open()?;
+        let key = self.owned(id)?;
+        let mut conn = self.connection.clone();
+        // This member's pending entries up to `id`, in pages.
+        let mut start = "-".to_string();
+        loop {
+            let pending: Value = redis::cmd("XPENDING")
+                .arg(&key)
+                .arg(&self.spec.group)
+                .arg(&start)
+                .arg(stream_id(id.position))
+                .arg(500)
+                .arg(&self.name)
+                .query_async(&mut conn)
+                .await
+                .map_err(broker("listing pending entries"))?;
+            let entries: Vec<String> = items(&pending)
+                .iter()
+                .filter_map(|entry| items(entry).first().and_then(text))
+                .collect();
+            let Some(last) = entries.last().cloned() else {
+                return Ok(());
+            };
+            let mut ack = redis::cmd("XACK");
+            ack.arg(&key).arg(&self.spec.group);
+            for entry in &entries {
+                ack.arg(entry);
+            }
+            ack.query_async::<Value>(&mut conn)
+                .await
+                .map_err(broker("acknowledging with XACK"))?;
+            if entries.len() < 500 {
+                return Ok(());
+            }
+            start = format!("({last}");
+        }
+    }
+
     async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
         self.ensure_open()?;
         let mut by_stream: std::collections::BTreeMap<String, Vec<String>> = Default::default();

@@ -97,7 +97,88 @@ pub fn cases() -> Vec<Case> {
             bound: Bound::new("3 x delivery bound + lease + redelivery bound", |c| c.delivery_bound * 3 + c.lease + c.redelivery_bound),
             run: |ctx| Box::pin(ack_many(ctx)),
         },
+        Case {
+            id: "multi-topic.ack-cumulative",
+            must: "A cumulative ack on a multi-topic consumer MUST acknowledge everything received up to the id on its owner topic only (later messages and other topics stay unacknowledged), and MUST be refused (NotAllowed) for an id without an owner topic or of a topic not subscribed.",
+            requires: &[Feature::MultiTopic, Feature::Seek],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
+            run: |ctx| Box::pin(ack_cumulative(ctx)),
+        },
     ]
+}
+
+async fn ack_cumulative(ctx: CaseContext) -> CaseRun {
+    let (a, b, consumer, _) = two_topics(&ctx, 5).await?;
+    let got = receive(consumer.as_ref(), 10, ctx.delivery_deadline()).await?;
+    let mut outcome = Outcome::new();
+    outcome.expect(got.len() == 10, || {
+        format!("received {} of 10 messages", got.len())
+    });
+    let Some(target) = got.iter().find(|m| key(m) == "a-2").map(|m| m.id.clone()) else {
+        outcome.fail("a-2 was not received");
+        return Ok(outcome);
+    };
+    let refused = [
+        (
+            "an id without an owner topic",
+            MessageId {
+                topic: None,
+                ..target.clone()
+            },
+        ),
+        (
+            "an id of a topic the consumer does not subscribe",
+            MessageId::new(ctx.topic("not-subscribed"), None, target.position),
+        ),
+    ];
+    for (what, id) in refused {
+        match consumer.ack_cumulative(&id).await {
+            Ok(()) => {
+                outcome.fail(format!("a cumulative ack of {what} ({id}) was accepted"));
+            }
+            Err(e) if e.kind() == ErrorKind::NotAllowed => {}
+            Err(e) => {
+                outcome.fail(format!(
+                    "a cumulative ack of {what} was refused with {:?}, expected NotAllowed: {e}",
+                    e.kind()
+                ));
+            }
+        }
+    }
+    consumer
+        .ack_cumulative(&target)
+        .await
+        .doing(&format!("acknowledging {a} up to a-2 cumulatively"))?;
+    // What was not acknowledged goes to the next member once this one leaves.
+    let _ = consumer.close().await;
+    let next = ctx
+        .runtime
+        .component()
+        .consumer(ConsumerSpec::new(
+            TopicSelector::List(vec![a.clone(), b.clone()]),
+            ctx.group("g"),
+        ))
+        .await
+        .doing("opening the next member")?;
+    let mut back = keys_of(&receive(next.as_ref(), 7, ctx.delivery_deadline()).await?);
+    back.extend(keys_of(
+        &drain(
+            next.as_ref(),
+            Duration::from_millis(300),
+            ctx.quiet_window(),
+        )
+        .await?,
+    ));
+    let _ = next.close().await;
+    back.sort();
+    back.dedup();
+    let expected = ["a-3", "a-4", "b-0", "b-1", "b-2", "b-3", "b-4"];
+    outcome.expect(back == expected, || {
+        format!("after a cumulative ack up to a-2, the next member got {back:?}; expected {expected:?} (a-0..a-2 acknowledged, nothing of {b})")
+    });
+    Ok(outcome)
 }
 
 /// A multi-topic consumer over two fresh topics with `per_topic` messages each

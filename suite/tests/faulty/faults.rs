@@ -103,6 +103,8 @@ pub enum Fault {
     WatchesChangedTopicOnly,
     /// Gives a dead-lettered copy a CloudEvent id of its own.
     RenamesDeadLetters,
+    /// A cumulative ack acknowledges up to the position on every subscribed topic.
+    AcksCumulativeEverywhere,
     /// No violation: declares exactly-once, which the in-memory component keeps
     /// (for the test that exactly-once is judged by what is declared).
     DeclaresExactlyOnce,
@@ -597,6 +599,24 @@ impl Consumer for FaultyConsumer {
         }
         for id in ids {
             self.ack(id).await?;
+        }
+        Ok(())
+    }
+
+    async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
+        self.inner.ack_cumulative(id).await?;
+        if let (Fault::AcksCumulativeEverywhere, TopicSelector::List(topics)) =
+            (self.fault, &self.topics)
+        {
+            for topic in topics {
+                let _ = self
+                    .inner
+                    .ack_cumulative(&MessageId {
+                        topic: Some(topic.clone()),
+                        ..id.clone()
+                    })
+                    .await;
+            }
         }
         Ok(())
     }
