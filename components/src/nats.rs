@@ -141,6 +141,10 @@ impl crate::partitioned::PartitionStore for NatsJetStream {
         }
     }
 
+    async fn incarnation(&self) -> Result<String> {
+        Ok(self.context.client().server_info().server_id)
+    }
+
     async fn write_partitions(&self, topic: &str, record: crate::PartitionUpdate) -> Result<()> {
         let subject = format!("{}.__partitions.{topic}", self.config.stream);
         let payload = serde_json::to_vec(&(record.version, record.partitions))

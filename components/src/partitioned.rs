@@ -25,6 +25,8 @@ use tokio::time::Instant;
 pub const POLL: Duration = Duration::from_millis(100);
 /// The declared discovery bound: a poll, the broker's round trip and slack.
 pub const DISCOVERY_BOUND: Duration = Duration::from_secs(1);
+/// How often watchers ask whether the broker restarted.
+const INCARNATION_CHECK: Duration = Duration::from_millis(500);
 /// Between a topic and its partition number in the broker's topic names.
 const SEPARATOR: &str = "--p";
 
@@ -36,6 +38,13 @@ pub trait PartitionStore: Send + Sync {
 
     /// Writes the topic's record.
     async fn write_partitions(&self, topic: &str, record: PartitionUpdate) -> Result<()>;
+
+    /// What names the broker's current run (a server id, a start time): when it
+    /// changes, the broker restarted and watchers report the current state again.
+    /// Empty where unknown.
+    async fn incarnation(&self) -> Result<String> {
+        Ok(String::new())
+    }
 }
 
 /// A component with emulated partitioned topics.
@@ -252,22 +261,51 @@ impl Component for Partitioned {
         let (sender, receiver) = mpsc::unbounded_channel();
         let store = self.store.clone();
         let topic = topic.to_string();
+        let mut incarnation = self.store.incarnation().await.unwrap_or_default();
         tokio::spawn(async move {
             let mut last = first;
             if sender.send(first).is_err() {
                 return;
             }
+            // Set when the broker was away or restarted: the next state read is
+            // reported even if its version did not change (the contract's "current
+            // state again after a reconnect").
+            let mut resend = false;
+            let mut checked = Instant::now();
             loop {
                 tokio::time::sleep(POLL).await;
                 if sender.is_closed() {
                     return;
                 }
-                // A failed read (the broker is away) is retried at the next poll: the
-                // watcher reports the current state once it can read it again.
-                let Ok(Some(record)) = store.read_partitions(&topic).await else {
-                    continue;
+                if checked.elapsed() >= INCARNATION_CHECK {
+                    checked = Instant::now();
+                    match store.incarnation().await {
+                        Ok(now) if now != incarnation => {
+                            incarnation = now;
+                            resend = true;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "partition watcher: cannot tell whether the broker restarted");
+                            resend = true
+                        }
+                    }
+                }
+                let record = match store.read_partitions(&topic).await {
+                    Ok(Some(record)) => record,
+                    // Retried at the next poll.
+                    Ok(None) => {
+                        resend = true;
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "partition watcher: cannot read the partition record");
+                        resend = true;
+                        continue;
+                    }
                 };
-                if record.version > last.version {
+                if record.version > last.version || resend {
+                    resend = false;
                     last = record;
                     if sender.send(record).is_err() {
                         return;

@@ -54,6 +54,39 @@ fn micros(at: SystemTime) -> i64 {
         .as_micros() as i64
 }
 
+impl PostgresConfig {
+    /// The connection string aimed at `host:port` instead of the server it names
+    /// (key-value or URL form): the old host and port are replaced, not added to (a
+    /// second `host=` would make a host list, tried in order).
+    pub fn with_endpoint(&self, host: &str, port: &str) -> String {
+        let current = self.connection_string.trim();
+        for scheme in ["postgresql://", "postgres://"] {
+            if let Some(rest) = current.strip_prefix(scheme) {
+                let end = rest.find(['/', '?']).unwrap_or(rest.len());
+                let (authority, tail) = rest.split_at(end);
+                let user = authority
+                    .rsplit_once('@')
+                    .map(|(user, _)| format!("{user}@"))
+                    .unwrap_or_default();
+                return format!("{scheme}{user}{host}:{port}{tail}");
+            }
+        }
+        let mut kept: Vec<&str> = current
+            .split_whitespace()
+            .filter(|pair| {
+                !["host=", "hostaddr=", "port="]
+                    .iter()
+                    .any(|key| pair.starts_with(key))
+            })
+            .collect();
+        let host = format!("host={host}");
+        let port = format!("port={port}");
+        kept.push(&host);
+        kept.push(&port);
+        kept.join(" ")
+    }
+}
+
 /// Connects and drives the connection; notifications wake `notify`.
 async fn connect(config: &PostgresConfig, notify: Option<Arc<Notify>>) -> Result<Client> {
     let (client, mut connection) = tokio_postgres::connect(&config.connection_string, NoTls)
@@ -79,12 +112,73 @@ async fn connect(config: &PostgresConfig, notify: Option<Arc<Notify>>) -> Result
     Ok(client)
 }
 
+/// A connection opened again once it died (the server restarted or the network
+/// failed): the call that finds it closed connects again, and LISTENs again.
+struct Link {
+    config: PostgresConfig,
+    /// Woken by notifications (consumers).
+    notify: Option<Arc<Notify>>,
+    /// Run on every new connection (`LISTEN ...`).
+    on_connect: Option<String>,
+    client: tokio::sync::Mutex<Arc<Client>>,
+}
+
+impl Link {
+    async fn open(
+        config: &PostgresConfig,
+        notify: Option<Arc<Notify>>,
+        on_connect: Option<String>,
+    ) -> Result<Self> {
+        let client = Link::connect(config, notify.clone(), on_connect.as_deref()).await?;
+        Ok(Link {
+            config: config.clone(),
+            notify,
+            on_connect,
+            client: tokio::sync::Mutex::new(Arc::new(client)),
+        })
+    }
+
+    async fn connect(
+        config: &PostgresConfig,
+        notify: Option<Arc<Notify>>,
+        on_connect: Option<&str>,
+    ) -> Result<Client> {
+        let client = connect(config, notify).await?;
+        if let Some(statement) = on_connect {
+            client
+                .batch_execute(statement)
+                .await
+                .map_err(db("setting up a new connection"))?;
+        }
+        Ok(client)
+    }
+
+    /// The live connection, opened again when the last one died.
+    async fn get(&self) -> Result<Arc<Client>> {
+        let mut current = self.client.lock().await;
+        if current.is_closed() {
+            let client = Link::connect(
+                &self.config,
+                self.notify.clone(),
+                self.on_connect.as_deref(),
+            )
+            .await?;
+            *current = Arc::new(client);
+            if let Some(notify) = &self.notify {
+                // Whatever arrived while it was away is read now.
+                notify.notify_waiters();
+            }
+        }
+        Ok(current.clone())
+    }
+}
+
 /// The PostgreSQL component.
 pub struct Postgres {
     config: PostgresConfig,
-    client: Client,
-    /// The multi-row insert, prepared once.
-    insert: tokio::sync::OnceCell<tokio_postgres::Statement>,
+    link: Link,
+    /// The multi-row insert, prepared once per connection (keyed by its address).
+    insert: tokio::sync::Mutex<Option<(usize, tokio_postgres::Statement)>>,
 }
 
 impl Postgres {
@@ -122,10 +216,11 @@ impl Postgres {
             ))
             .await
             .map_err(db("creating the queue tables"))?;
+        drop(client);
         Ok(Postgres {
+            link: Link::open(&config, None, None).await?,
             config,
-            client,
-            insert: tokio::sync::OnceCell::new(),
+            insert: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -161,7 +256,9 @@ impl Row {
 impl crate::partitioned::PartitionStore for Postgres {
     async fn read_partitions(&self, topic: &str) -> Result<Option<crate::PartitionUpdate>> {
         let row = self
-            .client
+            .link
+            .get()
+            .await?
             .query_opt(
                 &format!(
                     "SELECT version, partitions FROM {}_partitions WHERE topic = $1",
@@ -177,8 +274,19 @@ impl crate::partitioned::PartitionStore for Postgres {
         }))
     }
 
+    async fn incarnation(&self) -> Result<String> {
+        // On a connection of its own: a backend that outlived its postmaster still
+        // answers with the old start time.
+        let client = connect(&self.config, None).await?;
+        let row = client
+            .query_one("SELECT pg_postmaster_start_time()::text", &[])
+            .await
+            .map_err(db("reading the server's start time"))?;
+        Ok(row.get(0))
+    }
+
     async fn write_partitions(&self, topic: &str, record: crate::PartitionUpdate) -> Result<()> {
-        self.client
+        self.link.get().await?
             .execute(
                 &format!(
                     "INSERT INTO {}_partitions (topic, version, partitions) VALUES ($1, $2, $3)
@@ -229,7 +337,9 @@ impl Component for Postgres {
 
     async fn broker_version(&self) -> Result<String> {
         let row = self
-            .client
+            .link
+            .get()
+            .await?
             .query_one("SHOW server_version", &[])
             .await
             .map_err(db("reading the server version"))?;
@@ -264,13 +374,16 @@ impl Component for Postgres {
             let metadata: Vec<&str> = rows.iter().map(|r| r.metadata.as_str()).collect();
             let keys: Vec<Option<&str>> = rows.iter().map(|r| r.partition_key.as_deref()).collect();
             let visible: Vec<i64> = rows.iter().map(|r| r.visible_at).collect();
-            let insert = self
-                .insert
-                .get_or_try_init(|| async {
-                    self.client
-                        .prepare(
-                            &format!(
-                        "WITH inserted AS (
+            let client = self.link.get().await?;
+            let insert = {
+                let mut cached = self.insert.lock().await;
+                let address = Arc::as_ptr(&client) as usize;
+                match cached.as_ref() {
+                    Some((on, statement)) if *on == address => statement.clone(),
+                    _ => {
+                        let statement = client
+                            .prepare(&format!(
+                                "WITH inserted AS (
                            INSERT INTO {p}_messages (topic, payload, content_type, metadata, partition_key, visible_at)
                            SELECT t, b, c, m, k, CASE WHEN v = 0 THEN clock_timestamp() ELSE to_timestamp(v::float8 / 1e6) END
                            FROM UNNEST($1::text[], $2::bytea[], $3::text[], $4::text[], $5::text[], $6::int8[])
@@ -279,16 +392,17 @@ impl Component for Postgres {
                            RETURNING id),
                          woken AS (SELECT pg_notify('{p}_new', ''))
                          SELECT id FROM inserted, woken ORDER BY id"
-                    ),
-                        )
-                        .await
-                })
-                .await
-                .map_err(db("preparing the multi-row insert"))?;
-            let inserted = self
-                .client
+                            ))
+                            .await
+                            .map_err(db("preparing the multi-row insert"))?;
+                        *cached = Some((address, statement.clone()));
+                        statement
+                    }
+                }
+            };
+            let inserted = client
                 .query(
-                    insert,
+                    &insert,
                     &[&topics, &payloads, &types, &metadata, &keys, &visible],
                 )
                 .await;
@@ -333,13 +447,14 @@ impl Component for Postgres {
             ));
         }
         let notify = Arc::new(Notify::new());
-        let client = connect(&self.config, Some(notify.clone())).await?;
-        client
-            .batch_execute(&format!("LISTEN {}_new", self.config.table_prefix))
-            .await
-            .map_err(db("listening for new messages"))?;
+        let link = Link::open(
+            &self.config,
+            Some(notify.clone()),
+            Some(format!("LISTEN {}_new", self.config.table_prefix)),
+        )
+        .await?;
         let consumer = PostgresConsumer {
-            client,
+            link,
             notify,
             prefix: self.config.table_prefix.clone(),
             visibility: self.config.visibility_timeout,
@@ -353,7 +468,7 @@ impl Component for Postgres {
 }
 
 struct PostgresConsumer {
-    client: Client,
+    link: Link,
     notify: Arc<Notify>,
     prefix: String,
     visibility: Duration,
@@ -390,7 +505,9 @@ impl PostgresConsumer {
             TopicSelector::List(ts) => Ok(ts.clone()),
             TopicSelector::Pattern(p) => {
                 let rows = self
-                    .client
+                    .link
+                    .get()
+                    .await?
                     .query(
                         &format!(
                             "SELECT DISTINCT topic FROM {}_messages WHERE topic LIKE $1",
@@ -409,7 +526,7 @@ impl PostgresConsumer {
     async fn register_topics(&self) -> Result<()> {
         let topics = self.topics().await?;
         let latest = self.spec.start == StartPosition::Latest;
-        self.client
+        self.link.get().await?
             .execute(
                 &format!(
                     "INSERT INTO {p}_groups (grp, topic, floor)
@@ -441,7 +558,9 @@ impl PostgresConsumer {
         let visibility = self.visibility.as_millis() as i64;
         // Redeliveries that are due, claimed without blocking other members.
         let mut claimed = self
-            .client
+            .link
+            .get()
+            .await?
             .query(
                 &format!(
                     "UPDATE {p}_deliveries d SET attempts = d.attempts + 1, owner = $3,
@@ -462,7 +581,9 @@ impl PostgresConsumer {
         if claimed.is_empty() {
             let receiver_delay = self.spec.receiver_delay.map_or(0, |d| d.as_millis() as i64);
             claimed = self
-                .client
+                .link
+                .get()
+                .await?
                 .query(
                     &format!(
                         "INSERT INTO {p}_deliveries (grp, message_id, topic, attempts, visible_at, acked, owner)
@@ -489,7 +610,9 @@ impl PostgresConsumer {
         }
         let ids: Vec<i64> = claimed.iter().map(|(id, _)| *id).collect();
         let rows = self
-            .client
+            .link
+            .get()
+            .await?
             .query(
                 &format!(
                     "SELECT id, topic, payload, content_type, metadata, partition_key,
@@ -563,7 +686,7 @@ impl Consumer for PostgresConsumer {
     async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
         let topic = owner_topic(id, &self.spec.topics)?;
-        self.client
+        self.link.get().await?
             .execute(
                 &format!(
                     "UPDATE {}_deliveries SET acked = true, owner = NULL
@@ -580,7 +703,7 @@ impl Consumer for PostgresConsumer {
     async fn ack(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
         self.owned(id)?;
-        self.client
+        self.link.get().await?
             .execute(
                 &format!("UPDATE {}_deliveries SET acked = true, owner = NULL WHERE grp = $1 AND message_id = $2", self.prefix),
                 &[&self.spec.group, &(id.position as i64)],
@@ -593,7 +716,7 @@ impl Consumer for PostgresConsumer {
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
         self.ensure_open()?;
         self.owned(id)?;
-        self.client
+        self.link.get().await?
             .execute(
                 &format!(
                     "UPDATE {}_deliveries SET owner = NULL, visible_at = clock_timestamp() + ($3::int8::float8 * interval '1 millisecond')
@@ -612,7 +735,9 @@ impl Consumer for PostgresConsumer {
         let topic = owner_topic(id, &self.spec.topics)?;
         // Forward or back: what is below `id` is passed (the floor), what is at or
         // above it is new again (its deliveries forgotten).
-        self.client
+        self.link
+            .get()
+            .await?
             .execute(
                 &format!(
                     "UPDATE {}_groups SET floor = $3::int8 - 1 WHERE grp = $1 AND topic = $2",
@@ -622,7 +747,9 @@ impl Consumer for PostgresConsumer {
             )
             .await
             .map_err(db("moving the group's floor"))?;
-        self.client
+        self.link
+            .get()
+            .await?
             .execute(
                 &format!(
                     "DELETE FROM {}_deliveries WHERE grp = $1 AND topic = $2 AND message_id >= $3",
@@ -640,7 +767,9 @@ impl Consumer for PostgresConsumer {
         self.ensure_open()?;
         let topics = self.topics().await?;
         let rows = self
-            .client
+            .link
+            .get()
+            .await?
             .query(
                 &format!("SELECT topic, max(id) FROM {}_messages WHERE topic = ANY($1) GROUP BY topic ORDER BY topic", self.prefix),
                 &[&topics],
@@ -657,7 +786,9 @@ impl Consumer for PostgresConsumer {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.client
+        self.link
+            .get()
+            .await?
             .execute(
                 &format!(
                     "UPDATE {}_deliveries SET owner = NULL, visible_at = clock_timestamp()
@@ -669,5 +800,32 @@ impl Consumer for PostgresConsumer {
             .await
             .map_err(db("releasing held messages"))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod endpoint_tests {
+    use super::PostgresConfig;
+
+    #[test]
+    fn an_endpoint_replaces_the_host_and_port() {
+        let config = |s: &str| PostgresConfig {
+            connection_string: s.into(),
+            ..PostgresConfig::default()
+        };
+        assert_eq!(
+            config("host=127.0.0.1 port=5432 user=postgres dbname=test")
+                .with_endpoint("127.0.0.1", "40001"),
+            "user=postgres dbname=test host=127.0.0.1 port=40001"
+        );
+        assert_eq!(
+            config("postgresql://postgres@db.example:5432/test?sslmode=disable")
+                .with_endpoint("127.0.0.1", "40001"),
+            "postgresql://postgres@127.0.0.1:40001/test?sslmode=disable"
+        );
+        assert_eq!(
+            config("postgres://db:5432").with_endpoint("10.0.0.1", "7"),
+            "postgres://10.0.0.1:7"
+        );
     }
 }

@@ -180,6 +180,21 @@ impl crate::partitioned::PartitionStore for RedisStreams {
             }))
     }
 
+    async fn incarnation(&self) -> Result<String> {
+        let mut conn = self.connection.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .map_err(broker("reading the server's run id"))?;
+        Ok(info
+            .lines()
+            .find_map(|line| line.strip_prefix("run_id:"))
+            .unwrap_or_default()
+            .trim()
+            .to_string())
+    }
+
     async fn write_partitions(&self, topic: &str, record: crate::PartitionUpdate) -> Result<()> {
         let mut conn = self.connection.clone();
         redis::cmd("HSET")

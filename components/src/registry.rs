@@ -123,8 +123,7 @@ pub async fn build(
         }
         Settings::Postgres(mut config) => {
             if let Some((host, port)) = endpoint.and_then(|e| e.rsplit_once(':')) {
-                config.connection_string =
-                    format!("{} host={host} port={port}", config.connection_string);
+                config.connection_string = config.with_endpoint(host, port);
             }
             Ok(partitioned(Arc::new(Postgres::connect(config).await?)))
         }

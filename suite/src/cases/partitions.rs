@@ -1,13 +1,14 @@
 //! Partitioned topics: key routing, partition-count updates seen without restart,
 //! versioned watchers, watching unknown topics.
 
-use crate::catalogue::{Bound, Case, Level};
+use crate::catalogue::{Bound, Case, Injects, Level};
 use crate::context::CaseContext;
 use crate::history::Record;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::{Feature, PartitionUpdate};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 
 fn discovery(c: &pubsub_components::Capabilities) -> Duration {
     c.partitions.map_or(Duration::ZERO, |p| p.discovery_bound)
@@ -59,6 +60,17 @@ pub fn cases() -> Vec<Case> {
             injects: &[],
             bound: Bound::new("4 x discovery bound + delivery bound", |c| discovery(c) * 4 + c.delivery_bound),
             run: |ctx| Box::pin(watch_several(ctx)),
+        },
+        Case {
+            id: "partitions.watch-after-restart",
+            must: "After the broker is killed and restarted, a partition watcher MUST report the current state again, without being recreated, within the recovery bound plus the discovery bound, and MUST then report later updates.",
+            requires: &[Feature::Partitions],
+            level: Level::Certification,
+            injects: &[Injects::BrokerRestart],
+            bound: Bound::new("60 s restart + 2 x recovery bound + 4 x discovery bound", |c| {
+                Duration::from_secs(60) + c.recovery_bound * 2 + discovery(c) * 4
+            }),
+            run: |ctx| Box::pin(watch_after_restart(ctx)),
         },
     ]
 }
@@ -450,4 +462,62 @@ async fn watch_several(ctx: CaseContext) -> CaseRun {
         format!("an extra notification after the last update: {extra:?}")
     });
     Ok(outcome)
+}
+
+async fn watch_after_restart(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let component = ctx.runtime.component().clone();
+    let bound = discovery(&ctx.caps);
+    component
+        .create_topic(&topic, 2)
+        .await
+        .doing("creating a topic")?;
+    let mut watch = component
+        .watch_partitions(&topic)
+        .await
+        .doing("watching partitions")?;
+    let mut outcome = Outcome::new();
+    let first = watch.next_within(bound).await;
+    outcome.expect(first.map(|u| u.partitions) == Some(2), || {
+        format!("the first notification was {first:?}, expected the current count 2")
+    });
+    let faults = ctx.faults()?;
+    faults.kill_broker().await?;
+    faults.restart_broker().await?;
+    let again = watch.next_within(ctx.caps.recovery_bound + bound * 2).await;
+    outcome.expect(again.map(|u| u.partitions) == Some(2), || {
+        format!("after the restart the watcher reported {again:?}, not the current state (2 partitions) again")
+    });
+    // The component may need a moment to reconnect: retried until the recovery bound.
+    let deadline = ctx.within(ctx.caps.recovery_bound);
+    let updated = loop {
+        match component.update_partitions(&topic, 3).await {
+            Ok(()) => break true,
+            Err(e) if Instant::now() < deadline => {
+                ctx.recorder
+                    .note(format!("update after the restart: {e}; retrying"));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => {
+                outcome.fail(format!(
+                    "raising the count after the restart failed until the recovery bound: {e}"
+                ));
+                break false;
+            }
+        }
+    };
+    if updated {
+        let mut later = None;
+        while let Some(update) = watch.next_within(bound * 2).await {
+            if update.partitions == 3 {
+                later = Some(update);
+                break;
+            }
+        }
+        outcome.expect(
+            later.is_some_and(|u| first.is_some_and(|f| u.version > f.version)),
+            || format!("after the restart the update to 3 partitions was not reported with a newer version (got {later:?})"),
+        );
+    }
+    Ok(outcome.with_history(&ctx.recorder.history()))
 }
