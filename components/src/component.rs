@@ -273,7 +273,10 @@ pub trait Component: Send + Sync + 'static {
 /// A consumer in a consumer group. Messages are redelivered until acknowledged.
 #[async_trait]
 pub trait Consumer: Send + Sync {
-    /// Waits up to `wait` for at least one message; returns at most `max`.
+    /// Waits up to `wait` for at least one message; returns at most `max`. A zero
+    /// `wait` returns at once with what is ready (possibly nothing): the runtime polls
+    /// with short waits and must not be blocked. A receive that returns empty, times
+    /// out or is cancelled loses nothing: its messages stay deliverable.
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>>;
 
     /// Native bulk receive: a batch of one topic with at most `max` messages, handed
@@ -377,6 +380,8 @@ pub trait Consumer: Send + Sync {
     }
 
     /// Leaves the group; unacknowledged messages become available to other members.
+    /// After it returns nothing more is received through this consumer (receives
+    /// answer `PubSubError::Closed`), and closing twice is not an error.
     async fn close(&self) -> Result<()>;
 }
 

@@ -149,7 +149,11 @@ pub struct ReceivedMessage {
     pub content_type: Option<String>,
     pub metadata: Metadata,
     pub partition_key: Option<String>,
-    /// 1 on first delivery, incremented on each redelivery.
+    /// 1 on first delivery, incremented on each redelivery (a nack, a lease that
+    /// expired, a member that left). The runtime relies on it: where dead letters are
+    /// emulated, a message answered RETRY at `attempt >= maxDeliveries` is
+    /// dead-lettered (or dropped), so a component that does not count redeliveries
+    /// retries for ever.
     pub attempt: u32,
     /// When the broker accepted the message (the broker's clock where it stamps one).
     pub publish_time: SystemTime,

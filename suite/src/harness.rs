@@ -59,8 +59,65 @@ where
     Fut: Future<Output = Result<(Arc<dyn Component>, BrokerHandle), String>> + Send,
 {
     init_logging();
-    let arguments = Arguments::from_args();
-    libtest_mimic::run(&arguments, trials(name, None, build, faultable)).exit()
+    run_selected(trials(name, None, build, faultable))
+}
+
+/// Runs the trials the command line selects, as `cargo test` does: any number of name
+/// filters (a trial runs when its name contains one, or equals one with `--exact`)
+/// besides libtest's flags. `-- delay ttl` runs both families.
+fn run_selected(trials: Vec<Trial>) -> ! {
+    let (arguments, filters) = parse_arguments(std::env::args());
+    let selected = select(trials, &filters, arguments.exact);
+    libtest_mimic::run(&arguments, selected).exit()
+}
+
+/// libtest's arguments, and the name filters when there are several (libtest-mimic
+/// takes one; a single filter stays with it).
+fn parse_arguments(args: impl Iterator<Item = String>) -> (Arguments, Vec<String>) {
+    const WITH_VALUE: [&str; 5] = [
+        "--skip",
+        "--format",
+        "--color",
+        "--logfile",
+        "--test-threads",
+    ];
+    let mut args = args.peekable();
+    let mut flags: Vec<String> = args.next().into_iter().collect();
+    let mut filters = Vec::new();
+    while let Some(arg) = args.next() {
+        if WITH_VALUE.contains(&arg.as_str()) {
+            flags.push(arg);
+            flags.extend(args.next());
+        } else if arg.starts_with('-') {
+            flags.push(arg);
+        } else {
+            filters.push(arg);
+        }
+    }
+    let mut arguments = Arguments::from_iter(flags);
+    if filters.len() == 1 {
+        arguments.filter = filters.pop();
+    }
+    (arguments, filters)
+}
+
+/// The trials whose names match one of `filters` (all when there are none).
+fn select(trials: Vec<Trial>, filters: &[String], exact: bool) -> Vec<Trial> {
+    if filters.is_empty() {
+        return trials;
+    }
+    trials
+        .into_iter()
+        .filter(|trial| {
+            filters.iter().any(|filter| {
+                if exact {
+                    trial.name() == filter
+                } else {
+                    trial.name().contains(filter.as_str())
+                }
+            })
+        })
+        .collect()
 }
 
 /// One trial per case, named by its id (after `prefix/` when given). Without a broker
@@ -141,9 +198,8 @@ pub fn run_fixture(name: &str) -> ! {
 /// `PUBSUB_PROVISION` says, else auto).
 pub fn run_fixture_with(name: &str, order: Option<Vec<ProvisionKind>>) -> ! {
     init_logging();
-    let arguments = Arguments::from_args();
     let (label, build, faultable) = fixture_builder(name, order);
-    libtest_mimic::run(&arguments, trials(&label, None, build, faultable)).exit()
+    run_selected(trials(&label, None, build, faultable))
 }
 
 /// Runs every case against each named fixture in one test binary, trials named
@@ -151,13 +207,12 @@ pub fn run_fixture_with(name: &str, order: Option<Vec<ProvisionKind>>) -> ! {
 /// `PUBSUB_PROVISION` says, else auto).
 pub fn run_fixtures_with(names: &[&str], order: Option<Vec<ProvisionKind>>) -> ! {
     init_logging();
-    let arguments = Arguments::from_args();
     let mut all = Vec::new();
     for name in names {
         let (label, build, faultable) = fixture_builder(name, order.clone());
         all.extend(trials(&label, Some(name), build, faultable));
     }
-    libtest_mimic::run(&arguments, all).exit()
+    run_selected(all)
 }
 
 type Built = Result<(Arc<dyn Component>, BrokerHandle), String>;
@@ -292,4 +347,52 @@ fn init_logging() {
         )
         .with_test_writer()
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> impl Iterator<Item = String> + '_ {
+        std::iter::once("memory".to_string()).chain(line.split_whitespace().map(str::to_string))
+    }
+
+    fn names(trials: &[Trial]) -> Vec<&str> {
+        trials.iter().map(Trial::name).collect()
+    }
+
+    fn trials() -> Vec<Trial> {
+        [
+            "delay.deliver-at",
+            "ttl.live-delivered",
+            "retry.delay",
+            "publish.delivery",
+        ]
+        .into_iter()
+        .map(|name| Trial::test(name, || Ok(())))
+        .collect()
+    }
+
+    #[test]
+    fn several_name_filters_select_every_match() {
+        let (arguments, filters) = parse_arguments(args("delay ttl --test-threads 2 --nocapture"));
+        assert_eq!(filters, ["delay", "ttl"]);
+        assert_eq!(arguments.test_threads, Some(2));
+        assert!(arguments.nocapture);
+        let selected = select(trials(), &filters, arguments.exact);
+        assert_eq!(
+            names(&selected),
+            ["delay.deliver-at", "ttl.live-delivered", "retry.delay"]
+        );
+    }
+
+    #[test]
+    fn one_filter_stays_with_libtest_and_exact_matches_whole_names() {
+        let (arguments, filters) = parse_arguments(args("--exact retry.delay"));
+        assert!(filters.is_empty());
+        assert_eq!(arguments.filter.as_deref(), Some("retry.delay"));
+        let (arguments, filters) = parse_arguments(args("--exact retry.delay publish.delivery"));
+        let selected = select(trials(), &filters, arguments.exact);
+        assert_eq!(names(&selected), ["retry.delay", "publish.delivery"]);
+    }
 }
