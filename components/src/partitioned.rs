@@ -7,7 +7,7 @@
 //! poll the record and report each version change (merged when several fell within one
 //! poll, as the contract allows).
 
-use crate::capability::{Capabilities, PartitionSupport};
+use crate::capability::{Capabilities, OrderingScope, PartitionSupport};
 use crate::component::{
     stable_hash, Component, Consumer, ConsumerSpec, PartitionUpdate, PartitionWatch, TopicSelector,
 };
@@ -143,6 +143,11 @@ impl Component for Partitioned {
 
     fn capabilities(&self) -> Capabilities {
         let mut caps = self.inner.capabilities();
+        // Each partition is a broker topic: order holds per partition (an unpartitioned
+        // topic is one partition).
+        if caps.ordering == OrderingScope::PerTopic {
+            caps.ordering = OrderingScope::PerPartition;
+        }
         caps.partitions = Some(PartitionSupport {
             discovery_bound: DISCOVERY_BOUND,
             emulated: true,
