@@ -337,6 +337,20 @@ impl NatsConsumer {
             .map_err(nats("creating a durable consumer"))
     }
 
+    /// Starts the group's durable consumer of `topic` again from `policy`, forgetting
+    /// what this member holds of that topic.
+    async fn reposition(&self, topic: String, policy: DeliverPolicy) -> Result<()> {
+        let name = durable(&self.spec.group, &topic);
+        let _ = self.stream.delete_consumer(&name).await;
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(t, _), _| *t != topic);
+        let consumer = self.consumer_at(&topic, policy).await?;
+        self.consumers.lock().await.insert(topic, consumer);
+        Ok(())
+    }
+
     /// Opens the per-topic consumers the selector covers now.
     async fn refresh(&self) -> Result<()> {
         let topics = self.covered_topics().await?;
@@ -527,22 +541,13 @@ impl Consumer for NatsConsumer {
     async fn seek(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
         let topic = self.owner(id)?;
-        let name = durable(&self.spec.group, &topic);
-        let _ = self.stream.delete_consumer(&name).await;
-        self.held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|(t, _), _| *t != topic);
-        let consumer = self
-            .consumer_at(
-                &topic,
-                DeliverPolicy::ByStartSequence {
-                    start_sequence: id.position,
-                },
-            )
-            .await?;
-        self.consumers.lock().await.insert(topic, consumer);
-        Ok(())
+        self.reposition(
+            topic,
+            DeliverPolicy::ByStartSequence {
+                start_sequence: id.position,
+            },
+        )
+        .await
     }
 
     async fn seek_all(&self, position: StartPosition) -> Result<()> {
@@ -552,14 +557,7 @@ impl Consumer for NatsConsumer {
             StartPosition::Latest => DeliverPolicy::New,
         };
         for topic in self.covered_topics().await? {
-            let name = durable(&self.spec.group, &topic);
-            let _ = self.stream.delete_consumer(&name).await;
-            self.held
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .retain(|(t, _), _| *t != topic);
-            let consumer = self.consumer_at(&topic, policy).await?;
-            self.consumers.lock().await.insert(topic, consumer);
+            self.reposition(topic, policy).await?;
         }
         Ok(())
     }

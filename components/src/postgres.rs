@@ -87,11 +87,24 @@ impl PostgresConfig {
     }
 }
 
+/// How long opening a connection may take (a server behind a black hole never
+/// answers).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Connects and drives the connection; notifications wake `notify`.
 async fn connect(config: &PostgresConfig, notify: Option<Arc<Notify>>) -> Result<Client> {
-    let (client, mut connection) = tokio_postgres::connect(&config.connection_string, NoTls)
-        .await
-        .map_err(|e| PubSubError::broker("connecting to PostgreSQL", e))?;
+    let (client, mut connection) = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio_postgres::connect(&config.connection_string, NoTls),
+    )
+    .await
+    .map_err(|_| {
+        PubSubError::broker(
+            "connecting to PostgreSQL",
+            format!("no answer within {CONNECT_TIMEOUT:?}"),
+        )
+    })?
+    .map_err(|e| PubSubError::broker("connecting to PostgreSQL", e))?;
     tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
@@ -275,10 +288,11 @@ impl crate::partitioned::PartitionStore for Postgres {
     }
 
     async fn incarnation(&self) -> Result<String> {
-        // On a connection of its own: a backend that outlived its postmaster still
-        // answers with the old start time.
-        let client = connect(&self.config, None).await?;
-        let row = client
+        // A restart ends the connection; the link opens a new one to the new server.
+        let row = self
+            .link
+            .get()
+            .await?
             .query_one("SELECT pg_postmaster_start_time()::text", &[])
             .await
             .map_err(db("reading the server's start time"))?;

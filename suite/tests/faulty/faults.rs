@@ -594,13 +594,7 @@ impl Consumer for FaultyConsumer {
             }
             return Ok(());
         }
-        for id in ids {
-            pubsub_components::component::owner_topic(id, &self.topics)?;
-        }
-        for id in ids {
-            self.ack(id).await?;
-        }
-        Ok(())
+        pubsub_components::component::ack_each(self, ids, &self.topics).await
     }
 
     async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
