@@ -115,14 +115,58 @@ pub struct PartitionUpdate {
 }
 
 /// A stream of partition updates for one topic.
+///
+/// A client that takes a notification but cannot apply it (its producers or
+/// consumers could not be moved to the new count) says so with
+/// [`PartitionWatch::reject`]; the component then sends the topic's current state
+/// again within its discovery bound, as Pulsar's watchers re-send an update the
+/// client answered with a failure.
 pub struct PartitionWatch {
     receiver: mpsc::UnboundedReceiver<PartitionUpdate>,
+    rejections: Option<mpsc::UnboundedSender<PartitionUpdate>>,
 }
 
 impl PartitionWatch {
-    /// Wraps the receiving end a component feeds.
+    /// Wraps the receiving end a component feeds, for a component that does not
+    /// re-send rejected notifications.
     pub fn new(receiver: mpsc::UnboundedReceiver<PartitionUpdate>) -> Self {
-        PartitionWatch { receiver }
+        PartitionWatch {
+            receiver,
+            rejections: None,
+        }
+    }
+
+    /// Wraps the receiving end a component feeds; the component hears rejected
+    /// notifications on `rejections` and answers each with the current state.
+    pub fn with_rejections(
+        receiver: mpsc::UnboundedReceiver<PartitionUpdate>,
+        rejections: mpsc::UnboundedSender<PartitionUpdate>,
+    ) -> Self {
+        PartitionWatch {
+            receiver,
+            rejections: Some(rejections),
+        }
+    }
+
+    /// Tells the component the client could not apply `update`: the current state
+    /// is to be sent again. Does nothing on a component that does not re-send.
+    pub fn reject(&self, update: PartitionUpdate) {
+        if let Some(rejections) = &self.rejections {
+            // A closed channel means the component stopped watching; `next` then
+            // returns `None`, which is what the client sees.
+            let _ = rejections.send(update);
+        }
+    }
+
+    /// Splits the watch into its stream and its rejection channel (for wrappers
+    /// that pass rejections on).
+    pub fn into_parts(
+        self,
+    ) -> (
+        mpsc::UnboundedReceiver<PartitionUpdate>,
+        Option<mpsc::UnboundedSender<PartitionUpdate>>,
+    ) {
+        (self.receiver, self.rejections)
     }
 
     /// The next update, or `None` once the component stops watching.

@@ -336,8 +336,32 @@ impl Component for MemoryComponent {
         sender
             .send(current)
             .map_err(|_| PubSubError::Closed("partition watcher dropped".into()))?;
-        entry.watchers.push(sender);
-        Ok(PartitionWatch::new(receiver))
+        entry.watchers.push(sender.clone());
+        drop(state);
+        // A rejected notification is answered with the current state, unless a newer
+        // one was already sent (which the client has yet to take).
+        let (rejections, mut rejected) = mpsc::unbounded_channel::<PartitionUpdate>();
+        let broker = self.broker.clone();
+        let topic = topic.to_string();
+        tokio::spawn(async move {
+            while let Some(update) = rejected.recv().await {
+                let state = broker.lock();
+                let Some(entry) = state.topics.get(&topic) else {
+                    return;
+                };
+                if entry.version > update.version {
+                    continue;
+                }
+                let current = PartitionUpdate {
+                    version: entry.version,
+                    partitions: entry.partitions.len() as u32,
+                };
+                if sender.send(current).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(PartitionWatch::with_rejections(receiver, rejections))
     }
 }
 

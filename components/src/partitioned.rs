@@ -264,6 +264,7 @@ impl Component for Partitioned {
             )));
         };
         let (sender, receiver) = mpsc::unbounded_channel();
+        let (rejections, mut rejected) = mpsc::unbounded_channel::<PartitionUpdate>();
         let store = self.store.clone();
         let topic = topic.to_string();
         let mut incarnation = self.store.incarnation().await.unwrap_or_default();
@@ -281,6 +282,11 @@ impl Component for Partitioned {
                 tokio::time::sleep(POLL).await;
                 if sender.is_closed() {
                     return;
+                }
+                // A rejected notification is answered with the state read next, unless
+                // a newer one was already sent.
+                while let Ok(update) = rejected.try_recv() {
+                    resend |= update.version >= last.version;
                 }
                 if checked.elapsed() >= INCARNATION_CHECK {
                     checked = Instant::now();
@@ -318,7 +324,7 @@ impl Component for Partitioned {
                 }
             }
         });
-        Ok(PartitionWatch::new(receiver))
+        Ok(PartitionWatch::with_rejections(receiver, rejections))
     }
 }
 

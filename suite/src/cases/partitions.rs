@@ -62,6 +62,15 @@ pub fn cases() -> Vec<Case> {
             run: |ctx| Box::pin(watch_several(ctx)),
         },
         Case {
+            id: "partitions.watch-resend",
+            must: "A notification the client takes but rejects (it could not apply it) MUST be sent again, with the current state, within the discovery bound; a rejection of a notification older than one already sent MUST NOT bring a repeat, and an accepted notification MUST NOT be sent again.",
+            requires: &[Feature::Partitions],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("5 x discovery bound + delivery bound", |c| discovery(c) * 5 + c.delivery_bound),
+            run: |ctx| Box::pin(watch_resend(ctx)),
+        },
+        Case {
             id: "partitions.watch-after-restart",
             must: "After the broker is killed and restarted, a partition watcher MUST report the current state again, without being recreated, within the recovery bound plus the discovery bound, and MUST then report later updates.",
             requires: &[Feature::Partitions],
@@ -350,6 +359,104 @@ async fn invalid_updates(ctx: CaseContext) -> CaseRun {
             outcome.note(format!("lowering: {e}"));
         }
     }
+    Ok(outcome)
+}
+
+async fn watch_resend(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let component = ctx.runtime.component().clone();
+    let bound = discovery(&ctx.caps);
+    // Long enough for a component that re-sends on its own to do it, short enough to
+    // keep the case quick where the bound is long.
+    let quiet = bound.min(Duration::from_millis(400));
+    component
+        .create_topic(&topic, 2)
+        .await
+        .doing("creating a topic with 2 partitions")?;
+    let mut watch = component
+        .watch_partitions(&topic)
+        .await
+        .doing("watching partitions")?;
+    let mut outcome = Outcome::new();
+    let Some(first) = watch.next_within(bound).await else {
+        outcome.fail(format!(
+            "the watcher got no notification within the {bound:?} discovery bound"
+        ));
+        return Ok(outcome);
+    };
+    // 1. Rejected: the same state comes back.
+    watch.reject(first);
+    let again = watch.next_within(bound).await;
+    outcome.note(format!("took {first:?}, rejected it, then got {again:?}"));
+    outcome.expect(again == Some(first), || {
+        format!(
+            "the rejected notification {first:?} was not sent again within the {bound:?} discovery bound (got {again:?})"
+        )
+    });
+
+    // 2. Accepted: not sent again.
+    component
+        .update_partitions(&topic, 4)
+        .await
+        .doing("raising the count to 4")?;
+    let second = watch.next_within(bound).await;
+    outcome.expect(second.map(|u| u.partitions) == Some(4), || {
+        format!("after raising the count to 4 the watcher got {second:?}")
+    });
+    let repeat = watch.next_within(quiet).await;
+    outcome.expect(repeat.is_none(), || {
+        format!("an accepted notification was sent again: {repeat:?} after {second:?}")
+    });
+
+    // 3. A rejection of an older notification than the last sent brings no repeat.
+    watch.reject(first);
+    let stale = watch.next_within(quiet).await;
+    outcome.expect(stale.is_none(), || {
+        format!(
+            "rejecting the older {first:?} after {second:?} was sent brought {stale:?}: a repeat"
+        )
+    });
+
+    // 4. Rejected while a newer update is on its way: the newer state comes, once.
+    component
+        .update_partitions(&topic, 5)
+        .await
+        .doing("raising the count to 5")?;
+    if let Some(second) = second {
+        watch.reject(second);
+    }
+    let mut after = Vec::new();
+    while let Some(update) = watch.next_within(bound).await {
+        after.push(update);
+        if update.partitions == 5 {
+            break;
+        }
+    }
+    let extra = watch.next_within(quiet).await;
+    outcome.note(format!(
+        "rejected {second:?} as the count went to 5, then got {after:?}, then {extra:?}"
+    ));
+    let states = [
+        (first.version, 2),
+        (first.version + 1, 4),
+        (first.version + 2, 5),
+    ];
+    for update in &after {
+        outcome.expect(
+            states.contains(&(update.version, update.partitions)),
+            || format!("{update:?} is a state the topic never had (its states: {states:?})"),
+        );
+    }
+    outcome.expect(after.last().map(|u| u.partitions) == Some(5), || {
+        format!("the watcher never saw the count 5 after rejecting the update to 4: {after:?}")
+    });
+    outcome.expect(
+        after.windows(2).all(|w| w[1].version > w[0].version),
+        || format!("a stale or repeated notification after the rejection: {after:?}"),
+    );
+    outcome.expect(extra.is_none(), || {
+        format!("the watcher saw an extra notification {extra:?} after the final count")
+    });
     Ok(outcome)
 }
 

@@ -78,6 +78,8 @@ pub enum Fault {
     RepeatsEnvelopeIds,
     /// Reports partition versions the topic never had (1, 3, 5 for 1, 2, 3).
     PhantomVersions,
+    /// Takes no notice of partition notifications the client rejects.
+    IgnoresRejectedPartitionUpdates,
     /// Dead-letters a raw payload without its content type.
     LosesDeadLetterContentType,
     /// Skips 1 acknowledgement in 100: the message comes back a moment later.
@@ -352,20 +354,45 @@ impl Component for Faulty {
     }
 
     async fn watch_partitions(&self, topic: &str) -> Result<PartitionWatch> {
-        let mut watch = self.inner.watch_partitions(topic).await?;
-        if self.fault != Fault::PhantomVersions {
-            return Ok(watch);
-        }
-        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            while let Some(mut update) = watch.next().await {
-                update.version = update.version * 2 - 1;
-                if sender.send(update).is_err() {
-                    break;
-                }
+        let watch = self.inner.watch_partitions(topic).await?;
+        match self.fault {
+            Fault::PhantomVersions => {
+                let (mut updates, rejections) = watch.into_parts();
+                let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+                let (phantom_rejections, mut rejected) =
+                    tokio::sync::mpsc::unbounded_channel::<pubsub_components::PartitionUpdate>();
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            update = updates.recv() => {
+                                let Some(mut update) = update else { break };
+                                update.version = update.version * 2 - 1;
+                                if sender.send(update).is_err() {
+                                    break;
+                                }
+                            }
+                            Some(mut update) = rejected.recv() => {
+                                update.version = update.version.div_ceil(2);
+                                if let Some(rejections) = &rejections {
+                                    let _ = rejections.send(update);
+                                }
+                            }
+                        }
+                    }
+                });
+                Ok(PartitionWatch::with_rejections(
+                    receiver,
+                    phantom_rejections,
+                ))
             }
-        });
-        Ok(PartitionWatch::new(receiver))
+            // Takes no notice of rejected notifications: the client never gets the
+            // state it could not apply again.
+            Fault::IgnoresRejectedPartitionUpdates => {
+                let (updates, _rejections) = watch.into_parts();
+                Ok(PartitionWatch::new(updates))
+            }
+            _ => Ok(watch),
+        }
     }
 }
 
