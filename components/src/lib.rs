@@ -15,6 +15,7 @@ pub mod error;
 pub mod memory;
 pub mod message;
 pub mod mqtt;
+mod mqtt_records;
 pub mod nats;
 pub mod partitioned;
 pub mod postgres;

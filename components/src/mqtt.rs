@@ -24,6 +24,7 @@ use crate::component::{
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
+use crate::mqtt_records::RetainedRecords;
 use async_trait::async_trait;
 use rumqttc::v5::mqttbytes::v5::{
     Filter, Packet, PubAckReason, Publish, PublishProperties, SubscribeReasonCode,
@@ -92,7 +93,11 @@ fn split_host(host: &str) -> Result<(String, u16)> {
     Ok((name.to_string(), port))
 }
 
-fn options(config: &MqttConfig, client_id: &str, session: Option<Duration>) -> Result<MqttOptions> {
+pub(crate) fn options(
+    config: &MqttConfig,
+    client_id: &str,
+    session: Option<Duration>,
+) -> Result<MqttOptions> {
     let (host, port) = split_host(&config.host)?;
     let mut options = MqttOptions::new(client_id, host, port);
     options
@@ -163,6 +168,8 @@ pub struct Mqtt5 {
     /// Group sessions held by a live consumer of this component.
     anchors: Arc<Mutex<HashSet<String>>>,
     publisher: JoinHandle<()>,
+    /// Partition records, connected on first use.
+    records: tokio::sync::OnceCell<RetainedRecords>,
 }
 
 impl Drop for Mqtt5 {
@@ -202,6 +209,7 @@ impl Mqtt5 {
             send_order: tokio::sync::Mutex::new(()),
             anchors: Arc::new(Mutex::new(HashSet::new())),
             publisher,
+            records: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -340,6 +348,31 @@ impl Mqtt5 {
             ));
         }
         Ok((client, events, early))
+    }
+}
+
+/// Partitioned topics are emulated (see [`crate::partitioned`]) with retained
+/// records (see [`crate::mqtt_records`]).
+#[async_trait]
+impl crate::partitioned::PartitionStore for Mqtt5 {
+    async fn read_partitions(&self, topic: &str) -> Result<Option<crate::PartitionUpdate>> {
+        self.records().await?.read(topic).await
+    }
+
+    async fn write_partitions(&self, topic: &str, record: crate::PartitionUpdate) -> Result<()> {
+        self.records().await?.write(topic, record).await
+    }
+
+    async fn incarnation(&self) -> Result<String> {
+        Ok(self.records().await?.incarnation())
+    }
+}
+
+impl Mqtt5 {
+    async fn records(&self) -> Result<&RetainedRecords> {
+        self.records
+            .get_or_try_init(|| RetainedRecords::connect(&self.config))
+            .await
     }
 }
 
@@ -593,6 +626,8 @@ impl Reader {
             TopicSelector::Pattern(pattern) => glob_match(pattern, &topic),
             selector => selector.matches(&topic),
         };
+        // The component's own records (partition counts) are never messages.
+        let covered = covered && !topic.starts_with(crate::mqtt_records::RESERVED);
         if !covered {
             // Under the pattern's broker filter but not the pattern: not this group's.
             let _ = self.client.try_ack(&publish);

@@ -102,6 +102,19 @@ impl Partitioned {
     }
 }
 
+impl Partitioned {
+    /// The spec as the broker sees it: a partitioned topic covers its partitions'
+    /// topics (a group is created and consumed under the same selector).
+    async fn broker_spec(&self, mut spec: ConsumerSpec) -> Result<ConsumerSpec> {
+        if let TopicSelector::Single(topic) = &spec.topics {
+            if self.count(topic).await?.is_some() {
+                spec.topics = TopicSelector::Pattern(format!("{topic}{SEPARATOR}*"));
+            }
+        }
+        Ok(spec)
+    }
+}
+
 /// The broker topic of one partition.
 fn partition_topic(topic: &str, partition: u32) -> String {
     format!("{topic}{SEPARATOR}{partition}")
@@ -186,19 +199,16 @@ impl Component for Partitioned {
         Ok(results)
     }
 
-    async fn consumer(&self, mut spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
-        if let TopicSelector::Single(topic) = &spec.topics {
-            if self.count(topic).await?.is_some() {
-                spec.topics = TopicSelector::Pattern(format!("{topic}{SEPARATOR}*"));
-            }
-        }
+    async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        let spec = self.broker_spec(spec).await?;
         let partitioned = matches!(&spec.topics, TopicSelector::Pattern(p) if p.ends_with(&format!("{SEPARATOR}*")));
         let inner = self.inner.consumer(spec).await?;
         Ok(Box::new(PartitionedConsumer { inner, partitioned }))
     }
 
     async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
-        self.inner.create_group(spec).await
+        let spec = self.broker_spec(spec.clone()).await?;
+        self.inner.create_group(&spec).await
     }
 
     async fn create_topic(&self, topic: &str, partitions: u32) -> Result<()> {

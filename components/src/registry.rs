@@ -119,7 +119,7 @@ pub async fn build(
             if let Some(endpoint) = endpoint {
                 config.host = endpoint.to_string();
             }
-            Ok(Arc::new(Mqtt5::connect(config).await?))
+            Ok(partitioned(Arc::new(Mqtt5::connect(config).await?)))
         }
         Settings::Postgres(mut config) => {
             if let Some((host, port)) = endpoint.and_then(|e| e.rsplit_once(':')) {
