@@ -20,6 +20,7 @@ pub mod nats;
 pub mod partitioned;
 pub mod postgres;
 pub mod rabbitmq;
+mod rabbitmq_records;
 pub mod redis_streams;
 pub mod registry;
 pub mod runtime;

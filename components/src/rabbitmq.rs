@@ -19,6 +19,7 @@ use crate::component::{
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
+use crate::rabbitmq_records::CountedRecords;
 use crate::runtime::controls::keys;
 use async_trait::async_trait;
 use futures::{FutureExt, StreamExt};
@@ -203,6 +204,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct Inner {
     config: RabbitConfig,
     link: tokio::sync::Mutex<Arc<Link>>,
+    /// Connections opened so far (the first is 1).
+    links_opened: std::sync::atomic::AtomicU64,
+    records: CountedRecords,
 }
 
 /// A connection and its confirming publisher channel.
@@ -270,8 +274,10 @@ impl RabbitMq {
         let link = Link::open(&config).await?;
         Ok(RabbitMq {
             inner: Arc::new(Inner {
+                records: CountedRecords::new(&config.exchange, config.queue_expiry),
                 config,
                 link: tokio::sync::Mutex::new(Arc::new(link)),
+                links_opened: std::sync::atomic::AtomicU64::new(1),
             }),
         })
     }
@@ -283,6 +289,7 @@ impl Inner {
         let mut link = self.link.lock().await;
         if !link.alive() {
             *link = Arc::new(Link::open(&self.config).await?);
+            self.links_opened.fetch_add(1, Ordering::Relaxed);
         }
         Ok(link.clone())
     }
@@ -432,6 +439,27 @@ impl Inner {
         let len = u32::from_be_bytes(greeting.get(at..at + 4)?.try_into().ok()?) as usize;
         let version = greeting.get(at + 4..at + 4 + len)?;
         Some(String::from_utf8_lossy(version).into_owned())
+    }
+}
+
+/// Partitioned topics are emulated (see [`crate::partitioned`]) with records held
+/// in queue message counts (see [`crate::rabbitmq_records`]).
+#[async_trait]
+impl crate::partitioned::PartitionStore for RabbitMq {
+    async fn read_partitions(&self, topic: &str) -> Result<Option<crate::PartitionUpdate>> {
+        let link = self.link().await?;
+        self.records.read(&link.connection, topic).await
+    }
+
+    async fn write_partitions(&self, topic: &str, record: crate::PartitionUpdate) -> Result<()> {
+        let link = self.link().await?;
+        self.records.write(&link.connection, topic, record).await
+    }
+
+    /// The connection's number: it changes when the connection is opened again.
+    async fn incarnation(&self) -> Result<String> {
+        self.link().await?;
+        Ok(self.links_opened.load(Ordering::Relaxed).to_string())
     }
 }
 

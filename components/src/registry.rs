@@ -113,7 +113,7 @@ pub async fn build(
             if let Some(endpoint) = endpoint {
                 config.uri = config.with_endpoint(endpoint);
             }
-            Ok(Arc::new(RabbitMq::connect(config).await?))
+            Ok(partitioned(Arc::new(RabbitMq::connect(config).await?)))
         }
         Settings::Mqtt(mut config) => {
             if let Some(endpoint) = endpoint {
