@@ -68,6 +68,7 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::forgets_while_empty(Fault::ForgetsWhileEmpty, &["subscribe.group-without-members"], "lost while the group had no member")]
 #[case::repeats_envelope_ids(Fault::RepeatsEnvelopeIds, &["envelope.unique-ids"], "envelope ids not unique")]
 #[case::phantom_versions(Fault::PhantomVersions, &["partitions.watch"], "a version the topic never had")]
+#[case::hands_partial_batches_early(Fault::HandsPartialBatchesEarly, &["bulk-subscribe.max-await"], "handed over early")]
 #[case::ignores_rejected_partition_updates(Fault::IgnoresRejectedPartitionUpdates, &["partitions.watch-resend"], "was not sent again")]
 #[case::phantom_versions_resent(Fault::PhantomVersions, &["partitions.watch-resend"], "never had")]
 #[case::loses_dead_letter_content_type(Fault::LosesDeadLetterContentType, &["dead-letter.max-deliveries"], "dead letter content type")]

@@ -78,6 +78,8 @@ pub enum Fault {
     RepeatsEnvelopeIds,
     /// Reports partition versions the topic never had (1, 3, 5 for 1, 2, 3).
     PhantomVersions,
+    /// Hands a partial batch over halfway through maxAwaitDurationMs.
+    HandsPartialBatchesEarly,
     /// Takes no notice of partition notifications the client rejects.
     IgnoresRejectedPartitionUpdates,
     /// Dead-letters a raw payload without its content type.
@@ -558,7 +560,7 @@ impl Consumer for FaultyConsumer {
             Fault::OverfillsBatches => self.inner.receive_batch(max + 3, max_await).await?,
             Fault::HoldsPartialBatches => {
                 let mut batch = self.inner.receive_batch(max, max_await).await?;
-                let deadline = Instant::now() + max_await * 4;
+                let deadline = Instant::now() + max_await * 2;
                 while !batch.is_empty() && batch.len() < max && Instant::now() < deadline {
                     batch.extend(
                         self.inner
@@ -568,6 +570,9 @@ impl Consumer for FaultyConsumer {
                 }
                 batch
             }
+            // Closes a batch halfway through its window, as a receive that returns
+            // what it has as soon as it has something.
+            Fault::HandsPartialBatchesEarly => self.inner.receive_batch(max, max_await / 2).await?,
             _ => self.inner.receive_batch(max, max_await).await?,
         };
         self.distort(batch).await
