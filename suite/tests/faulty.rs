@@ -181,6 +181,16 @@ fn wrap(breaks: Option<Breaks>, inner: Arc<dyn Component>) -> Arc<dyn Component>
 #[rstest]
 #[case::fire_and_forget(Breaks::FireAndForget, "certification.network-cut", "lost")]
 #[case::lies_after_disconnect(Breaks::LiesAfterDisconnect, "certification.network-cut", "lost")]
+#[case::fire_and_forget_single(
+    Breaks::FireAndForget,
+    "certification.network-cut-single-publishes",
+    "lost"
+)]
+#[case::acks_before_confirm(
+    Breaks::AcksBeforeConfirm,
+    "certification.network-cut-single-publishes",
+    "lost"
+)]
 #[case::lies_while_the_broker_is_down(
     Breaks::LiesAfterDisconnect,
     "certification.broker-restart",

@@ -64,6 +64,17 @@ pub fn cases() -> Vec<Case> {
             run: |ctx| Box::pin(network_fault(ctx, NetworkFault::Cut)),
         },
         Case {
+            id: "certification.network-cut-single-publishes",
+            must: "When the network is cut while single publishes stream without pause, every publish that returned success MUST be delivered, including one acknowledged just before the cut (success means the broker has it), and publishing MUST work again within the declared recovery bound once the network is back.",
+            requires: &[],
+            level: Level::Certification,
+            injects: &[Injects::Network],
+            bound: Bound::new("2 s cut + 2 x recovery bound + 3 x delivery bound", |c| {
+                FAULT_LENGTH + c.recovery_bound * 2 + c.delivery_bound * 3
+            }),
+            run: |ctx| Box::pin(network_cut_single_publishes(ctx)),
+        },
+        Case {
             id: "certification.network-black-hole",
             must: "When the network silently drops everything during bulk publishing, every entry reported SUCCESS MUST be delivered, and publishing MUST work again within the declared recovery bound once the network is back.",
             requires: &[Feature::BulkPublish],
@@ -608,6 +619,92 @@ async fn network_fault(ctx: CaseContext, fault: NetworkFault) -> CaseRun {
     let expected: Vec<String> = acknowledged(&ctx.recorder.history()).into_iter().collect();
     ctx.recorder
         .wait_for_keys(&expected, ctx.within(ctx.caps.delivery_bound * 2))
+        .await;
+    handle.stop().await;
+    drop(proxied);
+    drop(proxy);
+    Ok(outcome.merge(ctx.check(&ctx.expectation())))
+}
+
+async fn network_cut_single_publishes(ctx: CaseContext) -> CaseRun {
+    let faults = ctx.faults()?;
+    let (proxied, proxy) = faults.proxied_runtime().await?;
+    let topic = ctx.topic("t");
+    // The subscriber is not behind the proxy: it sees what the broker stored.
+    let handle = ctx.subscribe_recorded(&topic).await?;
+    let each_wait = FAULT_LENGTH + ctx.caps.recovery_bound;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let acknowledged_count = std::sync::atomic::AtomicUsize::new(0);
+    let recovered: Mutex<Option<Instant>> = Mutex::new(None);
+    let back: Mutex<Option<Instant>> = Mutex::new(None);
+    let progress = Notify::new();
+    // Publishes back to back, each bounded, until the schedule stops it.
+    let publisher = async {
+        let mut sent = 0usize;
+        while !stop.load(std::sync::atomic::Ordering::Acquire) {
+            let key = format!("s-{sent:05}");
+            if publish_bounded(&ctx, &proxied, &topic, &key, each_wait).await {
+                acknowledged_count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                let restored = *back.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(restored) = restored {
+                    recovered
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert_with(|| Instant::now().max(restored));
+                }
+            } else {
+                // A refused publish during the cut: do not spin.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            progress.notify_waiters();
+            sent += 1;
+        }
+        sent
+    };
+    let schedule = async {
+        // The cut lands while publishes are streaming: after 50 of them.
+        let started = Instant::now();
+        while acknowledged_count.load(std::sync::atomic::Ordering::Acquire) < 50
+            && started.elapsed() < ctx.caps.delivery_bound
+        {
+            let _ = tokio::time::timeout(Duration::from_millis(50), progress.notified()).await;
+        }
+        faults.network(&proxy, NetworkFault::Cut);
+        tokio::time::sleep(FAULT_LENGTH).await;
+        faults.network(&proxy, NetworkFault::Pass);
+        *back.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let deadline = ctx.within(ctx.caps.recovery_bound);
+        while recovered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+            && Instant::now() < deadline
+        {
+            let _ = tokio::time::timeout(Duration::from_millis(50), progress.notified()).await;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Release);
+    };
+    let (sent, ()) = tokio::join!(publisher, schedule);
+    let mut outcome = Outcome::new();
+    let acknowledged_keys: Vec<String> =
+        acknowledged(&ctx.recorder.history()).into_iter().collect();
+    outcome.note(format!(
+        "{sent} single publishes streamed across the cut, {} acknowledged",
+        acknowledged_keys.len()
+    ));
+    let back = back.into_inner().unwrap_or_else(|p| p.into_inner());
+    match (recovered.into_inner().unwrap_or_else(|p| p.into_inner()), back) {
+        (Some(at), Some(back)) => outcome.note(format!(
+            "publishing worked again {} ms after the network was back",
+            (at - back).as_millis()
+        )),
+        _ => outcome.fail(format!(
+            "the publisher did not recover: no publish succeeded within the declared recovery bound of {:?} after the network was back",
+            ctx.caps.recovery_bound
+        )),
+    };
+    ctx.recorder
+        .wait_for_keys(&acknowledged_keys, ctx.within(ctx.caps.delivery_bound * 2))
         .await;
     handle.stop().await;
     drop(proxied);

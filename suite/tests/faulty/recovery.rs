@@ -17,6 +17,10 @@ pub enum Breaks {
     /// Answers a publish at once and sends it in the background: what was not sent
     /// when the connection died is lost, though it was reported published.
     FireAndForget,
+    /// Waits 1 ms for the broker's answer to a publish and reports success if none
+    /// came by then (the publish goes on in the background): correct while the
+    /// broker answers quickly, a lost message when the connection dies just after.
+    AcksBeforeConfirm,
     /// Reports SUCCESS for entries that failed on a dead connection.
     LiesAfterDisconnect,
     /// After its first receive error (the broker went away) it never subscribes
@@ -79,6 +83,15 @@ impl Component for Broken {
             Breaks::LiesAfterDisconnect => {
                 let id = fake_id(&message);
                 Ok(self.inner.publish(message).await.unwrap_or(id))
+            }
+            Breaks::AcksBeforeConfirm => {
+                let id = fake_id(&message);
+                let inner = self.inner.clone();
+                let mut sending = tokio::spawn(async move { inner.publish(message).await });
+                match tokio::time::timeout(Duration::from_millis(1), &mut sending).await {
+                    Ok(Ok(result)) => result,
+                    Ok(Err(_)) | Err(_) => Ok(id),
+                }
             }
             _ => self.inner.publish(message).await,
         }
