@@ -82,12 +82,18 @@ pub enum CaseError {
     Component(String),
     /// The suite itself could not run the case (an ERROR), with the reason.
     Harness(String),
+    /// What the case needs to provoke cannot be provoked on this component as it
+    /// declares itself (e.g. a failing entry without a size limit): UNSUPPORTED,
+    /// with the reason and what declaration would let the case run.
+    CannotProvoke(String),
 }
 
 impl std::fmt::Display for CaseError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CaseError::Component(m) | CaseError::Harness(m) => f.write_str(m),
+            CaseError::Component(m) | CaseError::Harness(m) | CaseError::CannotProvoke(m) => {
+                f.write_str(m)
+            }
         }
     }
 }

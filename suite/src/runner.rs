@@ -171,6 +171,8 @@ enum Attempt {
     Passed(Outcome),
     Failed(Outcome),
     Errored(String),
+    /// The case cannot provoke what it tests on this component (UNSUPPORTED).
+    CannotProvoke(String),
 }
 
 /// Runs one case and returns its cell (no broker watched: the component is in
@@ -287,6 +289,14 @@ pub async fn run_case_in(
                 result.evidence = evidence(outcome.clone());
                 first_failure.get_or_insert(outcome);
             }
+            Attempt::CannotProvoke(reason) => {
+                result.status = Status::Unsupported;
+                result.evidence = Evidence {
+                    notes: vec![format!("not applicable as declared: {reason}")],
+                    ..Evidence::default()
+                };
+                break;
+            }
             Attempt::Errored(message) => {
                 result.status = Status::Error;
                 result.evidence = Evidence {
@@ -384,6 +394,7 @@ async fn run_body(
             Attempt::Failed(outcome)
         }
         Ok(Ok(Err(CaseError::Harness(message)))) => Attempt::Errored(message),
+        Ok(Ok(Err(CaseError::CannotProvoke(message)))) => Attempt::CannotProvoke(message),
     }
 }
 

@@ -121,6 +121,39 @@ async fn faulty_component_fails_the_cases_it_breaks(
     }
 }
 
+/// A component without a size limit is not an ERROR where a case provokes an entry
+/// failure by size: the cell is UNSUPPORTED and says why and what to declare.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_size_limit_makes_entry_failure_cases_unsupported_not_errors() {
+    let runtime = Runtime::new(
+        "no-size-limit",
+        Faulty::shared(memory(), Fault::DeclaresNoSizeLimit),
+    );
+    for id in [
+        "bulk-publish.partial-failure",
+        "bulk-publish.status-mapping",
+        "bulk-publish.keep-order",
+    ] {
+        let case = find(id).unwrap();
+        let result = run_case(case, &runtime, &NO_RETRY).await;
+        assert_eq!(
+            result.status,
+            Status::Unsupported,
+            "{id}:\n{}",
+            describe(&result)
+        );
+        assert!(
+            result
+                .evidence
+                .notes
+                .iter()
+                .any(|n| n.contains("declares none") && n.contains("max_message_bytes")),
+            "{id} says why and what to declare:\n{}",
+            describe(&result)
+        );
+    }
+}
+
 /// Exactly-once is judged by what is declared: the correct component declaring it
 /// passes every case (redeliveries the handler asks for are not duplicates).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,8 +91,8 @@ pub fn cases() -> Vec<Case> {
 /// An entry the broker must refuse: a raw payload one byte over the declared maximum.
 fn oversize(ctx: &CaseContext, key: &str) -> Result<BulkPublishEntry, CaseError> {
     let max = ctx.caps.max_message_bytes.ok_or_else(|| {
-        CaseError::Harness(
-            "cannot induce an entry failure: the component declares no maximum message size".into(),
+        CaseError::CannotProvoke(
+            "the case makes one entry of a request fail by sending it one byte over the declared maximum message size, and the component declares none (no limit); declare `max_message_bytes` to run it".into(),
         )
     })?;
     let mut entry = keyed_entry(key);

@@ -112,6 +112,8 @@ pub enum Fault {
     /// No violation: declares exactly-once, which the in-memory component keeps
     /// (for the test that exactly-once is judged by what is declared).
     DeclaresExactlyOnce,
+    /// A correct component that declares no maximum message size (it has none).
+    DeclaresNoSizeLimit,
 }
 
 /// Groups and their connected members, for [`Fault::ForgetsWhileEmpty`].
@@ -255,6 +257,7 @@ impl Component for Faulty {
                 caps.lease = Duration::from_secs(1);
             }
             Fault::DeclaresExactlyOnce => caps.delivery = DeliveryGuarantee::ExactlyOnce,
+            Fault::DeclaresNoSizeLimit => caps.max_message_bytes = None,
             _ => {}
         }
         caps
