@@ -50,6 +50,9 @@ pub enum Feature {
     Ttl,
     DeadLetter,
     DelayedDelivery,
+    /// A subscription's `receiverDelay` (delay counted from publish time on the
+    /// subscriber's side), apart from producer-side `deliverAt`/`deliverAfter`.
+    ReceiverDelay,
     Ordering,
     MultiTopic,
     Seek,
@@ -65,6 +68,7 @@ impl Feature {
             Feature::Ttl => "ttl",
             Feature::DeadLetter => "dead-letter",
             Feature::DelayedDelivery => "delayed-delivery",
+            Feature::ReceiverDelay => "receiver-delay",
             Feature::Ordering => "ordering",
             Feature::MultiTopic => "multi-topic",
             Feature::Seek => "seek",
@@ -82,7 +86,10 @@ pub struct Capabilities {
     pub bulk_subscribe: Support,
     pub ttl: Support,
     pub dead_letter: Support,
+    /// Producer-side delays: `deliverAt` and `deliverAfter`.
     pub delayed_delivery: Support,
+    /// Subscription-side `receiverDelay`.
+    pub receiver_delay: Support,
     pub ordering: OrderingScope,
     /// One consumer over several topics (list or pattern) with topic-qualified ids.
     pub multi_topic: bool,
@@ -150,6 +157,7 @@ impl Capabilities {
             Feature::Ttl => self.ttl,
             Feature::DeadLetter => self.dead_letter,
             Feature::DelayedDelivery => self.delayed_delivery,
+            Feature::ReceiverDelay => self.receiver_delay,
             Feature::Ordering => available(self.ordering != OrderingScope::None),
             Feature::MultiTopic => available(self.multi_topic),
             Feature::Seek => available(self.seek),

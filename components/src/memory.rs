@@ -185,6 +185,7 @@ impl Component for MemoryComponent {
             ttl: Support::Emulated,
             dead_letter: Support::Emulated,
             delayed_delivery: Support::Emulated,
+            receiver_delay: Support::Emulated,
             ordering: OrderingScope::PerPartition,
             multi_topic: true,
             seek: true,

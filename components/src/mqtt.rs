@@ -410,6 +410,7 @@ impl Component for Mqtt5 {
             ttl: Support::Emulated,
             dead_letter: Support::Emulated,
             delayed_delivery: Support::Emulated,
+            receiver_delay: Support::Emulated,
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
             seek: false,

@@ -172,6 +172,7 @@ impl Component for NatsJetStream {
             ttl: Support::Emulated,
             dead_letter: Support::Emulated,
             delayed_delivery: Support::Emulated,
+            receiver_delay: Support::Emulated,
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
             seek: true,

@@ -328,6 +328,7 @@ impl Component for Postgres {
             ttl: Support::Emulated,
             dead_letter: Support::Emulated,
             delayed_delivery: Support::Native,
+            receiver_delay: Support::Native,
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
             seek: true,

@@ -476,6 +476,7 @@ impl Component for RabbitMq {
             ttl: Support::Native,
             dead_letter: Support::Native,
             delayed_delivery: Support::Emulated,
+            receiver_delay: Support::Emulated,
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
             seek: false,

@@ -223,6 +223,7 @@ impl Component for RedisStreams {
             ttl: Support::Emulated,
             dead_letter: Support::Emulated,
             delayed_delivery: Support::Emulated,
+            receiver_delay: Support::Emulated,
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
             seek: true,

@@ -439,6 +439,14 @@ async fn probe_unsupported(
                 .publish(PublishRequest::new(topic, "x").with_metadata("deliverAfter", "1s"))
                 .await
                 .map(drop),
+            Feature::ReceiverDelay => {
+                let mut subscription = Subscription::new(topic.clone(), group);
+                subscription.receiver_delay = Some(Duration::from_secs(1));
+                runtime
+                    .subscribe(subscription, names.recorder.handler("probe"))
+                    .await
+                    .map(drop)
+            }
             Feature::DeadLetter => {
                 let mut subscription = Subscription::new(topic.clone(), group);
                 subscription.dead_letter_topic = Some(format!("{topic}-dlq"));

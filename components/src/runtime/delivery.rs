@@ -66,6 +66,7 @@ pub(super) fn start(
     let delivery = Delivery {
         ttl_emulated: runtime.mode(Feature::Ttl) == Support::Emulated,
         delay_emulated: runtime.mode(Feature::DelayedDelivery) == Support::Emulated,
+        receiver_delay_emulated: runtime.mode(Feature::ReceiverDelay) == Support::Emulated,
         dead_letter_native: runtime.mode(Feature::DeadLetter) == Support::Native,
         bulk_native: runtime.mode(Feature::BulkSubscribe) == Support::Native,
         runtime,
@@ -100,6 +101,8 @@ struct Delivery {
     consumer: Box<dyn Consumer>,
     ttl_emulated: bool,
     delay_emulated: bool,
+    /// `receiverDelay` held here rather than by the component.
+    receiver_delay_emulated: bool,
     dead_letter_native: bool,
     bulk_native: bool,
     /// Delayed messages, held (unacknowledged) until due.
@@ -246,19 +249,24 @@ impl Delivery {
                 return None;
             }
         }
-        if self.delay_emulated {
-            let mut due = message
-                .metadata
-                .get(controls::HEADER_DELIVER_AT)
-                .and_then(|at| controls::parse_time(at));
-            if let Some(delay) = self.subscription.receiver_delay {
-                let receiver_due = message.publish_time + delay;
-                due = Some(due.map_or(receiver_due, |d| d.max(receiver_due)));
-            }
-            if let Some(due) = due.filter(|due| *due > now) {
-                self.hold(due, (message, event)).await;
-                return None;
-            }
+        // A producer-side due time (written by the runtime only when it emulates
+        // delays) and the subscription's receiverDelay, each where emulated here.
+        let mut due = message
+            .metadata
+            .get(controls::HEADER_DELIVER_AT)
+            .filter(|_| self.delay_emulated)
+            .and_then(|at| controls::parse_time(at));
+        if let Some(delay) = self
+            .subscription
+            .receiver_delay
+            .filter(|_| self.receiver_delay_emulated)
+        {
+            let receiver_due = message.publish_time + delay;
+            due = Some(due.map_or(receiver_due, |d| d.max(receiver_due)));
+        }
+        if let Some(due) = due.filter(|due| *due > now) {
+            self.hold(due, (message, event)).await;
+            return None;
         }
         Some((message, event))
     }

@@ -264,7 +264,7 @@ impl Runtime {
                 .filter(|_| native(Feature::DeadLetter)),
             receiver_delay: subscription
                 .receiver_delay
-                .filter(|_| native(Feature::DelayedDelivery)),
+                .filter(|_| native(Feature::ReceiverDelay)),
         }
     }
 
@@ -330,7 +330,7 @@ impl Runtime {
             self.require(Feature::DeadLetter)?;
         }
         if subscription.receiver_delay.is_some() {
-            self.require(Feature::DelayedDelivery)?;
+            self.require(Feature::ReceiverDelay)?;
         }
         Ok(())
     }
@@ -345,6 +345,7 @@ fn emulatable(feature: Feature) -> bool {
             | Feature::Ttl
             | Feature::DeadLetter
             | Feature::DelayedDelivery
+            | Feature::ReceiverDelay
     )
 }
 

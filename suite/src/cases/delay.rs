@@ -38,7 +38,7 @@ pub fn cases() -> Vec<Case> {
         Case {
             id: "delay.receiver-delay",
             must: "With a subscription receiverDelay a message MUST NOT be delivered before its publish time + receiverDelay, and MUST be delivered by then + the declared precision.",
-            requires: &[Feature::DelayedDelivery],
+            requires: &[Feature::ReceiverDelay],
             level: Level::Feature,
             injects: &[],
             bound,
@@ -47,7 +47,7 @@ pub fn cases() -> Vec<Case> {
         Case {
             id: "delay.receiver-delay-from-publish",
             must: "receiverDelay MUST count from publish time: a message already older than the delay when its subscriber starts MUST be delivered at once (within the declared precision), not held for the delay again.",
-            requires: &[Feature::DelayedDelivery],
+            requires: &[Feature::ReceiverDelay],
             level: Level::Feature,
             injects: &[],
             bound: Bound::new("1.5 s delay + delay precision + 2 x delivery bound", |c| {

@@ -244,14 +244,16 @@ impl Component for Faulty {
         caps.redelivery_bound = Duration::from_secs(1);
         match self.fault {
             Fault::Duplicates => caps.delivery = DeliveryGuarantee::ExactlyOnce,
-            Fault::DeliversEarly => caps.delayed_delivery = Support::Native,
+            Fault::DeliversEarly => {
+                caps.delayed_delivery = Support::Native;
+                caps.receiver_delay = Support::Native;
+            }
             Fault::IgnoresTtl => caps.ttl = Support::Native,
             Fault::NeverDeadLetters => caps.dead_letter = Support::Native,
             Fault::HidesPartitions => caps.partitions = None,
             Fault::HalvesTtl => caps.ttl = Support::Native,
-            Fault::DelaysFromReceipt | Fault::BlocksBehindDelayed => {
-                caps.delayed_delivery = Support::Native
-            }
+            Fault::DelaysFromReceipt => caps.receiver_delay = Support::Native,
+            Fault::BlocksBehindDelayed => caps.delayed_delivery = Support::Native,
             Fault::DelaysCappedAtLease => {
                 caps.delayed_delivery = Support::Native;
                 caps.lease = Duration::from_secs(1);
