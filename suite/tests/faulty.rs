@@ -154,6 +154,25 @@ async fn no_size_limit_makes_entry_failure_cases_unsupported_not_errors() {
     }
 }
 
+/// Producer-side delays and receiverDelay are declared apart: a component that delays
+/// only on the producer side passes the delay cases and is UNSUPPORTED (refusal
+/// verified) for receiverDelay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receiver_delay_is_declared_apart_from_producer_delays() {
+    let runtime = Runtime::new(
+        "producer-delays-only",
+        Faulty::shared(memory(), Fault::DeclaresNoReceiverDelay),
+    );
+    for (id, status) in [
+        ("delay.deliver-after", Status::Pass),
+        ("delay.receiver-delay", Status::Unsupported),
+        ("delay.receiver-delay-from-publish", Status::Unsupported),
+    ] {
+        let result = run_case(find(id).unwrap(), &runtime, &NO_RETRY).await;
+        assert_eq!(result.status, status, "{id}:\n{}", describe(&result));
+    }
+}
+
 /// Exactly-once is judged by what is declared: the correct component declaring it
 /// passes every case (redeliveries the handler asks for are not duplicates).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

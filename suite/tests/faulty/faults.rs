@@ -114,6 +114,8 @@ pub enum Fault {
     DeclaresExactlyOnce,
     /// A correct component that declares no maximum message size (it has none).
     DeclaresNoSizeLimit,
+    /// A correct component that delays on the producer side only.
+    DeclaresNoReceiverDelay,
 }
 
 /// Groups and their connected members, for [`Fault::ForgetsWhileEmpty`].
@@ -260,6 +262,7 @@ impl Component for Faulty {
             }
             Fault::DeclaresExactlyOnce => caps.delivery = DeliveryGuarantee::ExactlyOnce,
             Fault::DeclaresNoSizeLimit => caps.max_message_bytes = None,
+            Fault::DeclaresNoReceiverDelay => caps.receiver_delay = Support::Unsupported,
             _ => {}
         }
         caps
