@@ -53,6 +53,9 @@ pub enum Feature {
     /// A subscription's `receiverDelay` (delay counted from publish time on the
     /// subscriber's side), apart from producer-side `deliverAt`/`deliverAfter`.
     ReceiverDelay,
+    /// Several groups on one topic, each getting every message (a work queue
+    /// without it has one group per topic).
+    FanOut,
     Ordering,
     MultiTopic,
     Seek,
@@ -69,6 +72,7 @@ impl Feature {
             Feature::DeadLetter => "dead-letter",
             Feature::DelayedDelivery => "delayed-delivery",
             Feature::ReceiverDelay => "receiver-delay",
+            Feature::FanOut => "fan-out",
             Feature::Ordering => "ordering",
             Feature::MultiTopic => "multi-topic",
             Feature::Seek => "seek",
@@ -93,6 +97,10 @@ pub struct Capabilities {
     pub ordering: OrderingScope,
     /// One consumer over several topics (list or pattern) with topic-qualified ids.
     pub multi_topic: bool,
+    /// Several consumer groups on one topic, each getting every message; `false`
+    /// for a work queue (one group per topic).
+    #[serde(default = "yes")]
+    pub fan_out: bool,
     /// `Consumer::seek` and `Consumer::last_message_ids`.
     pub seek: bool,
     /// Partitioned topics with partition-count updates; `None` when unsupported.
@@ -130,6 +138,10 @@ pub struct Capabilities {
     pub redelivers_slow_handlers: bool,
 }
 
+fn yes() -> bool {
+    true
+}
+
 /// Partition support details.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionSupport {
@@ -158,6 +170,7 @@ impl Capabilities {
             Feature::DeadLetter => self.dead_letter,
             Feature::DelayedDelivery => self.delayed_delivery,
             Feature::ReceiverDelay => self.receiver_delay,
+            Feature::FanOut => available(self.fan_out),
             Feature::Ordering => available(self.ordering != OrderingScope::None),
             Feature::MultiTopic => available(self.multi_topic),
             Feature::Seek => available(self.seek),

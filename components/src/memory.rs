@@ -188,6 +188,7 @@ impl Component for MemoryComponent {
             receiver_delay: Support::Emulated,
             ordering: OrderingScope::PerPartition,
             multi_topic: true,
+            fan_out: true,
             seek: true,
             partitions: Some(PartitionSupport {
                 discovery_bound: Duration::from_millis(500),

@@ -413,6 +413,7 @@ impl Component for Mqtt5 {
             receiver_delay: Support::Emulated,
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
+            fan_out: true,
             seek: false,
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,

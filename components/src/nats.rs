@@ -175,6 +175,7 @@ impl Component for NatsJetStream {
             receiver_delay: Support::Emulated,
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
+            fan_out: true,
             seek: true,
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,

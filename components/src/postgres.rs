@@ -331,6 +331,7 @@ impl Component for Postgres {
             receiver_delay: Support::Native,
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
+            fan_out: true,
             seek: true,
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,

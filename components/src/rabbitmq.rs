@@ -479,6 +479,7 @@ impl Component for RabbitMq {
             receiver_delay: Support::Emulated,
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
+            fan_out: true,
             seek: false,
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,

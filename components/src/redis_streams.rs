@@ -226,6 +226,7 @@ impl Component for RedisStreams {
             receiver_delay: Support::Emulated,
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
+            fan_out: true,
             seek: true,
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,

@@ -173,6 +173,32 @@ async fn receiver_delay_is_declared_apart_from_producer_delays() {
     }
 }
 
+/// A work queue (no fan-out to several groups) declares it: the fan-out cases are
+/// UNSUPPORTED with the refusal verified, and one group per topic works as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_work_queue_declares_no_fan_out() {
+    let runtime = Runtime::new(
+        "work-queue",
+        Faulty::shared(memory(), Fault::DeclaresNoFanOut),
+    );
+    for (id, status) in [
+        ("subscribe.fan-out", Status::Unsupported),
+        ("multi-topic.owner-topic", Status::Unsupported),
+        ("publish.delivery", Status::Pass),
+        ("subscribe.competing-consumers", Status::Pass),
+    ] {
+        let result = run_case(find(id).unwrap(), &runtime, &NO_RETRY).await;
+        assert_eq!(result.status, status, "{id}:\n{}", describe(&result));
+        if status == Status::Unsupported {
+            assert!(
+                result.evidence.notes.iter().any(|n| n.contains("fan-out")),
+                "{id} names the refusal:\n{}",
+                describe(&result)
+            );
+        }
+    }
+}
+
 /// Exactly-once is judged by what is declared: the correct component declaring it
 /// passes every case (redeliveries the handler asks for are not duplicates).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -54,6 +54,9 @@ pub struct Runtime {
     component: Arc<dyn Component>,
     capabilities: Capabilities,
     options: RuntimeOptions,
+    /// The group of each topic, for a component without fan-out (one group per
+    /// topic); empty otherwise.
+    groups: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
 impl Runtime {
@@ -74,6 +77,7 @@ impl Runtime {
             component,
             capabilities,
             options,
+            groups: Arc::default(),
         }
     }
 
@@ -292,6 +296,38 @@ impl Runtime {
     }
 
     /// Checks what a subscription asks for, apart from its handler.
+    /// On a component without fan-out, refuses a second group on a topic that
+    /// already has one (through this runtime).
+    fn claim_group(&self, subscription: &Subscription) -> Result<()> {
+        if self.capabilities.fan_out {
+            return Ok(());
+        }
+        let topics: Vec<&String> = match &subscription.topics {
+            crate::TopicSelector::Single(t) => vec![t],
+            crate::TopicSelector::List(ts) => ts.iter().collect(),
+            crate::TopicSelector::Pattern(_) => Vec::new(),
+        };
+        let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((topic, group)) = topics.iter().find_map(|t| {
+            groups
+                .get(*t)
+                .filter(|g| **g != subscription.group)
+                .map(|g| (*t, g))
+        }) {
+            return Err(PubSubError::Unsupported {
+                component: self.component.kind().to_string(),
+                feature: format!(
+                    "fan-out: topic '{topic}' already has group '{group}', and the component delivers each message to one group only, not also to '{}'",
+                    subscription.group
+                ),
+            });
+        }
+        for topic in topics {
+            groups.insert(topic.clone(), subscription.group.clone());
+        }
+        Ok(())
+    }
+
     fn validate_topics(&self, subscription: &Subscription) -> Result<()> {
         match &subscription.topics {
             crate::TopicSelector::Single(t) => controls::validate_topic(t)?,
@@ -315,6 +351,7 @@ impl Runtime {
         if subscription.topics.is_multi_topic() {
             self.require(Feature::MultiTopic)?;
         }
+        self.claim_group(subscription)?;
         if subscription.max_deliveries == 0 {
             return Err(PubSubError::InvalidRequest(
                 "subscription maxDeliveries must be at least 1".into(),

@@ -71,7 +71,7 @@ pub fn cases() -> Vec<Case> {
         Case {
             id: "subscribe.fan-out",
             must: "Every consumer group MUST receive every message published to the topic.",
-            requires: &[],
+            requires: &[pubsub_components::Feature::FanOut],
             level: Level::Core,
             injects: &[],
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),

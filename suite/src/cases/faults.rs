@@ -33,7 +33,7 @@ pub fn cases() -> Vec<Case> {
         Case {
             id: "certification.broker-restart",
             must: "After the broker is killed and restarted, publishers and subscribers MUST work again without being recreated within the declared recovery bound, and where durability is declared nothing acknowledged before the crash may be lost.",
-            requires: &[],
+            requires: &[Feature::FanOut],
             level: Level::Certification,
             injects: &[Injects::BrokerRestart],
             bound: Bound::new("60 s restart + 2 x recovery bound + 3 x delivery bound", |c| {

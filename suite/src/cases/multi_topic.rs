@@ -19,7 +19,7 @@ pub fn cases() -> Vec<Case> {
         Case {
             id: "multi-topic.owner-topic",
             must: "On a subscription over a topic list or pattern, every delivered message id MUST name the topic the message was published to.",
-            requires: &[Feature::MultiTopic],
+            requires: &[Feature::MultiTopic, Feature::FanOut],
             level: Level::Feature,
             injects: &[],
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),

@@ -116,6 +116,8 @@ pub enum Fault {
     DeclaresNoSizeLimit,
     /// A correct component that delays on the producer side only.
     DeclaresNoReceiverDelay,
+    /// A correct work queue: one group per topic.
+    DeclaresNoFanOut,
 }
 
 /// Groups and their connected members, for [`Fault::ForgetsWhileEmpty`].
@@ -263,6 +265,7 @@ impl Component for Faulty {
             Fault::DeclaresExactlyOnce => caps.delivery = DeliveryGuarantee::ExactlyOnce,
             Fault::DeclaresNoSizeLimit => caps.max_message_bytes = None,
             Fault::DeclaresNoReceiverDelay => caps.receiver_delay = Support::Unsupported,
+            Fault::DeclaresNoFanOut => caps.fan_out = false,
             _ => {}
         }
         caps
