@@ -407,109 +407,108 @@ async fn probe_unsupported(
     let names = CaseContext::new(runtime.clone(), case_id, Duration::from_secs(5), 0);
     let topic = names.topic("probe");
     let group = names.group("probe");
-    let outcome: Result<(), PubSubError> = match feature {
-        Feature::Ordering => {
-            return Ok(
+    let outcome: Result<(), PubSubError> =
+        match feature {
+            Feature::Ordering => return Ok(
                 "declared ordering: none; ordering has no API to refuse, so no ordering is checked"
                     .into(),
-            )
-        }
-        Feature::BulkPublish => runtime
-            .bulk_publish(BulkPublishRequest {
-                topic,
-                entries: vec![BulkPublishEntry {
-                    entry_id: "1".into(),
-                    event: b"x".to_vec(),
+            ),
+            Feature::BulkPublish => runtime
+                .bulk_publish(BulkPublishRequest {
+                    topic,
+                    entries: vec![BulkPublishEntry {
+                        entry_id: "1".into(),
+                        event: b"x".to_vec(),
+                        ..Default::default()
+                    }],
                     ..Default::default()
-                }],
-                ..Default::default()
-            })
-            .await
-            .map(drop),
-        Feature::BulkSubscribe => {
-            let mut subscription = Subscription::new(topic, group);
-            subscription.bulk = Some(Default::default());
-            let handler = names.recorder.bulk("probe", |_| None, |_| None);
-            runtime.subscribe(subscription, handler).await.map(drop)
-        }
-        Feature::Ttl => runtime
-            .publish(PublishRequest::new(topic, "x").with_metadata("ttlInSeconds", "60"))
-            .await
-            .map(drop),
-        Feature::DelayedDelivery => runtime
-            .publish(PublishRequest::new(topic, "x").with_metadata("deliverAfter", "1s"))
-            .await
-            .map(drop),
-        Feature::FanOut => {
-            let first = runtime
-                .subscribe(
-                    Subscription::new(topic.clone(), format!("{group}-a")),
-                    names.recorder.handler("probe-a"),
-                )
-                .await;
-            let first = first.map_err(|e| {
-                format!(
+                })
+                .await
+                .map(drop),
+            Feature::BulkSubscribe => {
+                let mut subscription = Subscription::new(topic, group);
+                subscription.bulk = Some(Default::default());
+                let handler = names.recorder.bulk("probe", |_| None, |_| None);
+                runtime.subscribe(subscription, handler).await.map(drop)
+            }
+            Feature::Ttl => runtime
+                .publish(PublishRequest::new(topic, "x").with_metadata("ttlInSeconds", "60"))
+                .await
+                .map(drop),
+            Feature::DelayedDelivery => runtime
+                .publish(PublishRequest::new(topic, "x").with_metadata("deliverAfter", "1s"))
+                .await
+                .map(drop),
+            Feature::FanOut => {
+                let first = runtime
+                    .subscribe(
+                        Subscription::new(topic.clone(), format!("{group}-a")),
+                        names.recorder.handler("probe-a"),
+                    )
+                    .await;
+                let first = first.map_err(|e| {
+                    format!(
                     "fan-out is declared unsupported, but even one group on a topic failed: {e}"
                 )
-            })?;
-            let second = runtime
-                .subscribe(
-                    Subscription::new(topic.clone(), format!("{group}-b")),
-                    names.recorder.handler("probe-b"),
-                )
-                .await;
-            first.stop().await;
-            match second {
-                Ok(handle) => {
-                    handle.stop().await;
-                    Ok(())
+                })?;
+                let second = runtime
+                    .subscribe(
+                        Subscription::new(topic.clone(), format!("{group}-b")),
+                        names.recorder.handler("probe-b"),
+                    )
+                    .await;
+                first.stop().await;
+                match second {
+                    Ok(handle) => {
+                        handle.stop().await;
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Feature::ReceiverDelay => {
+                let mut subscription = Subscription::new(topic.clone(), group);
+                subscription.receiver_delay = Some(Duration::from_secs(1));
+                runtime
+                    .subscribe(subscription, names.recorder.handler("probe"))
+                    .await
+                    .map(drop)
+            }
+            Feature::DeadLetter => {
+                let mut subscription = Subscription::new(topic.clone(), group);
+                subscription.dead_letter_topic = Some(format!("{topic}-dlq"));
+                runtime
+                    .subscribe(subscription, names.recorder.handler("probe"))
+                    .await
+                    .map(drop)
+            }
+            Feature::MultiTopic => {
+                let selector = TopicSelector::List(vec![topic.clone(), format!("{topic}-b")]);
+                runtime
+                    .subscribe(
+                        Subscription::selecting(selector, group),
+                        names.recorder.handler("probe"),
+                    )
+                    .await
+                    .map(drop)
+            }
+            Feature::Seek => match runtime
+                .component()
+                .consumer(ConsumerSpec::new(
+                    TopicSelector::Single(topic.clone()),
+                    group,
+                ))
+                .await
+            {
+                Ok(consumer) => {
+                    let result = consumer.seek(&MessageId::new(topic, None, 0)).await;
+                    let _ = consumer.close().await;
+                    result
                 }
                 Err(e) => Err(e),
-            }
-        }
-        Feature::ReceiverDelay => {
-            let mut subscription = Subscription::new(topic.clone(), group);
-            subscription.receiver_delay = Some(Duration::from_secs(1));
-            runtime
-                .subscribe(subscription, names.recorder.handler("probe"))
-                .await
-                .map(drop)
-        }
-        Feature::DeadLetter => {
-            let mut subscription = Subscription::new(topic.clone(), group);
-            subscription.dead_letter_topic = Some(format!("{topic}-dlq"));
-            runtime
-                .subscribe(subscription, names.recorder.handler("probe"))
-                .await
-                .map(drop)
-        }
-        Feature::MultiTopic => {
-            let selector = TopicSelector::List(vec![topic.clone(), format!("{topic}-b")]);
-            runtime
-                .subscribe(
-                    Subscription::selecting(selector, group),
-                    names.recorder.handler("probe"),
-                )
-                .await
-                .map(drop)
-        }
-        Feature::Seek => match runtime
-            .component()
-            .consumer(ConsumerSpec::new(
-                TopicSelector::Single(topic.clone()),
-                group,
-            ))
-            .await
-        {
-            Ok(consumer) => {
-                let result = consumer.seek(&MessageId::new(topic, None, 0)).await;
-                let _ = consumer.close().await;
-                result
-            }
-            Err(e) => Err(e),
-        },
-        Feature::Partitions => runtime.component().update_partitions(&topic, 2).await,
-    };
+            },
+            Feature::Partitions => runtime.component().update_partitions(&topic, 2).await,
+        };
     match outcome {
         Err(e) if e.kind() == ErrorKind::Unsupported => {
             Ok(format!("declared unsupported; using it is refused clearly: {e}"))

@@ -302,15 +302,26 @@ impl BrokerProcess {
             return;
         };
         incarnation.expected.store(true, Ordering::SeqCst);
+        // Some brokers put their children in sessions of their own (PostgreSQL's
+        // backends call setsid), out of reach of the group signal: they are killed
+        // one by one, and the restart waits until they are gone (a backend still
+        // attached to the old shared memory makes a new postmaster refuse to start).
+        let family = descendants(incarnation.pid);
         kill_group(incarnation.pid, "-KILL");
+        for pid in &family {
+            kill_process(*pid, "-KILL");
+        }
         let mut exited = incarnation.exited;
         let _ = tokio::time::timeout(
             self.spec.ready_within,
             exited.wait_for(|status| status.is_some()),
         )
         .await;
-        // The port is free once the group is gone.
         let deadline = tokio::time::Instant::now() + self.spec.ready_within;
+        while tokio::time::Instant::now() < deadline && family.iter().any(|pid| alive(*pid)) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The port is free once the group is gone.
         while tokio::time::Instant::now() < deadline
             && tokio::net::TcpStream::connect(("127.0.0.1", self.port))
                 .await
@@ -347,7 +358,13 @@ impl BrokerProcess {
         let pid = self
             .pid()
             .ok_or_else(|| format!("{} is not running", self.spec.name))?;
+        // The group and every descendant (children in sessions of their own, such as
+        // PostgreSQL's backends, would go on serving while the broker is "paused").
+        let family = descendants(pid);
         if kill_group(pid, signal) {
+            for child in family {
+                kill_process(child, signal);
+            }
             Ok(())
         } else {
             Err(format!(
@@ -391,6 +408,50 @@ fn tail_of(log: &Path) -> String {
         return "(empty)".into();
     }
     lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
+/// Every process below `root` in the process tree (children, their children...).
+fn descendants(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // Fields after the command name (which may hold spaces) in parentheses.
+            let after = &stat[stat.rfind(')')? + 2..];
+            let ppid = after.split(' ').nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for (pid, _) in parents.iter().filter(|(_, ppid)| *ppid == parent) {
+            found.push(*pid);
+            frontier.push(*pid);
+        }
+    }
+    found
+}
+
+/// Whether a process exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .is_some_and(|i| !stat[i..].starts_with(") Z"))
+    })
+}
+
+/// Sends `signal` (e.g. `-KILL`) to one process; true when it was delivered.
+fn kill_process(pid: u32, signal: &str) -> bool {
+    std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Sends `signal` (e.g. `-KILL`) to a process group; true when it was delivered.
@@ -490,5 +551,44 @@ impl Drop for BrokerProcess {
             kill_group(incarnation.pid, "-CONT");
             kill_group(incarnation.pid, "-KILL");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child that left its parent's process group (as PostgreSQL's backends do) is
+    /// still found below the parent, and signalled.
+    #[tokio::test]
+    async fn descendants_in_sessions_of_their_own_are_found() {
+        let mut parent = tokio::process::Command::new("sh")
+            .args(["-c", "setsid sleep 30 & wait"])
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("sh runs");
+        let pid = parent.id().expect("running");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut family = Vec::new();
+        while family.is_empty() && tokio::time::Instant::now() < deadline {
+            family = descendants(pid);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(family.len(), 1, "the setsid child is found: {family:?}");
+        let child = family[0];
+        assert!(alive(child));
+        kill_group(pid, "-KILL");
+        assert!(
+            alive(child),
+            "a group signal does not reach another session"
+        );
+        assert!(kill_process(child, "-KILL"));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while alive(child) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!alive(child), "killed one by one");
+        let _ = parent.wait().await;
     }
 }
