@@ -211,11 +211,8 @@ async fn run_cases(
                     run_options_for(&options.run, &expectations, case, side.version.as_deref());
                 let mut result = run_case_in(case, &side.runtime, &run, &side.environment).await;
                 side.refresh(definition).await;
-                if matches!(result.status, Status::Fail | Status::Pass) {
-                    result.expected_failure = side
-                        .version
-                        .as_deref()
-                        .and_then(|version| expectations.for_cell(case.id, version));
+                if let Some(version) = side.version.as_deref() {
+                    expectations.apply(&mut result, version);
                 }
                 result.evidence.notes.push(format!(
                     "run on a broker the suite controls, {}, since the run's broker cannot be faulted",
@@ -264,9 +261,8 @@ async fn run_cases(
                 }
             }
         }
-        if matches!(result.status, Status::Fail | Status::Pass) {
-            result.expected_failure =
-                broker_version.and_then(|version| expectations.for_cell(case.id, version));
+        if let Some(version) = broker_version {
+            expectations.apply(&mut result, version);
         }
         if let Some(reason) = &restarted_after {
             result.evidence.notes.push(format!(

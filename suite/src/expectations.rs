@@ -21,6 +21,10 @@ pub struct Expected {
     pub broker: String,
     /// What goes wrong, and where the evidence is.
     pub reason: String,
+    /// The defect shows in some runs only (as web-platform-tests' `[FAIL, PASS]`):
+    /// a PASS is then accepted, not flagged as a stale entry.
+    #[serde(default)]
+    pub intermittent: bool,
 }
 
 #[derive(Deserialize)]
@@ -81,15 +85,24 @@ impl Expectations {
         })
     }
 
+    /// The entry for `case` on a broker whose version text is `broker_version`.
+    pub fn entry(&self, case: &str, broker_version: &str) -> Option<&Expected> {
+        self.entries
+            .iter()
+            .find(|e| e.case == case && broker_version.starts_with(e.broker.as_str()))
+    }
+
     /// The entry for `case` on a broker whose version text is `broker_version`, as the
     /// text a cell carries.
     pub fn for_cell(&self, case: &str, broker_version: &str) -> Option<String> {
-        let entry = self
-            .entries
-            .iter()
-            .find(|e| e.case == case && broker_version.starts_with(e.broker.as_str()))?;
+        let entry = self.entry(case, broker_version)?;
         Some(format!(
-            "{} (seen on {}; {})",
+            "{}{} (seen on {}; {})",
+            if entry.intermittent {
+                "intermittent: "
+            } else {
+                ""
+            },
             entry.reason,
             entry.broker,
             self.file
@@ -97,6 +110,26 @@ impl Expectations {
                 .map(|f| f.display().to_string())
                 .unwrap_or_default()
         ))
+    }
+
+    /// Marks a FAIL or PASS cell with its entry: a FAIL becomes expected; a PASS is
+    /// flagged (the entry is stale), unless the entry is intermittent, when the PASS
+    /// stands with a note.
+    pub fn apply(&self, result: &mut pubsub_reports::CaseResult, broker_version: &str) {
+        use pubsub_reports::Status;
+        let Some(entry) = self.entry(&result.id, broker_version) else {
+            return;
+        };
+        match result.status {
+            Status::Fail => result.expected_failure = self.for_cell(&result.id, broker_version),
+            Status::Pass if entry.intermittent => result.evidence.notes.push(format!(
+                "listed as an intermittent expected failure, and passed this run: {}",
+                self.for_cell(&result.id, broker_version)
+                    .unwrap_or_default()
+            )),
+            Status::Pass => result.expected_failure = self.for_cell(&result.id, broker_version),
+            _ => {}
+        }
     }
 }
 
@@ -138,6 +171,44 @@ mod tests {
             .unwrap()
             .entries
             .is_empty());
+    }
+
+    #[test]
+    fn a_pass_is_flagged_unless_the_entry_is_intermittent() {
+        use pubsub_reports::{CaseResult, Status};
+        let dir = tempfile::tempdir().unwrap();
+        let definition = write(
+            dir.path(),
+            "expectations:\n  - case: certification.broker-restart\n    broker: B 1\n    reason: stalls\n  - case: certification.network-cut\n    broker: B 1\n    intermittent: true\n    reason: stalls sometimes\n",
+        );
+        let expectations = Expectations::load(&definition, "x").unwrap();
+        let cell = |id: &str, status: Status| {
+            let mut result = CaseResult {
+                id: id.into(),
+                family: String::new(),
+                level: String::new(),
+                feature: None,
+                must: String::new(),
+                status,
+                mode: None,
+                duration_ms: 0,
+                bound_ms: 0,
+                attempts: 1,
+                evidence: Default::default(),
+                expected_failure: None,
+            };
+            expectations.apply(&mut result, "B 1.2");
+            result
+        };
+        assert!(cell("certification.broker-restart", Status::Fail).is_expected_failure());
+        assert!(cell("certification.broker-restart", Status::Pass).passes_unexpectedly());
+        assert!(cell("certification.network-cut", Status::Fail).is_expected_failure());
+        let passed = cell("certification.network-cut", Status::Pass);
+        assert!(!passed.passes_unexpectedly() && passed.expected_failure.is_none());
+        assert!(passed.evidence.notes[0].contains("intermittent"));
+        assert!(cell("publish.delivery", Status::Fail)
+            .expected_failure
+            .is_none());
     }
 
     #[test]

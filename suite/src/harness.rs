@@ -164,15 +164,29 @@ where
                         .map_err(|e| Failed::from(format!("cannot build the component: {e}")))?;
                     let version = component.broker_version().await.ok();
                     let runtime = Runtime::new(name, component);
-                    let mut result =
-                        run_case_in(case, &runtime, &RunOptions::default(), &environment).await;
-                    if let (Some(definition), Some(version)) = (&environment.definition, &version) {
-                        if matches!(result.status, Status::Fail | Status::Pass) {
-                            result.expected_failure =
-                                Expectations::load(&definition.source, &definition.name)
-                                    .map_err(|e| Failed::from(format!("{e:#}")))?
-                                    .for_cell(case.id, version);
+                    let expectations = match &environment.definition {
+                        Some(definition) => {
+                            Expectations::load(&definition.source, &definition.name)
+                                .map_err(|e| Failed::from(format!("{e:#}")))?
                         }
+                        None => Expectations::default(),
+                    };
+                    // A listed case runs once: a rerun only proves the known defect
+                    // twice, or turns an intermittent one into FLAKY.
+                    let listed = version
+                        .as_deref()
+                        .is_some_and(|v| expectations.entry(case.id, v).is_some());
+                    let options = RunOptions {
+                        retries: if listed {
+                            0
+                        } else {
+                            RunOptions::default().retries
+                        },
+                        ..RunOptions::default()
+                    };
+                    let mut result = run_case_in(case, &runtime, &options, &environment).await;
+                    if let Some(version) = &version {
+                        expectations.apply(&mut result, version);
                     }
                     drop(runtime);
                     if let Some(broker) = &environment.broker {
