@@ -246,6 +246,7 @@ impl Component for NatsJetStream {
             held: Mutex::new(HashMap::new()),
             settled: Mutex::new(Settled::default()),
             closed: AtomicBool::new(false),
+            opened_at: SystemTime::now(),
         };
         consumer.refresh().await?;
         Ok(Box::new(consumer))
@@ -267,6 +268,8 @@ struct NatsConsumer {
     /// not an error.
     settled: Mutex<Settled>,
     closed: AtomicBool,
+    /// When this member opened: a topic a pattern finds later is read from then on.
+    opened_at: SystemTime,
 }
 
 /// A durable name from a group and topic (no `.`, `*`, `>` or spaces).
@@ -357,13 +360,23 @@ impl NatsConsumer {
     async fn refresh(&self) -> Result<()> {
         let topics = self.covered_topics().await?;
         let mut consumers = self.consumers.lock().await;
+        let first = consumers.is_empty();
         for topic in topics {
             if consumers.contains_key(&topic) {
                 continue;
             }
             let policy = match self.spec.start {
                 StartPosition::Earliest => DeliverPolicy::All,
-                StartPosition::Latest => DeliverPolicy::New,
+                StartPosition::Latest if first => DeliverPolicy::New,
+                // A topic that appeared after the member opened (a pattern's new
+                // partition): everything published to it since then, not only what
+                // comes after this refresh (that lost the first messages of a new
+                // partition when the refresh came late). A second of slack for
+                // server and client clocks: an older message delivered beats a
+                // newer one lost.
+                StartPosition::Latest => DeliverPolicy::ByStartTime {
+                    start_time: (self.opened_at - Duration::from_secs(1)).into(),
+                },
             };
             let consumer = self.consumer_at(&topic, policy).await?;
             consumers.insert(topic, consumer);
