@@ -331,6 +331,7 @@ impl Component for Faulty {
             membership: self.membership.clone(),
             receiver_delay: spec.receiver_delay,
             first_seen: Mutex::new(HashMap::new()),
+            blocked_until: Mutex::new(None),
         }))
     }
 
@@ -426,6 +427,9 @@ struct FaultyConsumer {
     receiver_delay: Option<Duration>,
     /// When each message was first received, for [`Fault::DelaysFromReceipt`].
     first_seen: Mutex<HashMap<MessageId, SystemTime>>,
+    /// For [`Fault::BlocksBehindDelayed`]: nothing is served before this time (the
+    /// due time of the delayed message that reached the head of the line).
+    blocked_until: Mutex<Option<SystemTime>>,
 }
 
 impl FaultyConsumer {
@@ -479,7 +483,13 @@ impl FaultyConsumer {
             Fault::DelaysFromReceipt | Fault::BlocksBehindDelayed | Fault::DelaysCappedAtLease => {
                 let now = SystemTime::now();
                 let mut kept = Vec::new();
-                let mut blocked = false;
+                // Strictly in line: once a delayed message reached the head, what
+                // comes after waits until it is due.
+                let mut blocked = self
+                    .blocked_until
+                    .lock()
+                    .unwrap()
+                    .is_some_and(|until| until > now);
                 for message in messages {
                     let mut due = message
                         .metadata
@@ -507,6 +517,10 @@ impl FaultyConsumer {
                         }
                         (Fault::BlocksBehindDelayed, Some(wait)) => {
                             blocked = true;
+                            {
+                                let mut until = self.blocked_until.lock().unwrap();
+                                *until = Some(until.map_or(now + wait, |u| u.max(now + wait)));
+                            }
                             self.inner
                                 .nack(&message.id, wait.min(Duration::from_millis(50)))
                                 .await?;
