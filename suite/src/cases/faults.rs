@@ -25,6 +25,10 @@ use tokio::time::Instant;
 /// How long a network or pause fault lasts: long enough for clients to notice
 /// (time is the property here).
 const FAULT_LENGTH: Duration = Duration::from_secs(2);
+/// The shortest time between two single publishes of a stream.
+const PACE: Duration = Duration::from_millis(1);
+/// The most single publishes `certification.network-cut-single-publishes` streams.
+const STREAM_LIMIT: usize = 5000;
 /// What a broker restart may take on top of the declared bounds (RabbitMQ needs ~10 s).
 const RESTART_ALLOWANCE: Duration = Duration::from_secs(60);
 
@@ -638,12 +642,22 @@ async fn network_cut_single_publishes(ctx: CaseContext) -> CaseRun {
     let recovered: Mutex<Option<Instant>> = Mutex::new(None);
     let back: Mutex<Option<Instant>> = Mutex::new(None);
     let progress = Notify::new();
-    // Publishes back to back, each bounded, until the schedule stops it.
+    // Publishes back to back, each bounded, until the schedule stops it (or a
+    // component that answers without waiting for the broker has been sent enough).
     let publisher = async {
         let mut sent = 0usize;
-        while !stop.load(std::sync::atomic::Ordering::Acquire) {
+        while !stop.load(std::sync::atomic::Ordering::Acquire) && sent < STREAM_LIMIT {
+            // A publish that answers at once never suspends: yield so the schedule
+            // (polled in the same task) runs.
+            tokio::task::yield_now().await;
             let key = format!("s-{sent:05}");
-            if publish_bounded(&ctx, &proxied, &topic, &key, each_wait).await {
+            let began = Instant::now();
+            let published = publish_bounded(&ctx, &proxied, &topic, &key, each_wait).await;
+            if began.elapsed() < PACE {
+                // At most about one publish a millisecond: a stream, not a flood.
+                tokio::time::sleep(PACE).await;
+            }
+            if published {
                 acknowledged_count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 let restored = *back.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(restored) = restored {
