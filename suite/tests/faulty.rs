@@ -121,37 +121,40 @@ async fn faulty_component_fails_the_cases_it_breaks(
     }
 }
 
+/// Runs each case on the in-memory component declared as `fault` says, and checks
+/// its verdict; an UNSUPPORTED one must say why (every fragment in its notes).
+async fn assert_declared_verdicts(fault: Fault, cells: &[(&str, Status, &[&str])]) {
+    let runtime = Runtime::new(format!("{fault:?}"), Faulty::shared(memory(), fault));
+    for (id, status, why) in cells {
+        let result = run_case(find(id).unwrap(), &runtime, &NO_RETRY).await;
+        assert_eq!(result.status, *status, "{id}:\n{}", describe(&result));
+        assert!(
+            why.is_empty()
+                || result
+                    .evidence
+                    .notes
+                    .iter()
+                    .any(|n| why.iter().all(|w| n.contains(w))),
+            "{id} says why ({why:?}):\n{}",
+            describe(&result)
+        );
+    }
+}
+
 /// A component without a size limit is not an ERROR where a case provokes an entry
 /// failure by size: the cell is UNSUPPORTED and says why and what to declare.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_size_limit_makes_entry_failure_cases_unsupported_not_errors() {
-    let runtime = Runtime::new(
-        "no-size-limit",
-        Faulty::shared(memory(), Fault::DeclaresNoSizeLimit),
-    );
-    for id in [
-        "bulk-publish.partial-failure",
-        "bulk-publish.status-mapping",
-        "bulk-publish.keep-order",
-    ] {
-        let case = find(id).unwrap();
-        let result = run_case(case, &runtime, &NO_RETRY).await;
-        assert_eq!(
-            result.status,
-            Status::Unsupported,
-            "{id}:\n{}",
-            describe(&result)
-        );
-        assert!(
-            result
-                .evidence
-                .notes
-                .iter()
-                .any(|n| n.contains("declares none") && n.contains("max_message_bytes")),
-            "{id} says why and what to declare:\n{}",
-            describe(&result)
-        );
-    }
+    let why: &[&str] = &["declares none", "max_message_bytes"];
+    assert_declared_verdicts(
+        Fault::DeclaresNoSizeLimit,
+        &[
+            ("bulk-publish.partial-failure", Status::Unsupported, why),
+            ("bulk-publish.status-mapping", Status::Unsupported, why),
+            ("bulk-publish.keep-order", Status::Unsupported, why),
+        ],
+    )
+    .await;
 }
 
 /// Producer-side delays and receiverDelay are declared apart: a component that delays
@@ -159,44 +162,35 @@ async fn no_size_limit_makes_entry_failure_cases_unsupported_not_errors() {
 /// verified) for receiverDelay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn receiver_delay_is_declared_apart_from_producer_delays() {
-    let runtime = Runtime::new(
-        "producer-delays-only",
-        Faulty::shared(memory(), Fault::DeclaresNoReceiverDelay),
-    );
-    for (id, status) in [
-        ("delay.deliver-after", Status::Pass),
-        ("delay.receiver-delay", Status::Unsupported),
-        ("delay.receiver-delay-from-publish", Status::Unsupported),
-    ] {
-        let result = run_case(find(id).unwrap(), &runtime, &NO_RETRY).await;
-        assert_eq!(result.status, status, "{id}:\n{}", describe(&result));
-    }
+    assert_declared_verdicts(
+        Fault::DeclaresNoReceiverDelay,
+        &[
+            ("delay.deliver-after", Status::Pass, &[]),
+            ("delay.receiver-delay", Status::Unsupported, &[]),
+            (
+                "delay.receiver-delay-from-publish",
+                Status::Unsupported,
+                &[],
+            ),
+        ],
+    )
+    .await;
 }
 
 /// A work queue (no fan-out to several groups) declares it: the fan-out cases are
 /// UNSUPPORTED with the refusal verified, and one group per topic works as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_work_queue_declares_no_fan_out() {
-    let runtime = Runtime::new(
-        "work-queue",
-        Faulty::shared(memory(), Fault::DeclaresNoFanOut),
-    );
-    for (id, status) in [
-        ("subscribe.fan-out", Status::Unsupported),
-        ("multi-topic.owner-topic", Status::Unsupported),
-        ("publish.delivery", Status::Pass),
-        ("subscribe.competing-consumers", Status::Pass),
-    ] {
-        let result = run_case(find(id).unwrap(), &runtime, &NO_RETRY).await;
-        assert_eq!(result.status, status, "{id}:\n{}", describe(&result));
-        if status == Status::Unsupported {
-            assert!(
-                result.evidence.notes.iter().any(|n| n.contains("fan-out")),
-                "{id} names the refusal:\n{}",
-                describe(&result)
-            );
-        }
-    }
+    assert_declared_verdicts(
+        Fault::DeclaresNoFanOut,
+        &[
+            ("subscribe.fan-out", Status::Unsupported, &["fan-out"]),
+            ("multi-topic.owner-topic", Status::Unsupported, &["fan-out"]),
+            ("publish.delivery", Status::Pass, &[]),
+            ("subscribe.competing-consumers", Status::Pass, &[]),
+        ],
+    )
+    .await;
 }
 
 /// Exactly-once is judged by what is declared: the correct component declaring it
