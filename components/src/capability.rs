@@ -101,6 +101,12 @@ pub struct Capabilities {
     /// for a work queue (one group per topic).
     #[serde(default = "yes")]
     pub fan_out: bool,
+    /// Message headers: metadata, content type and partition key travel beside the
+    /// payload. `false` for a broker or client library that carries bytes only; the
+    /// runtime then carries them in a frame in front of the payload (see
+    /// [`crate::runtime::carrier`]), and takes the publish time from the frame.
+    #[serde(default = "yes")]
+    pub headers: bool,
     /// `Consumer::seek` and `Consumer::last_message_ids`.
     pub seek: bool,
     /// Partitioned topics with partition-count updates; `None` when unsupported.

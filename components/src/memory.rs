@@ -189,6 +189,7 @@ impl Component for MemoryComponent {
             ordering: OrderingScope::PerPartition,
             multi_topic: true,
             fan_out: true,
+            headers: true,
             seek: true,
             partitions: Some(PartitionSupport {
                 discovery_bound: Duration::from_millis(500),

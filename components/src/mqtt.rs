@@ -414,6 +414,7 @@ impl Component for Mqtt5 {
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
             fan_out: true,
+            headers: true,
             seek: false,
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,

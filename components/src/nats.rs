@@ -176,6 +176,7 @@ impl Component for NatsJetStream {
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
             fan_out: true,
+            headers: true,
             seek: true,
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,

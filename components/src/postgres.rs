@@ -332,6 +332,7 @@ impl Component for Postgres {
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
             fan_out: true,
+            headers: true,
             seek: true,
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,

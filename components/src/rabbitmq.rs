@@ -442,6 +442,12 @@ impl Inner {
     }
 }
 
+/// The version of the RabbitMQ server at `endpoint` (`host:port`), read from its
+/// AMQP greeting without logging in; `None` when it does not answer as RabbitMQ.
+pub async fn server_version(endpoint: &str) -> Option<String> {
+    Inner::version_at(endpoint).await
+}
+
 /// Partitioned topics are emulated (see [`crate::partitioned`]) with records held
 /// in queue message counts (see [`crate::rabbitmq_records`]).
 #[async_trait]
@@ -480,6 +486,7 @@ impl Component for RabbitMq {
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
             fan_out: true,
+            headers: true,
             seek: false,
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,

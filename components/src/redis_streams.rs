@@ -227,6 +227,7 @@ impl Component for RedisStreams {
             ordering: OrderingScope::PerTopic,
             multi_topic: true,
             fan_out: true,
+            headers: true,
             seek: true,
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,

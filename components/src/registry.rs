@@ -1,4 +1,5 @@
-//! Builds components from their definitions: the one place that knows every type.
+//! Builds components from their definitions: the one place that knows every type,
+//! built in or added by another crate with [`register`] (a third-party adapter).
 
 use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
@@ -9,7 +10,8 @@ use crate::nats::{NatsConfig, NatsJetStream};
 use crate::postgres::{Postgres, PostgresConfig};
 use crate::rabbitmq::{RabbitConfig, RabbitMq};
 use crate::redis_streams::{RedisConfig, RedisStreams};
-use std::sync::Arc;
+use futures::future::BoxFuture;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// The component types this build knows, as written after `pubsub.` in `spec.type`.
@@ -31,6 +33,104 @@ pub enum Settings {
     Nats(NatsConfig),
     Rabbit(RabbitConfig),
     Mqtt(MqttConfig),
+    /// A type another crate registered, with the endpoint its definition names.
+    External {
+        type_name: &'static str,
+        endpoint: Option<String>,
+    },
+}
+
+/// Builds a registered type's component from its definition, at the given endpoint
+/// (`host:port`) when one is given.
+pub type ExternalBuild = fn(
+    ComponentDefinition,
+    Option<String>,
+) -> BoxFuture<'static, Result<Arc<dyn Component>, BuildError>>;
+
+/// A component type added by a crate outside this one (an adapter for a published
+/// queue library): certified like a built-in type, on the broker of the built-in type
+/// it names.
+#[derive(Clone, Copy)]
+pub struct ExternalType {
+    /// The type, as written after `pubsub.` in `spec.type` (e.g. `omniqueue-redis`).
+    pub name: &'static str,
+    /// The built-in type whose broker it runs on (`redis-streams`, `rabbitmq`...), so
+    /// the suite provisions, watches and faults that broker; `None`: in process.
+    pub broker_of: Option<&'static str>,
+    /// The metadata field that names the broker (`host:port` or a URI).
+    pub endpoint_field: Option<&'static str>,
+    /// The published crate it adapts, with its version (`omniqueue 0.3.0`): reports
+    /// mark its rows as third-party.
+    pub adapts: &'static str,
+    /// Checks a definition without connecting anywhere.
+    pub validate: fn(&ComponentDefinition) -> Result<(), ConfigError>,
+    /// Builds the component.
+    pub build: ExternalBuild,
+}
+
+impl std::fmt::Debug for ExternalType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalType")
+            .field("name", &self.name)
+            .field("broker_of", &self.broker_of)
+            .field("adapts", &self.adapts)
+            .finish()
+    }
+}
+
+static EXTERNAL: RwLock<Vec<ExternalType>> = RwLock::new(Vec::new());
+
+/// Adds a component type for this process (again under the same name: replaced).
+/// Refused when the name is a built-in type or its broker is not one.
+pub fn register(external: ExternalType) -> Result<(), String> {
+    if KNOWN_TYPES.contains(&external.name) {
+        return Err(format!(
+            "'{}' is a built-in type and cannot be registered again",
+            external.name
+        ));
+    }
+    if let Some(broker) = external.broker_of {
+        if !KNOWN_TYPES.contains(&broker) || broker == "in-memory" {
+            return Err(format!(
+                "'{}' runs on the broker of '{broker}', which is not a built-in type with a broker (known: {})",
+                external.name,
+                KNOWN_TYPES.join(", ")
+            ));
+        }
+    }
+    let mut types = EXTERNAL.write().unwrap_or_else(|e| e.into_inner());
+    types.retain(|t| t.name != external.name);
+    types.push(external);
+    Ok(())
+}
+
+/// The registered type of that name.
+pub fn external(type_name: &str) -> Option<ExternalType> {
+    EXTERNAL
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|t| t.name == type_name)
+        .copied()
+}
+
+/// Whether the type is built in or registered.
+pub fn is_known(type_name: &str) -> bool {
+    KNOWN_TYPES.contains(&type_name) || external(type_name).is_some()
+}
+
+/// The built-in type whose broker serves `type_name`: itself when built in, the one
+/// it names when registered (`in-memory` for a registered type that runs in process).
+pub fn broker_type(type_name: &str) -> &str {
+    match external(type_name) {
+        Some(t) => t.broker_of.unwrap_or("in-memory"),
+        None => type_name,
+    }
+}
+
+/// The published crate a registered type adapts (`None` for built-in types).
+pub fn third_party(type_name: &str) -> Option<&'static str> {
+    external(type_name).map(|t| t.adapts)
 }
 
 /// Why a component could not be built.
@@ -52,14 +152,38 @@ pub fn validate(definition: &ComponentDefinition) -> Result<Settings, ConfigErro
         "nats-jetstream" => nats_config(definition).map(Settings::Nats),
         "rabbitmq" => rabbit_config(definition).map(Settings::Rabbit),
         "mqtt5" => mqtt_config(definition).map(Settings::Mqtt),
-        _ => Err(definition.error(
-            "spec.type",
-            format!(
-                "unknown type 'pubsub.{}'; known: {}",
-                definition.component_type,
-                KNOWN_TYPES.join(", ")
-            ),
-        )),
+        other => match external(other) {
+            Some(t) => {
+                (t.validate)(definition)?;
+                Ok(Settings::External {
+                    type_name: t.name,
+                    endpoint: t
+                        .endpoint_field
+                        .and_then(|field| definition.metadata.get(field).cloned()),
+                })
+            }
+            None => {
+                let registered: Vec<&str> = EXTERNAL
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .map(|t| t.name)
+                    .collect();
+                Err(definition.error(
+                    "spec.type",
+                    format!(
+                        "unknown type 'pubsub.{}'; known: {}",
+                        definition.component_type,
+                        KNOWN_TYPES
+                            .iter()
+                            .chain(&registered)
+                            .copied()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ))
+            }
+        },
     }
 }
 
@@ -67,6 +191,7 @@ pub fn validate(definition: &ComponentDefinition) -> Result<Settings, ConfigErro
 pub fn endpoint(settings: &Settings) -> Option<String> {
     match settings {
         Settings::Memory(_) => None,
+        Settings::External { endpoint, .. } => endpoint.clone(),
         Settings::Redis(c) => Some(c.host.clone()),
         Settings::Nats(c) => Some(c.url.clone()),
         Settings::Rabbit(c) => Some(c.endpoint()),
@@ -97,6 +222,13 @@ pub async fn build(
 ) -> Result<Arc<dyn Component>, BuildError> {
     match validate(definition)? {
         Settings::Memory(config) => Ok(Arc::new(MemoryComponent::new(config))),
+        Settings::External {
+            type_name,
+            endpoint: named,
+        } => {
+            let t = external(type_name).expect("validated types stay registered");
+            (t.build)(definition.clone(), endpoint.map(str::to_string).or(named)).await
+        }
         Settings::Redis(mut config) => {
             if let Some(endpoint) = endpoint {
                 config.host = endpoint.to_string();
@@ -408,4 +540,68 @@ fn mqtt_config(definition: &ComponentDefinition) -> Result<MqttConfig, ConfigErr
             .value::<usize>("maxMessageBytes", "a number of bytes")?
             .unwrap_or(defaults.max_message_bytes),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn definition(kind: &str, metadata: &str) -> ComponentDefinition {
+        let text = format!(
+            "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: x\nspec:\n  type: pubsub.{kind}\n  version: v1\n  metadata:\n{metadata}"
+        );
+        ComponentDefinition::parse(&text, Path::new("x.yaml")).unwrap()
+    }
+
+    fn external(name: &'static str, broker_of: Option<&'static str>) -> ExternalType {
+        ExternalType {
+            name,
+            broker_of,
+            endpoint_field: Some("where"),
+            adapts: "somequeue 1.2.3",
+            validate: |d| d.check_known(&["where"]),
+            build: |_, _| {
+                Box::pin(async { Ok(Arc::new(MemoryComponent::default()) as Arc<dyn Component>) })
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn a_registered_type_validates_builds_and_names_its_broker_and_crate() {
+        register(external("test-somequeue", Some("redis-streams"))).unwrap();
+        let good = definition(
+            "test-somequeue",
+            "    - name: where\n      value: \"h:1\"\n",
+        );
+        assert_eq!(
+            validate(&good).map(|s| endpoint(&s)).unwrap(),
+            Some("h:1".to_string())
+        );
+        assert!(build(&good, Some("h:2")).await.is_ok());
+        assert!(is_known("test-somequeue"));
+        assert_eq!(broker_type("test-somequeue"), "redis-streams");
+        assert_eq!(broker_type("postgres"), "postgres");
+        assert_eq!(third_party("test-somequeue"), Some("somequeue 1.2.3"));
+        assert_eq!(third_party("postgres"), None);
+
+        let bad = definition("test-somequeue", "    - name: wher\n      value: \"h:1\"\n");
+        let error = validate(&bad).unwrap_err().to_string();
+        assert!(error.contains("wher"), "{error}");
+        let unknown = definition("nothing-such", "    - name: a\n      value: b\n");
+        let error = validate(&unknown).unwrap_err().to_string();
+        assert!(
+            error.contains("nothing-such") && error.contains("test-somequeue"),
+            "the known types include the registered ones: {error}"
+        );
+    }
+
+    #[test]
+    fn built_in_names_and_unknown_brokers_are_refused() {
+        let error = register(external("redis-streams", None)).unwrap_err();
+        assert!(error.contains("built-in"), "{error}");
+        let error = register(external("test-elsewhere", Some("kafka"))).unwrap_err();
+        assert!(error.contains("kafka"), "{error}");
+        assert!(!is_known("test-elsewhere"));
+    }
 }

@@ -82,6 +82,20 @@ pub struct ComponentReport {
     /// The capability declaration, as declared.
     pub capabilities: serde_json::Value,
     pub cases: Vec<CaseResult>,
+    /// For a component written elsewhere (an adapter for a published crate): the crate
+    /// and its version, e.g. `omniqueue 0.3.0`. Reports mark the row third-party.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub third_party: Option<String>,
+}
+
+impl ComponentReport {
+    /// The row's label: the name, with the crate when third-party.
+    pub fn label(&self) -> String {
+        match &self.third_party {
+            Some(adapts) => format!("{} (third-party: {adapts})", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 impl ComponentReport {

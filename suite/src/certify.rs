@@ -396,7 +396,13 @@ fn component_report(
         provisioning,
         capabilities: serde_json::to_value(component.capabilities()).unwrap_or_default(),
         cases,
+        third_party: third_party(definition),
     }
+}
+
+/// The published crate a registered (third-party) type adapts.
+fn third_party(definition: &ComponentDefinition) -> Option<String> {
+    pubsub_components::registry::third_party(&definition.component_type).map(str::to_string)
 }
 
 fn not_provisioned(
@@ -406,6 +412,7 @@ fn not_provisioned(
 ) -> ComponentReport {
     let notes: Vec<String> = reasons.iter().map(ToString::to_string).collect();
     ComponentReport {
+        third_party: third_party(definition),
         name: definition.name.clone(),
         component_type: definition.component_type.clone(),
         definition: definition.source.display().to_string(),

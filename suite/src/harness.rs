@@ -212,7 +212,7 @@ pub fn run_fixture(name: &str) -> ! {
 /// `PUBSUB_PROVISION` says, else auto).
 pub fn run_fixture_with(name: &str, order: Option<Vec<ProvisionKind>>) -> ! {
     init_logging();
-    let (label, build, faultable) = fixture_builder(name, order);
+    let (label, build, faultable) = fixture_builder(&fixture_path(name), order);
     run_selected(trials(&label, None, build, faultable))
 }
 
@@ -223,10 +223,40 @@ pub fn run_fixtures_with(names: &[&str], order: Option<Vec<ProvisionKind>>) -> !
     init_logging();
     let mut all = Vec::new();
     for name in names {
-        let (label, build, faultable) = fixture_builder(name, order.clone());
+        let (label, build, faultable) = fixture_builder(&fixture_path(name), order.clone());
         all.extend(trials(&label, Some(name), build, faultable));
     }
     run_selected(all)
+}
+
+/// Runs every case against each definition file given, in one test binary, trials
+/// named `<metadata.name>/<case id>`: how a crate outside this repository certifies
+/// its own component types (registered with
+/// [`pubsub_components::registry::register`]) on the brokers this suite provisions,
+/// with their expected failures in `expectations/<name>.yaml` beside each file.
+pub fn run_definitions(files: &[PathBuf]) -> ! {
+    init_logging();
+    let order = match crate::provision::order_from_environment() {
+        Ok(order) => order,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2)
+        }
+    };
+    let mut all = Vec::new();
+    for file in files {
+        let (label, build, faultable) = fixture_builder(file, order.clone());
+        let prefix = label.clone();
+        all.extend(trials(&label, Some(&prefix), build, faultable));
+    }
+    run_selected(all)
+}
+
+/// `fixtures/<name>.yaml` of this repository.
+fn fixture_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures")
+        .join(format!("{name}.yaml"))
 }
 
 type Built = Result<(Arc<dyn Component>, BrokerHandle), String>;
@@ -236,7 +266,7 @@ type Built = Result<(Arc<dyn Component>, BrokerHandle), String>;
 /// inject faults get a broker the suite controls (a local process, else a container)
 /// unless an order is given.
 fn fixture_builder(
-    name: &str,
+    path: &std::path::Path,
     order: Option<Vec<ProvisionKind>>,
 ) -> (
     String,
@@ -254,10 +284,7 @@ fn fixture_builder(
         },
     };
     let order = Arc::new(order);
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures")
-        .join(format!("{name}.yaml"));
-    let definition = match ComponentDefinition::from_file(&path) {
+    let definition = match ComponentDefinition::from_file(path) {
         Ok(d) => Arc::new(d),
         Err(e) => {
             eprintln!("{e}");

@@ -13,6 +13,7 @@ pub mod cases;
 pub mod catalogue;
 pub mod certify;
 pub mod checker;
+pub mod cli;
 pub mod context;
 pub mod expectations;
 pub mod faults;

@@ -8,6 +8,7 @@
 //! [`PubSubError::Unsupported`].
 
 mod bulk;
+pub mod carrier;
 pub mod controls;
 mod delivery;
 pub mod envelope;
@@ -74,7 +75,7 @@ impl Runtime {
         let capabilities = component.capabilities();
         Runtime {
             name: name.into(),
-            component,
+            component: carrier::HeaderCarrier::wrap(component),
             capabilities,
             options,
             groups: Arc::default(),

@@ -165,8 +165,9 @@ pub fn html(report: &RunReport) -> String {
         };
         let _ = writeln!(
             out,
-            "<tr class=\"component-summary\" data-component=\"{0}\"><th>{0} <small>(pubsub.{1})</small></th><td class=\"level\">{2}</td><td>{3}</td><td>{4}</td><td>{5}</td><td>{6}</td><td>{7} / {8} ({9}% emulated)</td><td>{10}</td></tr>",
-            esc(&component.name), esc(&component.component_type), s.level.label(), s.passed, s.failed, s.unsupported, s.other, s.native, s.emulated, s.emulated_percent(), esc(&provisioning)
+            "<tr class=\"component-summary\" data-component=\"{0}\"><th>{0} <small>(pubsub.{1}){11}</small></th><td class=\"level\">{2}</td><td>{3}</td><td>{4}</td><td>{5}</td><td>{6}</td><td>{7} / {8} ({9}% emulated)</td><td>{10}</td></tr>",
+            esc(&component.name), esc(&component.component_type), s.level.label(), s.passed, s.failed, s.unsupported, s.other, s.native, s.emulated, s.emulated_percent(), esc(&provisioning),
+            component.third_party.as_ref().map(|adapts| format!(" <span class=\"third-party\">third-party: {}</span>", esc(adapts))).unwrap_or_default()
         );
     }
     out.push_str("</tbody></table>");

@@ -37,7 +37,7 @@ pub fn markdown(report: &RunReport) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} / {} | {} |",
-            component.name,
+            component.label(),
             s.level.label(),
             s.passed,
             s.failed,

@@ -71,6 +71,7 @@ pub(crate) fn sample() -> RunReport {
                 name: "memory".into(),
                 component_type: "in-memory".into(),
                 definition: "fixtures/memory.yaml".into(),
+                third_party: None,
                 provisioning: provisioning("in-process", None),
                 capabilities: serde_json::json!({"bulk_publish": "native"}),
                 cases: vec![
@@ -108,6 +109,7 @@ pub(crate) fn sample() -> RunReport {
                 name: "broken".into(),
                 component_type: "in-memory".into(),
                 definition: "fixtures/broken.yaml".into(),
+                third_party: Some("somequeue 1.2.3".into()),
                 provisioning: provisioning("in-process", None),
                 capabilities: serde_json::Value::Null,
                 cases: vec![

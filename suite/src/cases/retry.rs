@@ -7,6 +7,7 @@ use crate::history::{Record, Recorder, KEY};
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{PublishRequest, Status, Subscription};
 use pubsub_components::Feature;
+use std::collections::HashMap;
 use std::time::Duration;
 
 const MAX_DELIVERIES: u32 = 3;
@@ -66,9 +67,9 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// Two groups retry the same messages: one with a short delay drawn from the seed,
-/// one with a delay beyond the broker's lease.
+/// one with a delay beyond the broker's lease. On a work queue (no fan-out) each group
+/// has its own topic and messages.
 async fn retry_delay(ctx: CaseContext) -> CaseRun {
-    let topic = ctx.topic("t");
     let short = super::generate(300u64..900, ctx.seed(), 1)[0];
     let delays = [
         ("short", Duration::from_millis(short)),
@@ -78,18 +79,39 @@ async fn retry_delay(ctx: CaseContext) -> CaseRun {
                 + Duration::from_millis(if ctx.caps.lease.is_zero() { 1200 } else { 700 }),
         ),
     ];
-    let mut handles = Vec::new();
+    // Two RETRYs for the short group, one for the long one, then SUCCESS.
+    let retries_of = |label: &str| if label == "short" { 2 } else { 1 };
+    let topic_of = |label: &str| {
+        if ctx.caps.fan_out {
+            ctx.topic("t")
+        } else {
+            ctx.topic(&format!("t-{label}"))
+        }
+    };
     let mut subscriptions = Vec::new();
     for (label, delay) in delays {
-        let mut subscription = Subscription::new(&topic, ctx.group(label));
+        let mut subscription = Subscription::new(topic_of(label), ctx.group(label));
         subscription.retry_delay = delay;
         ctx.create_group(&subscription).await?;
         subscriptions.push((label, subscription));
     }
-    let keys = ctx.publish_numbered(&topic, "m", 6).await?;
-    // Two RETRYs for the short group, one for the long one, then SUCCESS.
+    let mut keys_of: Vec<Vec<String>> = Vec::new();
+    let mut required: HashMap<String, usize> = HashMap::new();
+    for (label, _) in delays {
+        let keys = if ctx.caps.fan_out && !keys_of.is_empty() {
+            keys_of[0].clone()
+        } else {
+            ctx.publish_numbered(&topic_of(label), &format!("m-{label}"), 6)
+                .await?
+        };
+        for key in &keys {
+            *required.entry(key.clone()).or_default() += retries_of(label) as usize + 1;
+        }
+        keys_of.push(keys);
+    }
+    let mut handles = Vec::new();
     for (label, subscription) in subscriptions {
-        let retries = if label == "short" { 2 } else { 1 };
+        let retries = retries_of(label);
         let handler = ctx.recorder.scripted(label, move |event| {
             if event.attempt <= retries {
                 Status::Retry
@@ -101,7 +123,11 @@ async fn retry_delay(ctx: CaseContext) -> CaseRun {
     }
     let deadline = ctx.deadline();
     ctx.recorder
-        .wait_until(deadline, |h| keys.iter().all(|k| h.delivery_count(k) >= 5))
+        .wait_until(deadline, |h| {
+            required
+                .iter()
+                .all(|(k, wanted)| h.delivery_count(k) >= *wanted)
+        })
         .await;
     for handle in handles {
         handle.stop().await;
@@ -110,10 +136,10 @@ async fn retry_delay(ctx: CaseContext) -> CaseRun {
     let history = ctx.recorder.history();
     let tolerance = ctx.caps.clock_tolerance;
     let bound = ctx.caps.redelivery_bound;
-    for (label, delay) in delays {
-        let wanted = if label == "short" { 3 } else { 2 };
+    for ((label, delay), keys) in delays.into_iter().zip(&keys_of) {
+        let wanted = retries_of(label) + 1;
         outcome.note(format!("group {label}: retry delay {delay:?}"));
-        for key in &keys {
+        for key in keys {
             // The answer RETRY, then the next delivery to the same group.
             let mut last_retry = None;
             let mut deliveries = 0;

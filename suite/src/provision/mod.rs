@@ -476,7 +476,7 @@ fn provisioner(kind: ProvisionKind) -> Box<dyn Provisioner> {
 /// container; for brokers slow to start, the definition's endpoint before a spawned
 /// process.
 pub fn auto_order(component_type: &str) -> Vec<Box<dyn Provisioner>> {
-    if !registry::KNOWN_TYPES.contains(&component_type) {
+    if !registry::is_known(component_type) {
         return Vec::new();
     }
     if !needs_broker(component_type) {
@@ -505,7 +505,7 @@ pub fn order_for(
 ) -> Vec<Box<dyn Provisioner>> {
     match order {
         None => auto_order(component_type),
-        Some(_) if !registry::KNOWN_TYPES.contains(&component_type) => Vec::new(),
+        Some(_) if !registry::is_known(component_type) => Vec::new(),
         Some(_) if !needs_broker(component_type) => vec![Box::new(InProcess)],
         Some(kinds) => kinds
             .iter()

@@ -35,9 +35,10 @@ pub struct BrokerSpec {
     pub container: ContainerSpec,
 }
 
-/// True for component types that talk to a broker.
+/// True for component types that talk to a broker (a registered type: when the
+/// built-in type it names does).
 pub fn needs_broker(component_type: &str) -> bool {
-    component_type != "in-memory"
+    pubsub_components::registry::broker_type(component_type) != "in-memory"
 }
 
 const NO_FILES: &[(&str, &str)] = &[];
@@ -45,10 +46,11 @@ const NO_ENV: &[(&str, &str)] = &[];
 const NO_COMMANDS: &[CommandLine] = &[];
 const POSTGRES_BIN: &str = "/usr/lib/postgresql/*/bin/postgres";
 
-/// How to spawn the broker a component type needs, where this suite knows how.
+/// How to spawn the broker a component type needs, where this suite knows how (a
+/// registered type: the broker of the built-in type it names).
 pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
     let quick = Duration::from_secs(15);
-    match component_type {
+    match pubsub_components::registry::broker_type(component_type) {
         "redis-streams" => Some(BrokerSpec {
             name: "redis",
             program: "redis-server",

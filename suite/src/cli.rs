@@ -1,0 +1,343 @@
+//! The `pubsub-conformance` command line: `certify`, `merge`, `bench` and `list`.
+//! A library function, so that a crate with its own component types (a third-party
+//! adapter that registers them) offers the same command line from its own binary.
+
+use crate::bench::{bench_component, bench_table, BenchOptions};
+use crate::catalogue::{catalogue, Level};
+use crate::certify::{
+    certify, load_definitions, machine, now_text, select_definitions, CertifyOptions, Selection,
+};
+use crate::provision::{
+    auto_order, order_from_environment as provision_from_environment, provision, ProvisionKind,
+};
+use crate::reports::{self, RunReport};
+use crate::runner::RunOptions;
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    name = "pubsub-conformance",
+    version,
+    about = "Conformance and certification suite for pub/sub components"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Certify components against the catalogue and write the report.
+    Certify {
+        /// A component name (metadata.name of a fixture); repeatable. Default: all.
+        #[arg(long = "component", value_name = "NAME")]
+        components: Vec<String>,
+        /// Only cases whose id matches this glob, e.g. 'bulk-*'.
+        #[arg(long = "case", value_name = "GLOB")]
+        case: Option<String>,
+        /// Only cases up to this level.
+        #[arg(long, value_parser = parse_level)]
+        level: Option<Level>,
+        /// Where the report goes.
+        #[arg(long, default_value = "reports/latest")]
+        out: PathBuf,
+        /// Where component definitions are read from.
+        #[arg(long, default_value = "fixtures")]
+        fixtures: PathBuf,
+        /// Extra runs of a failing case (a later pass is reported FLAKY).
+        #[arg(long, default_value_t = 1)]
+        retries: u32,
+        /// Seed for generated inputs (default: derived from each case id).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Provisioning kinds to try, in order, e.g. 'container,local,external'
+        /// (default: each broker's auto order; also PUBSUB_PROVISION).
+        #[arg(long, value_name = "ORDER", value_parser = parse_order)]
+        provision: Option<ProvisionOrder>,
+        /// When a broker dies mid-run, restart it and run the remaining cases (default:
+        /// they are ERROR, naming how it died).
+        #[arg(long)]
+        restart_broker: bool,
+    },
+    /// Merge the report.json of several runs (CI shards) into one report.
+    Merge {
+        /// The report.json files to merge.
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// Where the merged report goes.
+        #[arg(long, default_value = "reports/merged")]
+        out: PathBuf,
+    },
+    /// Measure throughput (single vs bulk, emulated vs native) and latency; the results
+    /// are added to the report in --out.
+    Bench {
+        /// A component name; repeatable. Default: all.
+        #[arg(long = "component", value_name = "NAME")]
+        components: Vec<String>,
+        /// Messages per measurement.
+        #[arg(long, default_value_t = 2000)]
+        messages: usize,
+        /// Payload bytes per message.
+        #[arg(long, default_value_t = 256)]
+        payload_bytes: usize,
+        /// Runs of each publish measurement; the median is reported.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=20))]
+        repeats: u16,
+        #[arg(long, default_value = "reports/latest")]
+        out: PathBuf,
+        #[arg(long, default_value = "fixtures")]
+        fixtures: PathBuf,
+    },
+    /// List the catalogue: id, level, capability and MUST statement.
+    List {
+        #[arg(long, value_enum, default_value_t = ListFormat::Text)]
+        format: ListFormat,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ListFormat {
+    Text,
+    Markdown,
+    Json,
+}
+
+/// `--provision`: provisioning kinds in the order to try them.
+#[derive(Clone)]
+struct ProvisionOrder(Vec<ProvisionKind>);
+
+fn parse_order(text: &str) -> Result<ProvisionOrder, String> {
+    ProvisionKind::parse_order(text).map(ProvisionOrder)
+}
+
+fn parse_level(text: &str) -> Result<Level, String> {
+    Level::parse(text)
+        .ok_or_else(|| format!("'{text}' is not a level; use core, feature or certification"))
+}
+
+/// Parses the process's arguments, runs the command and gives the exit code: 0 on
+/// success, 1 when a report has failures, 2 on bad input.
+pub fn main() -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::List { format } => {
+            list(format)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Certify {
+            components,
+            case,
+            level,
+            out,
+            fixtures,
+            retries,
+            seed,
+            provision,
+            restart_broker,
+        } => {
+            let selection = Selection {
+                components,
+                case_glob: case,
+                level,
+            };
+            let cases = selection.cases()?;
+            let definitions = select_definitions(
+                load_definitions(&fixtures)?,
+                &selection.components,
+                &fixtures,
+            )?;
+            let provision = match provision {
+                Some(order) => Some(order.0),
+                None => provision_from_environment().map_err(anyhow::Error::msg)?,
+            };
+            let options = CertifyOptions {
+                run: RunOptions { retries, seed },
+                provision,
+                restart_broker,
+            };
+            let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            let started = Instant::now();
+            let interactive = std::io::stderr().is_terminal();
+            let mut progress = |line: &str| {
+                let elapsed = started.elapsed().as_secs_f64();
+                if interactive {
+                    eprint!("\r\x1b[2K[{elapsed:>5.1}s] {line}");
+                } else {
+                    eprintln!("[{elapsed:>5.1}s] {line}");
+                }
+            };
+            let report = tokio.block_on(certify(&definitions, &cases, &options, &mut progress));
+            if interactive {
+                eprintln!();
+            }
+            write_report(&report, &out)?;
+            print!("{}", reports::summary_table(&report));
+            println!("report: {}", out.join("index.html").display());
+            Ok(exit_code(&report))
+        }
+        Command::Merge { inputs, out } => {
+            let mut runs = Vec::new();
+            for input in &inputs {
+                runs.push(read_report(input)?);
+            }
+            let merged = reports::merge(runs)?;
+            write_report(&merged, &out)?;
+            print!("{}", reports::summary_table(&merged));
+            for conflict in &merged.conflicts {
+                let statuses: Vec<&str> = conflict.statuses.iter().map(|s| s.label()).collect();
+                println!(
+                    "CONFLICT {} {}: {}",
+                    conflict.component,
+                    conflict.case,
+                    statuses.join(" vs ")
+                );
+            }
+            println!("report: {}", out.join("index.html").display());
+            Ok(exit_code(&merged))
+        }
+        Command::Bench {
+            components,
+            messages,
+            payload_bytes,
+            repeats,
+            out,
+            fixtures,
+        } => {
+            let definitions =
+                select_definitions(load_definitions(&fixtures)?, &components, &fixtures)?;
+            let options = BenchOptions {
+                messages,
+                payload_bytes,
+                repeats: usize::from(repeats),
+                ..BenchOptions::default()
+            };
+            let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            let previous = out.join("report.json");
+            let mut report = if previous.exists() {
+                read_report(&previous)?
+            } else {
+                empty_report()
+            };
+            for definition in &definitions {
+                let order = auto_order(&definition.component_type);
+                let provisioned = match tokio.block_on(provision(definition, &order)) {
+                    Ok(provisioned) => provisioned,
+                    Err(reasons) => {
+                        let reasons: Vec<String> =
+                            reasons.iter().map(ToString::to_string).collect();
+                        eprintln!(
+                            "{}: NOT PROVISIONED: {}",
+                            definition.name,
+                            reasons.join("; ")
+                        );
+                        continue;
+                    }
+                };
+                eprintln!("{}: benchmarking", definition.name);
+                let result = tokio
+                    .block_on(bench_component(
+                        &definition.name,
+                        provisioned.component.clone(),
+                        provisioned.endpoint.as_deref(),
+                        &options,
+                    ))
+                    .with_context(|| format!("benchmarking {}", definition.name))?;
+                print!("{}", bench_table(&result));
+                report.bench.retain(|b| b.component != definition.name);
+                report.bench.push(result);
+            }
+            write_report(&report, &out)?;
+            println!("report: {}", out.join("index.html").display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn exit_code(report: &RunReport) -> ExitCode {
+    if report.has_failures() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn read_report(path: &Path) -> anyhow::Result<RunReport> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a pubsub-conformance report.json", path.display()))
+}
+
+fn empty_report() -> RunReport {
+    RunReport {
+        schema_version: reports::SCHEMA_VERSION,
+        suite_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: now_text(),
+        finished_at: now_text(),
+        machine: machine(),
+        components: Vec::new(),
+        conflicts: Vec::new(),
+        bench: Vec::new(),
+    }
+}
+
+fn write_report(report: &RunReport, out: &Path) -> anyhow::Result<()> {
+    reports::write_all(report, out)
+        .with_context(|| format!("cannot write the report to {}", out.display()))
+}
+
+fn list(format: ListFormat) -> anyhow::Result<()> {
+    let text = match format {
+        ListFormat::Text => catalogue()
+            .iter()
+            .map(|case| {
+                format!(
+                    "{:<40} {:<13} {:<30} {}\n",
+                    case.id,
+                    case.level.name(),
+                    case.requirement(),
+                    case.must
+                )
+            })
+            .collect(),
+        ListFormat::Markdown => crate::catalogue::markdown(),
+        ListFormat::Json => {
+            let rows: Vec<serde_json::Value> = catalogue()
+                .iter()
+                .map(|c| {
+                    serde_json::json!({
+                        "id": c.id, "family": c.family(), "level": c.level,
+                        "capability": c.requires, "bound": c.bound.rule, "must": c.must,
+                    })
+                })
+                .collect();
+            serde_json::to_string_pretty(&rows)? + "\n"
+        }
+    };
+    // A closed pipe (`list | head`) is not an error.
+    match std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
