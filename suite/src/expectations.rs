@@ -55,7 +55,13 @@ impl Expectations {
     /// Reads the component's file; none is no expectations. Unknown cases and bad
     /// YAML are errors naming the file.
     pub fn load(definition: &Path, name: &str) -> anyhow::Result<Self> {
-        let path = Self::path_for(definition, name);
+        Self::load_file(&Self::path_for(definition, name))
+    }
+
+    /// Reads an expectations file; none there is no expectations. Unknown cases and
+    /// bad YAML are errors naming the file.
+    pub fn load_file(path: &Path) -> anyhow::Result<Self> {
+        let path = path.to_path_buf();
         if !path.exists() {
             return Ok(Expectations::default());
         }

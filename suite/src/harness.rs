@@ -25,7 +25,7 @@ use pubsub_components::runtime::Runtime;
 use pubsub_components::Component;
 use pubsub_reports::{CaseResult, Status};
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Runs every case against components made by `build` (one per case) and exits.
@@ -34,9 +34,29 @@ where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Arc<dyn Component>, String>> + Send,
 {
+    run_catalogue_expecting(name, None, build)
+}
+
+/// Like [`run_catalogue`], with the expected failures of the broker or library the
+/// component wraps read from `expectations` (a YAML file as in
+/// `fixtures/expectations/`; see [`Expectations`]).
+pub fn run_catalogue_expecting<F, Fut>(name: &str, expectations: Option<&Path>, build: F) -> !
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Arc<dyn Component>, String>> + Send,
+{
+    init_logging();
+    let expectations = match expectations.map(Expectations::load_file).transpose() {
+        Ok(loaded) => loaded.map(Arc::new),
+        Err(e) => {
+            eprintln!("{e:#}");
+            std::process::exit(2)
+        }
+    };
     let build = Arc::new(build);
-    run_trials(
+    run_selected(trials(
         name,
+        None,
         move |_| {
             let build = build.clone();
             async move {
@@ -46,21 +66,13 @@ where
             }
         },
         false,
-    )
+        expectations,
+    ))
 }
 
 /// What the runner knows of the broker behind a component: watched while a case
 /// runs, faulted by fault cases, stopped after it.
 type BrokerHandle = CaseEnvironment;
-
-fn run_trials<F, Fut>(name: &str, build: F, faultable: bool) -> !
-where
-    F: Fn(&'static Case) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(Arc<dyn Component>, BrokerHandle), String>> + Send,
-{
-    init_logging();
-    run_selected(trials(name, None, build, faultable))
-}
 
 /// Runs the trials the command line selects, as `cargo test` does: any number of name
 /// filters (a trial runs when its name contains one, or equals one with `--exact`)
@@ -123,8 +135,15 @@ fn select(trials: Vec<Trial>, filters: &[String], exact: bool) -> Vec<Trial> {
 /// One trial per case, named by its id (after `prefix/` when given). Without a broker
 /// the suite can fault (`faultable` false: in process, or built in code), the cases
 /// that inject faults are left out, and a line says so (`certify` reports them NOT
-/// PROVISIONED with the reason).
-fn trials<F, Fut>(name: &str, prefix: Option<&str>, build: F, faultable: bool) -> Vec<Trial>
+/// PROVISIONED with the reason). Expected failures come from the definition's file,
+/// else from `expected` when given.
+fn trials<F, Fut>(
+    name: &str,
+    prefix: Option<&str>,
+    build: F,
+    faultable: bool,
+    expected: Option<Arc<Expectations>>,
+) -> Vec<Trial>
 where
     F: Fn(&'static Case) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(Arc<dyn Component>, BrokerHandle), String>> + Send,
@@ -148,6 +167,7 @@ where
         .map(|case| {
             let build = build.clone();
             let name = name.to_string();
+            let expected = expected.clone();
             let trial_name = match prefix {
                 Some(prefix) => format!("{prefix}/{}", case.id),
                 None => case.id.to_string(),
@@ -169,7 +189,7 @@ where
                             Expectations::load(&definition.source, &definition.name)
                                 .map_err(|e| Failed::from(format!("{e:#}")))?
                         }
-                        None => Expectations::default(),
+                        None => expected.as_deref().cloned().unwrap_or_default(),
                     };
                     // A listed case runs once: a rerun only proves the known defect
                     // twice, or turns an intermittent one into FLAKY.
@@ -213,7 +233,7 @@ pub fn run_fixture(name: &str) -> ! {
 pub fn run_fixture_with(name: &str, order: Option<Vec<ProvisionKind>>) -> ! {
     init_logging();
     let (label, build, faultable) = fixture_builder(&fixture_path(name), order);
-    run_selected(trials(&label, None, build, faultable))
+    run_selected(trials(&label, None, build, faultable, None))
 }
 
 /// Runs every case against each named fixture in one test binary, trials named
@@ -224,7 +244,7 @@ pub fn run_fixtures_with(names: &[&str], order: Option<Vec<ProvisionKind>>) -> !
     let mut all = Vec::new();
     for name in names {
         let (label, build, faultable) = fixture_builder(&fixture_path(name), order.clone());
-        all.extend(trials(&label, Some(name), build, faultable));
+        all.extend(trials(&label, Some(name), build, faultable, None));
     }
     run_selected(all)
 }
@@ -247,7 +267,7 @@ pub fn run_definitions(files: &[PathBuf]) -> ! {
     for file in files {
         let (label, build, faultable) = fixture_builder(file, order.clone());
         let prefix = label.clone();
-        all.extend(trials(&label, Some(&prefix), build, faultable));
+        all.extend(trials(&label, Some(&prefix), build, faultable, None));
     }
     run_selected(all)
 }
