@@ -63,6 +63,10 @@ enum Command {
         /// they are ERROR, naming how it died).
         #[arg(long)]
         restart_broker: bool,
+        /// Exit non-zero when a component could not be provisioned (for CI, where every
+        /// broker is expected); by default NOT PROVISIONED is reported, not a failure.
+        #[arg(long)]
+        fail_not_provisioned: bool,
     },
     /// Merge the report.json of several runs (CI shards) into one report.
     Merge {
@@ -155,6 +159,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             seed,
             provision,
             restart_broker,
+            fail_not_provisioned,
         } => {
             let selection = Selection {
                 components,
@@ -194,6 +199,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             write_report(&report, &out)?;
             print!("{}", reports::summary_table(&report));
             println!("report: {}", out.join("index.html").display());
+            let unprovisioned = not_provisioned(&report);
+            for (name, problem) in &unprovisioned {
+                println!("NOT PROVISIONED {name}: {problem}");
+            }
+            if fail_not_provisioned && !unprovisioned.is_empty() {
+                return Ok(ExitCode::FAILURE);
+            }
             Ok(exit_code(&report))
         }
         Command::Merge { inputs, out } => {
@@ -272,6 +284,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The components that could not be provisioned, with why and how to get them.
+fn not_provisioned(report: &RunReport) -> Vec<(String, String)> {
+    report
+        .components
+        .iter()
+        .filter_map(|c| {
+            c.provisioning
+                .problem
+                .as_ref()
+                .map(|problem| (c.name.clone(), problem.clone()))
+        })
+        .collect()
 }
 
 fn exit_code(report: &RunReport) -> ExitCode {

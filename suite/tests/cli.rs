@@ -253,3 +253,54 @@ fn bench_prints_ratios_and_stores_them_in_the_report() {
         .unwrap()
         .contains("<svg class=\"chart\""));
 }
+
+/// A component whose broker cannot be had is reported NOT PROVISIONED with its hint,
+/// and the run still succeeds; `--fail-not-provisioned` makes it a failure (for CI).
+#[test]
+fn not_provisioned_is_reported_and_fails_only_on_request() {
+    let fixtures = temp_dir("unprovisioned-fixtures");
+    std::fs::write(
+        fixtures.join("nowhere.yaml"),
+        "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: nowhere\nspec:\n  type: pubsub.redis-streams\n  version: v1\n  metadata:\n    - name: redisHost\n      value: \"127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let run = |strict: bool| {
+        let out = temp_dir(if strict {
+            "unprovisioned-strict"
+        } else {
+            "unprovisioned"
+        });
+        let mut command = cli();
+        command
+            .args([
+                "certify",
+                "--case",
+                "publish.delivery",
+                "--provision",
+                "external",
+            ])
+            .arg("--fixtures")
+            .arg(&fixtures)
+            .arg("--out")
+            .arg(&out);
+        if strict {
+            command.arg("--fail-not-provisioned");
+        }
+        command.output().unwrap()
+    };
+    let lenient = run(false);
+    let stdout = String::from_utf8_lossy(&lenient.stdout);
+    assert!(lenient.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("NOT PROVISIONED nowhere: external: nothing answers at 127.0.0.1:1")
+            && stdout.contains("hint: start the broker"),
+        "{stdout}"
+    );
+    let strict = run(true);
+    assert_eq!(
+        strict.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&strict.stdout)
+    );
+}
