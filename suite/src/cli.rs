@@ -311,8 +311,17 @@ fn exit_code(report: &RunReport) -> ExitCode {
 fn read_report(path: &Path) -> anyhow::Result<RunReport> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a pubsub-conformance report.json", path.display()))
+    let report: RunReport = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a pubsub-conformance report.json", path.display()))?;
+    if report.schema_version != reports::SCHEMA_VERSION {
+        anyhow::bail!(
+            "{} has schema version {}, this suite reads {} (re-run certify with this version)",
+            path.display(),
+            report.schema_version,
+            reports::SCHEMA_VERSION
+        );
+    }
+    Ok(report)
 }
 
 fn empty_report() -> RunReport {

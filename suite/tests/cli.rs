@@ -304,3 +304,77 @@ fn not_provisioned_is_reported_and_fails_only_on_request() {
         String::from_utf8_lossy(&strict.stdout)
     );
 }
+
+/// `merge` refuses what is not a report of this suite, naming the file and what was
+/// expected, and writes nothing.
+#[test]
+fn merge_refuses_truncated_foreign_and_missing_reports() {
+    let dir = temp_dir("bad-merge");
+    let good = temp_dir("bad-merge-good");
+    let output = cli()
+        .args([
+            "certify",
+            "--component",
+            "memory",
+            "--case",
+            "publish.delivery",
+            "--out",
+        ])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let text = std::fs::read_to_string(good.join("report.json")).unwrap();
+    let mut newer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    newer["schema_version"] = serde_json::json!(999);
+    for (name, content, expected) in [
+        (
+            "truncated.json",
+            text[..text.len() / 2].to_string(),
+            "is not a pubsub-conformance report.json",
+        ),
+        (
+            "foreign.json",
+            "{\"hello\": 1}".to_string(),
+            "is not a pubsub-conformance report.json",
+        ),
+        (
+            "empty.json",
+            String::new(),
+            "is not a pubsub-conformance report.json",
+        ),
+        ("newer.json", newer.to_string(), "schema version 999"),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, content).unwrap();
+        let out = dir.join(format!("out-{name}"));
+        let output = cli()
+            .arg("merge")
+            .arg(good.join("report.json"))
+            .arg(&path)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains(expected), "{name}: {stderr}");
+        if expected != "schema version 999" {
+            assert!(
+                stderr.contains(name),
+                "{name}: the error names the file: {stderr}"
+            );
+        }
+        assert!(!out.exists(), "{name}: nothing is written");
+    }
+    let missing = cli()
+        .args(["merge", "no/such/report.json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr.contains("cannot read no/such/report.json"),
+        "{stderr}"
+    );
+}
