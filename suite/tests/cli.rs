@@ -15,6 +15,15 @@ fn temp_dir(label: &str) -> std::path::PathBuf {
     dir
 }
 
+/// `certify` of the in-memory component on the cases matching `glob`, into `out`.
+fn certify_memory(glob: &str, out: &std::path::Path) -> std::process::Output {
+    cli()
+        .args(["certify", "--component", "memory", "--case", glob, "--out"])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn list_prints_every_case() {
     let output = cli().arg("list").output().unwrap();
@@ -28,18 +37,7 @@ fn list_prints_every_case() {
 #[test]
 fn certify_writes_a_versioned_report_and_summary() {
     let out = temp_dir("report");
-    let output = cli()
-        .args([
-            "certify",
-            "--component",
-            "memory",
-            "--case",
-            "publish.*",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let output = certify_memory("publish.*", &out);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -135,12 +133,7 @@ fn cells(
 fn merging_two_shards_equals_one_full_run() {
     let dir = temp_dir("merge");
     let run = |glob: &str, out: &str| {
-        let status = cli()
-            .args(["certify", "--component", "memory", "--case", glob, "--out"])
-            .arg(dir.join(out))
-            .output()
-            .unwrap()
-            .status;
+        let status = certify_memory(glob, &dir.join(out)).status;
         assert!(status.success(), "certify --case {glob} failed");
     };
     run("publish.*", "shard-1");
@@ -174,18 +167,7 @@ fn merging_two_shards_equals_one_full_run() {
 #[test]
 fn certify_writes_every_report_format() {
     let out = temp_dir("formats");
-    let output = cli()
-        .args([
-            "certify",
-            "--component",
-            "memory",
-            "--case",
-            "envelope.*",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let output = certify_memory("envelope.*", &out);
     assert!(output.status.success());
     for file in [
         "index.html",
@@ -311,18 +293,7 @@ fn not_provisioned_is_reported_and_fails_only_on_request() {
 fn merge_refuses_truncated_foreign_and_missing_reports() {
     let dir = temp_dir("bad-merge");
     let good = temp_dir("bad-merge-good");
-    let output = cli()
-        .args([
-            "certify",
-            "--component",
-            "memory",
-            "--case",
-            "publish.delivery",
-            "--out",
-        ])
-        .arg(&good)
-        .output()
-        .unwrap();
+    let output = certify_memory("publish.delivery", &good);
     assert!(output.status.success());
     let text = std::fs::read_to_string(good.join("report.json")).unwrap();
     let mut newer: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -20,7 +20,7 @@ mod settings;
 pub use component::OmniqueueComponent;
 pub use settings::{Backend, RabbitSettings, RedisSettings};
 
-use pubsub_components::config::{ComponentDefinition, ConfigError};
+use pubsub_components::config::ComponentDefinition;
 use pubsub_components::registry::{self, BuildError, ExternalType};
 use pubsub_components::Component;
 use std::sync::Arc;
@@ -68,9 +68,4 @@ async fn build(
     let backend = settings::backend(&definition, endpoint.as_deref())?;
     let component = OmniqueueComponent::connect(backend).await?;
     Ok(Arc::new(component))
-}
-
-/// Checks a definition of one of the three types without connecting.
-pub fn validate(definition: &ComponentDefinition) -> Result<Backend, ConfigError> {
-    settings::backend(definition, None)
 }

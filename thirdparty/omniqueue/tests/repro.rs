@@ -231,16 +231,22 @@ async fn rabbitmq_send_succeeds_for_a_message_the_broker_refuses() {
         .unwrap();
 
     let first = producer.send_raw(b"lost").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let second = producer.send_raw(b"after the channel closed").await;
+    // The broker's refusal closes the channel: a later send fails once the close has
+    // arrived (within 5 s).
+    let refused_at = Instant::now() + Duration::from_secs(5);
+    let mut later = producer.send_raw(b"after the refusal").await;
+    while later.is_ok() && Instant::now() < refused_at {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        later = producer.send_raw(b"after the refusal").await;
+    }
 
     assert!(
         first.is_ok(),
         "fixed: the send to a missing exchange failed: {first:?}"
     );
     assert!(
-        second.is_err(),
-        "the broker had closed the channel (404 NOT_FOUND) behind the first send"
+        later.is_err(),
+        "the broker closed the channel (404 NOT_FOUND) behind the first send"
     );
 }
 
