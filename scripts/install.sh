@@ -6,6 +6,33 @@ set -euo pipefail
 
 need() { command -v "$1" >/dev/null 2>&1; }
 
+# `install.sh --broker NAME`: only the Debian/Ubuntu packages of one component's
+# broker (a CI shard of scripts/certify-matrix.sh), nothing else.
+if [ "${1:-}" = "--broker" ]; then
+    case "${2:-}" in
+    memory) packages=() ;;
+    redis) packages=(redis-server) ;;
+    nats) packages=(nats-server) ;;
+    mqtt) packages=(mosquitto) ;;
+    postgres) packages=(postgresql postgresql-client) ;;
+    rabbitmq) packages=(rabbitmq-server) ;;
+    *)
+        echo "install.sh: no broker known for '${2:-}'; known: memory, redis, nats, mqtt, postgres, rabbitmq" >&2
+        exit 2
+        ;;
+    esac
+    missing=()
+    for p in "${packages[@]}"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+    fi
+    echo "install.sh: the broker of ${2} is installed"
+    exit 0
+fi
+
 if ! need cargo; then
     echo "install.sh: cargo is missing; install Rust stable (https://rustup.rs) first" >&2
     exit 1

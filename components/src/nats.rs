@@ -44,6 +44,9 @@ impl Default for NatsConfig {
     }
 }
 
+/// How long after a pull request's expiry a batch waits for the server's status
+/// that ends it.
+const BATCH_STATUS_SLACK: Duration = Duration::from_millis(250);
 const HEADER_METADATA: &str = "Pcs-Metadata";
 const HEADER_CONTENT_TYPE: &str = "Pcs-Content-Type";
 const HEADER_KEY: &str = "Pcs-Partition-Key";
@@ -478,7 +481,14 @@ impl Consumer for NatsConsumer {
                     .messages()
                     .await
                     .map_err(nats("fetching a batch"))?;
-                while let Some(message) = batch.next().await {
+                // The batch ends with the server's timeout status; when that status
+                // does not come (seen under load), async-nats waits 5 s more, holding
+                // what it already received past its ack wait (then redelivered to
+                // another member: a duplicate). Stop waiting soon after the expiry.
+                let batch_ends = Instant::now() + expires + BATCH_STATUS_SLACK;
+                while let Ok(Some(message)) =
+                    tokio::time::timeout_at(batch_ends, batch.next()).await
+                {
                     let message = message.map_err(nats("fetching a batch"))?;
                     out.push(self.convert(topic, message)?);
                 }

@@ -604,4 +604,64 @@ mod tests {
         assert!(error.contains("kafka"), "{error}");
         assert!(!is_known("test-elsewhere"));
     }
+
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 512,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x0dd_ba11),
+            failure_persistence: None,
+            ..Default::default()
+        })]
+        /// No definition text panics the parser or a type's validation, and every
+        /// refusal names the file and a field.
+        #[test]
+        fn no_definition_panics_and_every_refusal_names_its_field(
+            component_type in proptest::sample::select(vec![
+                "in-memory", "redis-streams", "postgres", "nats-jetstream", "rabbitmq",
+                "mqtt5", "kafka", "",
+            ]),
+            metadata in proptest::collection::vec(
+                (
+                    proptest::prop_oneof![
+                        proptest::sample::select(vec![
+                            "ackWaitMs", "claimIdleMs", "connectionString", "exchange",
+                            "expiryGraceMs", "host", "keyPrefix", "maxMessageBytes",
+                            "natsURL", "partitions", "prefetch", "queueExpiryMs",
+                            "redisHost", "sessionExpirySeconds", "streamName",
+                            "tablePrefix", "topicPrefix", "visibilityTimeoutMs",
+                        ]).prop_map(str::to_string),
+                        "[a-zA-Z]{0,10}",
+                    ],
+                    proptest::prop_oneof![
+                        "-?[0-9]{1,22}",
+                        "[a-z]{1,8}://[^\\s\"]{0,30}",
+                        "[^\"\\\\]{0,20}",
+                    ],
+                ),
+                0..6,
+            ),
+            garbage in "\\PC{0,60}",
+        ) {
+            let mut text = format!(
+                "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: p\nspec:\n  type: pubsub.{component_type}\n  metadata:\n"
+            );
+            for (name, value) in &metadata {
+                text.push_str(&format!("    - name: \"{name}\"\n      value: \"{value}\"\n"));
+            }
+            let source = Path::new("prop.yaml");
+            let candidates: [String; 3] = [text.clone(), garbage.clone(), format!("{text}{garbage}")];
+            for candidate in candidates {
+                match ComponentDefinition::parse(&candidate, source) {
+                    Ok(definition) => {
+                        if let Err(e) = validate(&definition) {
+                            proptest::prop_assert!(e.file == "prop.yaml" && !e.field.is_empty(), "{e}");
+                        }
+                    }
+                    Err(e) => proptest::prop_assert!(e.file == "prop.yaml" && !e.field.is_empty(), "{e}"),
+                }
+            }
+        }
+    }
 }

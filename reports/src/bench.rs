@@ -25,6 +25,21 @@ pub struct Measurement {
     pub ratio: Option<f64>,
     /// What `ratio` compares against.
     pub baseline: Option<String>,
+    /// The rate of each repeat (`rate` is their median), for the spread.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<f64>,
+}
+
+impl Measurement {
+    /// The lowest and highest rate over the repeats, when there were several.
+    pub fn spread(&self) -> Option<(f64, f64)> {
+        if self.runs.len() < 2 {
+            return None;
+        }
+        let min = self.runs.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = self.runs.iter().copied().fold(0.0, f64::max);
+        Some((min, max))
+    }
 }
 
 /// End-to-end latency from publish call to handler, in microseconds.

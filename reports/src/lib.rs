@@ -4,16 +4,20 @@
 //! whenever a field changes meaning, so that older results can be refused or merged
 //! knowingly.
 
+mod baseline;
 mod bench;
 mod levels;
 mod merge;
 mod render;
 mod summary;
 
+pub use baseline::{compare, Baseline, CellChange, ChangeKind};
 pub use bench::{BenchReport, LatencySummary, Measurement};
 pub use levels::{certification_level, CertificationLevel, ComponentSummary, LEVEL_LEGEND};
 pub use merge::{merge, MergeError};
-pub use render::{badge_json, html, junit, markdown, write_all};
+pub use render::{
+    badge_json, bench_chart_svg, bench_chart_text, html, junit, markdown, write_all, CHART_SERIES,
+};
 pub use summary::summary_table;
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +42,9 @@ pub struct RunReport {
     /// Benchmark results, when `bench` ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bench: Vec<BenchReport>,
+    /// What changed since a baseline run (`certify --baseline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
 }
 
 /// Two runs disagreeing on one cell.
@@ -52,11 +59,15 @@ pub struct Conflict {
 impl RunReport {
     /// True when any cell is FAIL, ERROR or FLAKY (the CLI exits non-zero).
     pub fn has_failures(&self) -> bool {
-        self.components.iter().flat_map(|c| &c.cases).any(|case| {
-            (matches!(case.status, Status::Fail | Status::Error | Status::Flaky)
-                && !case.is_expected_failure())
-                || case.passes_unexpectedly()
-        })
+        self.components
+            .iter()
+            .flat_map(|c| &c.cases)
+            .any(CaseResult::counts_as_failure)
+    }
+
+    /// True when a cell regressed since the baseline the report was compared with.
+    pub fn regressed(&self) -> bool {
+        self.baseline.as_ref().is_some_and(|b| b.regressions() > 0)
     }
 }
 
@@ -203,6 +214,14 @@ pub struct CaseResult {
 }
 
 impl CaseResult {
+    /// FAIL, ERROR or FLAKY that no expectation explains, or a stale expectation:
+    /// what makes a run fail.
+    pub fn counts_as_failure(&self) -> bool {
+        (matches!(self.status, Status::Fail | Status::Error | Status::Flaky)
+            && !self.is_expected_failure())
+            || self.passes_unexpectedly()
+    }
+
     /// A FAIL the expectations file predicts.
     pub fn is_expected_failure(&self) -> bool {
         self.status == Status::Fail && self.expected_failure.is_some()

@@ -24,8 +24,14 @@ pub struct BenchOptions {
     pub payload_bytes: usize,
     /// Bound on waiting for a subscriber to receive everything.
     pub receive_timeout: Duration,
-    /// Runs of each publish measurement; the median time is reported.
+    /// Runs of each publish measurement; the median time is reported, with the spread.
     pub repeats: usize,
+    /// The shortest a publish measurement's run may last: `messages` is scaled up (to
+    /// at most `max_messages`) until a run takes this long, so that no ratio rests on
+    /// a few milliseconds of a shared machine.
+    pub min_seconds: f64,
+    /// The most messages a time-sized run publishes.
+    pub max_messages: usize,
 }
 
 impl Default for BenchOptions {
@@ -35,6 +41,8 @@ impl Default for BenchOptions {
             payload_bytes: 256,
             receive_timeout: Duration::from_secs(60),
             repeats: 5,
+            min_seconds: 1.0,
+            max_messages: 500_000,
         }
     }
 }
@@ -51,41 +59,98 @@ fn metadata_json(i: usize) -> String {
     serde_json::to_string(&metadata).unwrap_or_default()
 }
 
-/// Runs a measurement `options.repeats` times (each on fresh names) and keeps the
-/// median time, so one disturbed run does not decide a ratio.
-async fn median_of<F, Fut>(options: &BenchOptions, mut measure: F) -> anyhow::Result<Duration>
+/// The runs of one time-sized measurement.
+#[derive(Debug, Clone)]
+struct Timed {
+    /// Messages per run.
+    messages: usize,
+    /// Each run's time.
+    times: Vec<Duration>,
+}
+
+impl Timed {
+    fn median(&self) -> Duration {
+        let mut times = self.times.clone();
+        times.sort();
+        times[times.len() / 2]
+    }
+}
+
+/// How many messages make a run last `options.min_seconds`, from a probe run of
+/// `options.messages` that took `probe`: a multiple of 100, at least `messages`, at
+/// most `max_messages`.
+fn sized_messages(options: &BenchOptions, probe: Duration) -> usize {
+    let probe = probe.as_secs_f64().max(1e-6);
+    if probe >= options.min_seconds {
+        return options.messages;
+    }
+    // 10% over, so that a run a little faster than the probe still lasts long enough.
+    let scaled = (options.messages as f64 * options.min_seconds / probe * 1.1).ceil() as usize;
+    scaled
+        .min(options.max_messages)
+        .max(options.messages)
+        .div_ceil(100)
+        * 100
+}
+
+/// Runs a measurement sized by time: a probe run of `options.messages` (not kept)
+/// sets how many messages make a run last `options.min_seconds`, then
+/// `options.repeats` runs of that many, each on fresh names, so one disturbed run
+/// does not decide a ratio.
+async fn timed<F, Fut>(options: &BenchOptions, mut measure: F) -> anyhow::Result<Timed>
 where
-    F: FnMut(usize) -> Fut,
+    F: FnMut(String, BenchOptions) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Duration>>,
 {
+    let probe = measure("probe".into(), options.clone()).await?;
+    let messages = sized_messages(options, probe);
+    let sized = BenchOptions {
+        messages,
+        ..options.clone()
+    };
     let mut times = Vec::with_capacity(options.repeats.max(1));
     for run in 0..options.repeats.max(1) {
-        times.push(measure(run).await?);
+        times.push(measure(run.to_string(), sized.clone()).await?);
     }
-    times.sort();
-    Ok(times[times.len() / 2])
+    Ok(Timed { messages, times })
 }
 
 fn run_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
 }
 
-fn measurement(
+/// A measurement from time-sized runs: the median's rate, each run's rate, and the
+/// ratio to `baseline`'s.
+fn measurement(label: &str, timed: &Timed, baseline: Option<&Measurement>) -> Measurement {
+    let rate_of = |elapsed: Duration| timed.messages as f64 / elapsed.as_secs_f64().max(1e-9);
+    let median = timed.median();
+    let rate = rate_of(median);
+    Measurement {
+        label: label.to_string(),
+        messages: timed.messages as u64,
+        seconds: median.as_secs_f64(),
+        rate,
+        ratio: baseline.map(|b| rate / b.rate),
+        baseline: baseline.map(|b| b.label.clone()),
+        runs: timed.times.iter().map(|t| rate_of(*t)).collect(),
+    }
+}
+
+/// A measurement of one run (the consume side: its topic is filled once).
+fn single_run(
     label: &str,
     messages: usize,
     elapsed: Duration,
     baseline: Option<&Measurement>,
 ) -> Measurement {
-    let seconds = elapsed.as_secs_f64().max(1e-9);
-    let rate = messages as f64 / seconds;
-    Measurement {
-        label: label.to_string(),
-        messages: messages as u64,
-        seconds,
-        rate,
-        ratio: baseline.map(|b| rate / b.rate),
-        baseline: baseline.map(|b| b.label.clone()),
-    }
+    measurement(
+        label,
+        &Timed {
+            messages,
+            times: vec![elapsed],
+        },
+        baseline,
+    )
 }
 
 async fn publish_single(
@@ -554,26 +619,24 @@ pub async fn bench_component(
 
     let single = measurement(
         "single publish",
-        n,
-        median_of(options, |run| {
+        &timed(options, |run, sized| {
             let topic = format!("{prefix}-single-{run}");
             let runtime = &runtime;
-            async move { publish_single(runtime, &topic, options).await }
+            async move { publish_single(runtime, &topic, &sized).await }
         })
         .await?,
         None,
     );
     for batch in [1, 10, 100] {
-        let elapsed = median_of(options, |run| {
+        let runs = timed(options, |run, sized| {
             let topic = format!("{prefix}-bulk-{batch}-{run}");
             let runtime = &runtime;
-            async move { publish_bulk(runtime, &topic, batch, false, options).await }
+            async move { publish_bulk(runtime, &topic, batch, false, &sized).await }
         })
         .await?;
         measurements.push(measurement(
             &format!("bulk publish x{batch}"),
-            n,
-            elapsed,
+            &runs,
             Some(&single),
         ));
     }
@@ -587,17 +650,16 @@ pub async fn bench_component(
                 ..RuntimeOptions::default()
             },
         );
-        let elapsed = median_of(options, |run| {
+        let runs = timed(options, |run, sized| {
             let topic = format!("{prefix}-emulated-100-{run}");
             let emulated = &emulated;
-            async move { publish_bulk(emulated, &topic, 100, false, options).await }
+            async move { publish_bulk(emulated, &topic, 100, false, &sized).await }
         })
         .await?;
         let native = measurements.last().cloned();
         measurements.push(measurement(
             "bulk publish x100, runtime emulation",
-            n,
-            elapsed,
+            &runs,
             native.as_ref(),
         ));
     }
@@ -605,42 +667,72 @@ pub async fn bench_component(
         .iter()
         .find(|m| m.label == "bulk publish x100")
         .cloned();
-    // The component's rawPayload bulk path and the raw client's x100 run alternately,
-    // so both see the same broker conditions; each keeps its median.
+    // The component's rawPayload bulk path and the raw client's x100 run alternately
+    // on the same number of messages (sized by the component's probe), so both see
+    // the same broker conditions; each keeps its median.
+    let probe = publish_bulk(
+        &runtime,
+        &format!("{prefix}-raw-100-probe"),
+        100,
+        true,
+        options,
+    )
+    .await?;
+    let sized = BenchOptions {
+        messages: sized_messages(options, probe),
+        ..options.clone()
+    };
     let mut component_runs = Vec::new();
     let mut raw_100_runs = Vec::new();
     for run in 0..options.repeats.max(1) {
         let topic = format!("{prefix}-raw-100-{run}");
-        component_runs.push(publish_bulk(&runtime, &topic, 100, true, options).await?);
+        component_runs.push(publish_bulk(&runtime, &topic, 100, true, &sized).await?);
         if let Some(endpoint) = endpoint {
-            raw_100_runs.extend(raw_publish(component.kind(), endpoint, 100, options).await?);
+            raw_100_runs.extend(raw_publish(component.kind(), endpoint, 100, &sized).await?);
         }
     }
-    component_runs.sort();
     let raw_payload = measurement(
         "bulk publish x100, rawPayload (no envelope)",
-        n,
-        component_runs[component_runs.len() / 2],
+        &Timed {
+            messages: sized.messages,
+            times: component_runs,
+        },
         bulk_100.as_ref(),
     );
     measurements.push(raw_payload.clone());
     measurements.insert(0, single.clone());
     if let Some(endpoint) = endpoint {
+        // The raw client one at a time, on as many messages as the component's single
+        // publish took.
+        let sized_1 = BenchOptions {
+            messages: single.messages as usize,
+            ..options.clone()
+        };
         let mut raw_1_runs = Vec::new();
         for _ in 0..options.repeats.max(1) {
-            raw_1_runs.extend(raw_publish(component.kind(), endpoint, 1, options).await?);
+            raw_1_runs.extend(raw_publish(component.kind(), endpoint, 1, &sized_1).await?);
         }
-        for (mut runs, baseline) in [(raw_1_runs, single), (raw_100_runs, raw_payload)] {
-            runs.sort_by_key(|(_, elapsed)| *elapsed);
-            if let Some((label, elapsed)) = runs.get(runs.len() / 2).cloned() {
-                let raw = measurement(&label, n, elapsed, None);
-                // How many times the raw client's time the component takes for the same work.
-                measurements.push(Measurement {
-                    ratio: Some(raw.rate / baseline.rate),
-                    baseline: Some(format!("{} (component time / raw time)", baseline.label)),
-                    ..raw
-                });
-            }
+        for (runs, baseline, messages) in [
+            (raw_1_runs, single, sized_1.messages),
+            (raw_100_runs, raw_payload, sized.messages),
+        ] {
+            let Some((label, _)) = runs.first().cloned() else {
+                continue;
+            };
+            let raw = measurement(
+                &label,
+                &Timed {
+                    messages,
+                    times: runs.into_iter().map(|(_, elapsed)| elapsed).collect(),
+                },
+                None,
+            );
+            // How many times the raw client's time the component takes for the same work.
+            measurements.push(Measurement {
+                ratio: Some(raw.rate / baseline.rate),
+                baseline: Some(format!("{} (component time / raw time)", baseline.label)),
+                ..raw
+            });
         }
     }
 
@@ -654,13 +746,13 @@ pub async fn bench_component(
     runtime.create_group(&single_reader).await?;
     runtime.create_group(&bulk_reader).await?;
     publish_bulk(&runtime, &topic, 100, false, options).await?;
-    let single_consume = measurement(
+    let single_consume = single_run(
         "single subscribe",
         n,
         consume(&runtime, single_reader, options).await?,
         None,
     );
-    let bulk_consume = measurement(
+    let bulk_consume = single_run(
         "bulk subscribe x100",
         n,
         consume(&runtime, bulk_reader, options).await?,
@@ -673,9 +765,10 @@ pub async fn bench_component(
     Ok(BenchReport {
         component: name.to_string(),
         settings: format!(
-            "{n} messages per measurement, {} byte payloads in the CloudEvents envelope, sequential publishers, publish times the median of {} runs; a publish counts once the broker accepted it; raw clients send the same payload, metadata and trace context; handlers answer SUCCESS; bulk publish {}; latency: publish call to handler, {} messages, one at a time",
-            options.payload_bytes,
+            "publish measurements sized to last at least {} s a run (the messages column; at least {n}), the median of {} runs with the spread over them; subscribe measurements read {n} messages once; {} byte payloads in the CloudEvents envelope, sequential publishers; a publish counts once the broker accepted it; raw clients send the same payload, metadata and trace context; handlers answer SUCCESS; bulk publish {}; latency: publish call to handler, {} messages, one at a time",
+            options.min_seconds,
             options.repeats.max(1),
+            options.payload_bytes,
             if native_bulk { "native" } else { "emulated by the runtime" },
             n.min(1000)
         ),
@@ -688,16 +781,20 @@ pub async fn bench_component(
 pub fn bench_table(report: &BenchReport) -> String {
     let mut out = format!("{}: {}\n", report.component, report.settings);
     out.push_str(&format!(
-        "{:<40} {:>9} {:>10} {:>12}  ratio\n",
-        "measurement", "messages", "seconds", "msg/s"
+        "{:<44} {:>9} {:>8} {:>10} {:>19}  ratio\n",
+        "measurement", "messages", "seconds", "msg/s", "spread (min..max)"
     ));
     for m in &report.measurements {
         let ratio = m
             .ratio
             .map(|r| format!("{r:.2}x vs {}", m.baseline.as_deref().unwrap_or("?")))
             .unwrap_or_default();
+        let spread = m
+            .spread()
+            .map(|(min, max)| format!("{min:.0}..{max:.0}"))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "{:<40} {:>9} {:>10.3} {:>12.0}  {ratio}\n",
+            "{:<44} {:>9} {:>8.3} {:>10.0} {spread:>19}  {ratio}\n",
             m.label, m.messages, m.seconds, m.rate
         ));
     }
@@ -708,4 +805,45 @@ pub fn bench_table(report: &BenchReport) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_sized_to_last_the_minimum_time() {
+        let options = BenchOptions::default();
+        // 2000 messages in 0.1 s: eleven times as many last a second, with 10% slack.
+        assert_eq!(sized_messages(&options, Duration::from_millis(100)), 22_000);
+        // Already long enough: the count stays.
+        assert_eq!(sized_messages(&options, Duration::from_secs(2)), 2000);
+        // A very fast path is capped.
+        assert_eq!(
+            sized_messages(&options, Duration::from_micros(10)),
+            options.max_messages
+        );
+        // 0 s asks for no sizing.
+        let no_sizing = BenchOptions {
+            min_seconds: 0.0,
+            ..BenchOptions::default()
+        };
+        assert_eq!(sized_messages(&no_sizing, Duration::from_millis(1)), 2000);
+    }
+
+    #[test]
+    fn a_measurement_keeps_the_median_and_every_run() {
+        let timed = Timed {
+            messages: 1000,
+            times: vec![
+                Duration::from_millis(500),
+                Duration::from_millis(250),
+                Duration::from_millis(1000),
+            ],
+        };
+        let m = measurement("bulk publish x100", &timed, None);
+        assert_eq!(m.seconds, 0.5);
+        assert_eq!(m.rate, 2000.0);
+        assert_eq!(m.spread(), Some((1000.0, 4000.0)));
+    }
 }

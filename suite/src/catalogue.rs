@@ -104,7 +104,58 @@ pub struct Case {
     pub run: CaseFn,
 }
 
+/// Where `certify` runs a case among the others of its component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lane {
+    /// With other cases of the component, on their own topics and groups.
+    Shared,
+    /// Its verdict depends on when things happen (a delay's precision, a TTL's
+    /// edge, a batch's await): together with the other timed cases, which mostly
+    /// wait, after the shared lane, so that its load cannot make them late.
+    Timed,
+    /// Faults or loads the broker, or rebuilds the component: alone, after the rest.
+    Exclusive,
+}
+
+impl Lane {
+    /// The lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Lane::Shared => "shared",
+            Lane::Timed => "timed",
+            Lane::Exclusive => "exclusive",
+        }
+    }
+}
+
+/// The families and ids whose verdict depends on timing (see [`Lane::Timed`]).
+const TIMED: &[&str] = &[
+    "delay.",
+    "ttl.",
+    "bulk-subscribe.max-await",
+    "bulk-subscribe.expired-entries",
+    "retry.delay",
+];
+
 impl Case {
+    /// Where `certify` runs it: certification cases alone, timed ones in their lane.
+    pub fn lane(&self) -> Lane {
+        if self.level == Level::Certification || !self.injects.is_empty() {
+            Lane::Exclusive
+        } else if TIMED.iter().any(|t| {
+            if t.ends_with('.') {
+                self.id.starts_with(t)
+            } else {
+                self.id == *t
+            }
+        }) {
+            Lane::Timed
+        } else {
+            Lane::Shared
+        }
+    }
+
     /// The family: the id up to the first dot.
     pub fn family(&self) -> &'static str {
         self.id.split('.').next().unwrap_or(self.id)

@@ -1,10 +1,11 @@
 //! `certify`: definitions -> provisioning -> runtime -> every selected case -> report.
 
-use crate::catalogue::{catalogue, Case, Level};
+use crate::catalogue::{catalogue, Case, Lane, Level};
 use crate::expectations::Expectations;
 use crate::provision::{self, Broker, NotProvisioned, ProvisionKind};
 use crate::runner::{run_case_in, CaseEnvironment, RunOptions};
 use anyhow::{bail, Context as _};
+use futures::StreamExt as _;
 use globset::{Glob, GlobMatcher};
 use pubsub_components::config::ComponentDefinition;
 use pubsub_components::runtime::Runtime;
@@ -13,6 +14,8 @@ use pubsub_reports::{
     CaseResult, ComponentReport, Evidence, Machine, Provisioning, RunReport, Status, SCHEMA_VERSION,
 };
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 /// Which cases and components a run covers.
@@ -104,67 +107,79 @@ pub struct CertifyOptions {
     /// When a broker dies mid-run, restart it and run the remaining cases (off: they
     /// are ERROR, not run).
     pub restart_broker: bool,
+    /// How many components are certified at once, and how many cases of one
+    /// component's shared lane run at once (twice as many of its timed lane); 0 and 1
+    /// run everything one after another.
+    pub jobs: usize,
 }
 
-/// Certifies each definition against the selected cases; `progress` hears each step.
+impl CertifyOptions {
+    fn jobs(&self) -> usize {
+        self.jobs.max(1)
+    }
+}
+
+/// Hears a run's steps: the component a line is about (empty for the run as a
+/// whole) and the line. Called from several tasks at once when `jobs` > 1.
+pub type Progress = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// Certifies each definition against the selected cases, up to `options.jobs`
+/// components at once, each on its own broker; the report lists the components in
+/// the order given.
 pub async fn certify(
     definitions: &[ComponentDefinition],
-    cases: &[&Case],
+    cases: &[&'static Case],
     options: &CertifyOptions,
-    progress: &mut dyn FnMut(&str),
+    progress: Progress,
 ) -> RunReport {
     let started_at = now_text();
-    let mut components = Vec::new();
-    // What was started and is still running after its shutdown (a suite defect).
-    let mut left: Vec<String> = Vec::new();
-    for definition in definitions {
-        let order = provision::order_for(&definition.component_type, options.provision.as_deref());
-        progress(&format!(
-            "{}: provisioning (pubsub.{})",
-            definition.name, definition.component_type
-        ));
-        let report = match provision::provision(definition, &order).await {
-            Ok(provisioned) => {
-                let broker_version = provisioned.component.broker_version().await.ok();
-                let provisioning = Provisioning {
-                    kind: provisioned.kind.to_string(),
-                    endpoint: provisioned.endpoint.clone(),
-                    broker_version,
-                    problem: None,
-                };
-                let results = run_cases(
-                    definition,
-                    provisioning.broker_version.as_deref(),
-                    &provisioned,
-                    cases,
-                    options,
-                    progress,
-                )
-                .await;
-                if let Some(broker) = &provisioned.broker {
-                    broker.shutdown().await;
-                    if let Some(still) = broker.leftover().await {
-                        left.push(still);
-                    }
-                }
-                component_report(
-                    definition,
-                    provisioned.component.as_ref(),
-                    provisioning,
-                    results,
-                )
+    let runs = definitions.iter().cloned().map(|definition| {
+        let cases = cases.to_vec();
+        let options = options.clone();
+        let progress = progress.clone();
+        async move {
+            let name = definition.name.clone();
+            let task = tokio::spawn({
+                let definition = definition.clone();
+                let cases = cases.clone();
+                async move { certify_component(&definition, &cases, &options, &progress).await }
+            });
+            match task.await {
+                Ok(done) => done,
+                Err(e) => (
+                    uniform_report(
+                        &definition,
+                        &cases,
+                        Status::Error,
+                        Provisioning {
+                            kind: "none".into(),
+                            endpoint: None,
+                            broker_version: None,
+                            problem: None,
+                        },
+                        format!("certifying {name} stopped: {e} (a suite defect)"),
+                    ),
+                    Vec::new(),
+                ),
             }
-            Err(reasons) => not_provisioned(definition, cases, &reasons),
-        };
-        components.push(report);
-    }
+        }
+    });
+    let done: Vec<(ComponentReport, Vec<String>)> = futures::stream::iter(runs)
+        .buffered(options.jobs())
+        .collect()
+        .await;
+    // What was started and is still running after its shutdown (a suite defect).
+    let left: Vec<String> = done.iter().flat_map(|(_, left)| left.clone()).collect();
     if left.is_empty() {
-        progress("cleanup: nothing this run started is still running");
+        progress("", "cleanup: nothing this run started is still running");
     } else {
-        progress(&format!(
-            "cleanup: still running after shutdown (a suite defect): {}",
-            left.join(", ")
-        ));
+        progress(
+            "",
+            &format!(
+                "cleanup: still running after shutdown (a suite defect): {}",
+                left.join(", ")
+            ),
+        );
     }
     RunReport {
         schema_version: SCHEMA_VERSION,
@@ -172,133 +187,366 @@ pub async fn certify(
         started_at,
         finished_at: now_text(),
         machine: machine(),
-        components,
+        components: done.into_iter().map(|(report, _)| report).collect(),
         conflicts: Vec::new(),
         bench: Vec::new(),
+        baseline: None,
     }
 }
 
-async fn run_cases(
+/// Provisions one component's broker, runs the cases and shuts the broker down;
+/// also gives what is still running after the shutdown.
+async fn certify_component(
     definition: &ComponentDefinition,
-    broker_version: Option<&str>,
-    provisioned: &provision::Provisioned,
-    cases: &[&Case],
+    cases: &[&'static Case],
     options: &CertifyOptions,
-    progress: &mut dyn FnMut(&str),
-) -> Vec<CaseResult> {
-    let mut runtime = Runtime::new(definition.name.clone(), provisioned.component.clone());
-    let environment = CaseEnvironment::provisioned(provisioned.broker.clone(), definition);
-    let mut results = Vec::new();
-    let mut restarted_after: Option<String> = None;
-    let expectations = Expectations::load(&definition.source, &definition.name).unwrap_or_default();
-    // Fault cases of a component whose broker the suite cannot fault (the auto order
-    // chose a running server) run on a second broker the suite controls.
-    let mut controlled: Option<Result<Controlled, String>> = None;
-    for (index, case) in cases.iter().enumerate() {
-        let wants_control = !case.injects.is_empty()
-            && options.provision.is_none()
-            && provisioned.broker.as_ref().is_some_and(|b| !b.can_fault());
-        if wants_control {
-            if controlled.is_none() {
-                progress(&format!(
-                    "{}: starting a broker the suite controls for the fault cases",
-                    definition.name
-                ));
-                controlled = Some(Controlled::provision(definition).await);
-            }
-            if let Some(Ok(side)) = &mut controlled {
-                let run =
-                    run_options_for(&options.run, &expectations, case, side.version.as_deref());
-                let mut result = run_case_in(case, &side.runtime, &run, &side.environment).await;
-                side.refresh(definition).await;
-                if let Some(version) = side.version.as_deref() {
-                    expectations.apply(&mut result, version);
-                }
-                result.evidence.notes.push(format!(
-                    "run on a broker the suite controls, {}, since the run's broker cannot be faulted",
-                    side.describe()
-                ));
-                report_progress(progress, definition, index, cases.len(), case, &result);
-                results.push(result);
-                continue;
-            }
+    progress: &Progress,
+) -> (ComponentReport, Vec<String>) {
+    let name = definition.name.as_str();
+    let order = match &options.provision {
+        Some(kinds) => provision::order_for(&definition.component_type, Some(kinds)),
+        None => provision::own_broker_order(&definition.component_type),
+    };
+    progress(
+        name,
+        &format!(
+            "{name}: provisioning (pubsub.{})",
+            definition.component_type
+        ),
+    );
+    let provisioned = match provision::provision(definition, &order).await {
+        Ok(provisioned) => provisioned,
+        Err(reasons) => {
+            let report = not_provisioned(definition, cases, &reasons);
+            progress(name, &format!("{name}: NOT PROVISIONED"));
+            return (report, Vec::new());
         }
-        if let (true, Some(broker)) = (options.restart_broker, &provisioned.broker) {
+    };
+    let broker_version = provisioned.component.broker_version().await.ok();
+    let provisioning = Provisioning {
+        kind: provisioned.kind.to_string(),
+        endpoint: provisioned.endpoint.clone(),
+        broker_version,
+        problem: None,
+    };
+    let results = run_cases(
+        definition,
+        provisioning.broker_version.clone(),
+        &provisioned,
+        cases,
+        options,
+        progress,
+    )
+    .await;
+    let mut left = Vec::new();
+    if let Some(broker) = &provisioned.broker {
+        broker.shutdown().await;
+        if let Some(still) = broker.leftover().await {
+            left.push(still);
+        }
+    }
+    progress(name, &format!("{name}: done: {}", tally(&results)));
+    let report = component_report(
+        definition,
+        provisioned.component.as_ref(),
+        provisioning,
+        results,
+    );
+    (report, left)
+}
+
+/// The runtime the next case of a component runs on: replaced after a broker
+/// restart or a certification case.
+struct LaneState {
+    runtime: Runtime,
+    /// Why the broker was restarted (`--restart-broker`), for the later cells.
+    restarted_after: Option<String>,
+}
+
+/// One component's run: what every case of it shares.
+struct ComponentRun {
+    definition: ComponentDefinition,
+    broker_version: Option<String>,
+    broker: Option<Arc<dyn Broker>>,
+    environment: CaseEnvironment,
+    expectations: Expectations,
+    options: CertifyOptions,
+    progress: Progress,
+    state: tokio::sync::Mutex<LaneState>,
+    done: AtomicUsize,
+    total: usize,
+    /// Why case tasks stopped without a cell (a suite defect).
+    panics: tokio::sync::Mutex<Vec<String>>,
+}
+
+impl ComponentRun {
+    /// The runtime for the next case; a dead broker is restarted first when the run
+    /// asks for it.
+    async fn next_runtime(&self) -> (Runtime, Option<String>) {
+        let mut state = self.state.lock().await;
+        if let (true, Some(broker)) = (self.options.restart_broker, &self.broker) {
             if let Some(reason) = broker.health().down_reason() {
-                progress(&format!(
-                    "{}: the broker died ({reason}); restarting it",
-                    definition.name
-                ));
-                match restart(definition, broker.as_ref()).await {
+                let name = &self.definition.name;
+                (self.progress)(
+                    name,
+                    &format!("{name}: the broker died ({reason}); restarting it"),
+                );
+                match restart(&self.definition, broker.as_ref()).await {
                     Ok(component) => {
-                        runtime = Runtime::new(definition.name.clone(), component);
-                        restarted_after = Some(reason);
+                        state.runtime = Runtime::new(name.clone(), component);
+                        state.restarted_after = Some(reason);
                     }
-                    Err(e) => progress(&format!("{}: {e}", definition.name)),
+                    Err(e) => (self.progress)(name, &format!("{name}: {e}")),
                 }
             }
         }
-        let run = run_options_for(&options.run, &expectations, case, broker_version);
-        let mut result = run_case_in(case, &runtime, &run, &environment).await;
-        if let Some(Err(reason)) = &controlled {
-            if wants_control {
-                result.evidence.notes.push(format!(
-                    "no broker the suite controls could be started for the fault cases: {reason}"
-                ));
-            }
-        }
+        (state.runtime.clone(), state.restarted_after.clone())
+    }
+
+    /// Runs one case on the run's broker.
+    async fn run(&self, case: &'static Case) -> CaseResult {
+        let (runtime, restarted_after) = self.next_runtime().await;
+        let run = run_options_for(
+            &self.options.run,
+            &self.expectations,
+            case,
+            self.broker_version.as_deref(),
+        );
+        let mut result = run_case_in(case, &runtime, &run, &self.environment).await;
         // Certification cases may fault the broker: the next case gets a fresh
         // component, so that a component that does not recover fails only there.
-        if case.level == crate::catalogue::Level::Certification {
-            if let (Some(broker), None) = (&provisioned.broker, environment.health().down_reason())
-            {
-                match pubsub_components::registry::build(definition, Some(&broker.endpoint())).await
+        if case.lane() == Lane::Exclusive {
+            if let (Some(broker), None) = (&self.broker, self.environment.health().down_reason()) {
+                match pubsub_components::registry::build(&self.definition, Some(&broker.endpoint()))
+                    .await
                 {
-                    Ok(component) => runtime = Runtime::new(definition.name.clone(), component),
+                    Ok(component) => {
+                        self.state.lock().await.runtime =
+                            Runtime::new(self.definition.name.clone(), component)
+                    }
                     Err(e) => result.evidence.notes.push(format!(
                         "rebuilding the component after this case failed: {e}"
                     )),
                 }
             }
         }
-        if let Some(version) = broker_version {
-            expectations.apply(&mut result, version);
+        if let Some(version) = &self.broker_version {
+            self.expectations.apply(&mut result, version);
         }
         if let Some(reason) = &restarted_after {
             result.evidence.notes.push(format!(
                 "run on a restarted broker (--restart-broker) after it died: {reason}"
             ));
         }
-        report_progress(progress, definition, index, cases.len(), case, &result);
-        results.push(result);
+        result
+    }
+
+    /// Counts a finished cell and tells the progress.
+    fn finished(&self, case: &Case, result: &CaseResult) {
+        let done = self.done.fetch_add(1, Ordering::SeqCst) + 1;
+        let name = &self.definition.name;
+        (self.progress)(
+            name,
+            &format!(
+                "{name}: [{done}/{}] {} {} ({} ms)",
+                self.total,
+                case.id,
+                result.status.label(),
+                result.duration_ms
+            ),
+        );
+    }
+
+    /// Runs `cases` of one lane, up to `jobs` at once, each in its own task; gives
+    /// each cell with its index in the run.
+    async fn run_lane(
+        self: &Arc<Self>,
+        cases: Vec<(usize, &'static Case)>,
+        jobs: usize,
+    ) -> Vec<(usize, CaseResult)> {
+        let mut waiting = cases.into_iter();
+        let mut running = tokio::task::JoinSet::new();
+        let mut results = Vec::new();
+        loop {
+            while running.len() < jobs {
+                let Some((index, case)) = waiting.next() else {
+                    break;
+                };
+                let run = self.clone();
+                running.spawn(async move { (index, case, run.run(case).await) });
+            }
+            let Some(joined) = running.join_next().await else {
+                break;
+            };
+            match joined {
+                Ok((index, case, result)) => {
+                    self.finished(case, &result);
+                    results.push((index, result));
+                }
+                // A case's task that panicked: its cell stays missing, filled below.
+                Err(e) => self.panics.lock().await.push(e.to_string()),
+            }
+        }
+        results
+    }
+}
+
+/// Runs a component's cases: the shared lane `jobs` at once, then the timed lane
+/// `2 x jobs` at once, then the exclusive cases one by one (fault cases on a broker the
+/// suite controls when the run's cannot be faulted). Cells come back in case order.
+async fn run_cases(
+    definition: &ComponentDefinition,
+    broker_version: Option<String>,
+    provisioned: &provision::Provisioned,
+    cases: &[&'static Case],
+    options: &CertifyOptions,
+    progress: &Progress,
+) -> Vec<CaseResult> {
+    let run = Arc::new(ComponentRun {
+        definition: definition.clone(),
+        broker_version,
+        broker: provisioned.broker.clone(),
+        environment: CaseEnvironment::provisioned(provisioned.broker.clone(), definition),
+        expectations: Expectations::load(&definition.source, &definition.name).unwrap_or_default(),
+        options: options.clone(),
+        progress: progress.clone(),
+        state: tokio::sync::Mutex::new(LaneState {
+            runtime: Runtime::new(definition.name.clone(), provisioned.component.clone()),
+            restarted_after: None,
+        }),
+        done: AtomicUsize::new(0),
+        total: cases.len(),
+        panics: Default::default(),
+    });
+    let jobs = options.jobs();
+    let mut results = run.run_lane(in_lane(cases, Lane::Shared), jobs).await;
+    // Timed cases mostly wait (for a delay, a TTL, a batch): twice as many at once.
+    let timed_jobs = if jobs == 1 { 1 } else { 2 * jobs };
+    results.extend(run.run_lane(in_lane(cases, Lane::Timed), timed_jobs).await);
+
+    // Fault cases of a component whose broker the suite cannot fault (the auto order
+    // chose a running server) run on a second broker the suite controls.
+    let mut controlled: Option<Result<Controlled, String>> = None;
+    for (index, case) in in_lane(cases, Lane::Exclusive) {
+        let wants_control = !case.injects.is_empty()
+            && options.provision.is_none()
+            && provisioned.broker.as_ref().is_some_and(|b| !b.can_fault());
+        if wants_control {
+            if controlled.is_none() {
+                progress(
+                    &definition.name,
+                    &format!(
+                        "{}: starting a broker the suite controls for the fault cases",
+                        definition.name
+                    ),
+                );
+                controlled = Some(Controlled::provision(definition).await);
+            }
+            if let Some(Ok(side)) = &mut controlled {
+                let options = run_options_for(
+                    &options.run,
+                    &run.expectations,
+                    case,
+                    side.version.as_deref(),
+                );
+                let mut result =
+                    run_case_in(case, &side.runtime, &options, &side.environment).await;
+                side.refresh(definition).await;
+                if let Some(version) = side.version.as_deref() {
+                    run.expectations.apply(&mut result, version);
+                }
+                result.evidence.notes.push(format!(
+                    "run on a broker the suite controls, {}, since the run's broker cannot be faulted",
+                    side.describe()
+                ));
+                run.finished(case, &result);
+                results.push((index, result));
+                continue;
+            }
+        }
+        let mut result = run.run(case).await;
+        if let (true, Some(Err(reason))) = (wants_control, &controlled) {
+            result.evidence.notes.push(format!(
+                "no broker the suite controls could be started for the fault cases: {reason}"
+            ));
+        }
+        run.finished(case, &result);
+        results.push((index, result));
     }
     if let Some(Ok(side)) = controlled {
         side.broker.shutdown().await;
         if let Some(still) = side.broker.leftover().await {
-            progress(&format!(
-                "cleanup: still running after shutdown (a suite defect): {still}"
+            progress(
+                &definition.name,
+                &format!("cleanup: still running after shutdown (a suite defect): {still}"),
+            );
+        }
+    }
+    // A cell whose task panicked is ERROR, naming the panic.
+    let panics = run.panics.lock().await.join("; ");
+    for (index, case) in cases.iter().enumerate() {
+        if !results.iter().any(|(i, _)| *i == index) {
+            results.push((
+                index,
+                errored(
+                    case,
+                    format!("the case's task stopped: {panics} (a suite defect)"),
+                ),
             ));
         }
     }
-    results
+    results.sort_by_key(|(index, _)| *index);
+    results.into_iter().map(|(_, result)| result).collect()
 }
 
-fn report_progress(
-    progress: &mut dyn FnMut(&str),
-    definition: &ComponentDefinition,
-    index: usize,
-    total: usize,
-    case: &Case,
-    result: &CaseResult,
-) {
-    progress(&format!(
-        "{}: [{}/{total}] {} {} ({} ms)",
-        definition.name,
-        index + 1,
-        case.id,
-        result.status.label(),
-        result.duration_ms
-    ));
+/// The cases of one lane, with their indices in the run.
+fn in_lane(cases: &[&'static Case], lane: Lane) -> Vec<(usize, &'static Case)> {
+    let mut chosen = Vec::new();
+    for (index, case) in cases.iter().enumerate() {
+        if case.lane() == lane {
+            chosen.push((index, *case));
+        }
+    }
+    chosen
+}
+
+/// How many cells have each status, worst first, e.g. `2 FAIL, 70 PASS`.
+fn tally(results: &[CaseResult]) -> String {
+    let mut counts: Vec<(Status, usize)> = Vec::new();
+    for result in results {
+        match counts.iter_mut().find(|(s, _)| *s == result.status) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((result.status, 1)),
+        }
+    }
+    counts.sort_by_key(|(s, _)| std::cmp::Reverse(s.severity()));
+    counts
+        .iter()
+        .map(|(s, n)| format!("{n} {}", s.label()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An ERROR cell for a case that could not finish.
+fn errored(case: &Case, note: String) -> CaseResult {
+    CaseResult {
+        id: case.id.to_string(),
+        family: case.family().to_string(),
+        level: case.level.name().to_string(),
+        feature: (!case.requires.is_empty() || !case.injects.is_empty())
+            .then(|| case.requirement()),
+        must: case.must.to_string(),
+        status: Status::Error,
+        mode: None,
+        duration_ms: 0,
+        bound_ms: 0,
+        attempts: 0,
+        expected_failure: None,
+        evidence: Evidence {
+            notes: vec![note],
+            ..Evidence::default()
+        },
+    }
 }
 
 /// The run options for `case`: a cell the expectations file predicts to FAIL is not
@@ -407,41 +655,47 @@ fn third_party(definition: &ComponentDefinition) -> Option<String> {
 
 fn not_provisioned(
     definition: &ComponentDefinition,
-    cases: &[&Case],
+    cases: &[&'static Case],
     reasons: &[NotProvisioned],
 ) -> ComponentReport {
     let notes: Vec<String> = reasons.iter().map(ToString::to_string).collect();
+    let problem = notes.join("; ");
+    let provisioning = Provisioning {
+        kind: "none".into(),
+        endpoint: None,
+        broker_version: None,
+        problem: Some(problem.clone()),
+    };
+    uniform_report(
+        definition,
+        cases,
+        Status::NotProvisioned,
+        provisioning,
+        problem,
+    )
+}
+
+/// A component whose every cell has the same status and note.
+fn uniform_report(
+    definition: &ComponentDefinition,
+    cases: &[&'static Case],
+    status: Status,
+    provisioning: Provisioning,
+    note: String,
+) -> ComponentReport {
     ComponentReport {
         third_party: third_party(definition),
         name: definition.name.clone(),
         component_type: definition.component_type.clone(),
         definition: definition.source.display().to_string(),
-        provisioning: Provisioning {
-            kind: "none".into(),
-            endpoint: None,
-            broker_version: None,
-            problem: Some(notes.join("; ")),
-        },
+        provisioning,
         capabilities: serde_json::Value::Null,
         cases: cases
             .iter()
-            .map(|case| CaseResult {
-                id: case.id.to_string(),
-                family: case.family().to_string(),
-                level: case.level.name().to_string(),
-                feature: (!case.requires.is_empty() || !case.injects.is_empty())
-                    .then(|| case.requirement()),
-                must: case.must.to_string(),
-                status: Status::NotProvisioned,
-                mode: None,
-                duration_ms: 0,
-                bound_ms: 0,
-                attempts: 0,
-                expected_failure: None,
-                evidence: Evidence {
-                    notes: notes.clone(),
-                    ..Evidence::default()
-                },
+            .map(|case| {
+                let mut cell = errored(case, note.clone());
+                cell.status = status;
+                cell
             })
             .collect(),
     }

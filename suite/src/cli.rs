@@ -5,8 +5,10 @@
 use crate::bench::{bench_component, bench_table, BenchOptions};
 use crate::catalogue::{catalogue, Level};
 use crate::certify::{
-    certify, load_definitions, machine, now_text, select_definitions, CertifyOptions, Selection,
+    certify, load_definitions, machine, now_text, select_definitions, CertifyOptions, Progress,
+    Selection,
 };
+use crate::progress::Board;
 use crate::provision::{
     auto_order, order_from_environment as provision_from_environment, provision, ProvisionKind,
 };
@@ -17,6 +19,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Parser)]
@@ -67,6 +70,19 @@ enum Command {
         /// broker is expected); by default NOT PROVISIONED is reported, not a failure.
         #[arg(long)]
         fail_not_provisioned: bool,
+        /// Components certified at once, and cases of one component run at once
+        /// (timing-sensitive cases keep their own lane, fault cases run alone);
+        /// 1 runs everything one after another.
+        #[arg(long, default_value_t = DEFAULT_JOBS, value_parser = clap::value_parser!(u16).range(1..=64))]
+        jobs: u16,
+        /// A report.json of an earlier run: every cell that changed since is marked in
+        /// the report, regressions first.
+        #[arg(long, value_name = "REPORT_JSON")]
+        baseline: Option<PathBuf>,
+        /// With --baseline: the exit code says whether a cell regressed (failures
+        /// already in the baseline do not fail the run).
+        #[arg(long, requires = "baseline")]
+        fail_on_regression: bool,
     },
     /// Merge the report.json of several runs (CI shards) into one report.
     Merge {
@@ -76,6 +92,12 @@ enum Command {
         /// Where the merged report goes.
         #[arg(long, default_value = "reports/merged")]
         out: PathBuf,
+        /// A report.json of an earlier run to compare the merged report with.
+        #[arg(long, value_name = "REPORT_JSON")]
+        baseline: Option<PathBuf>,
+        /// With --baseline: the exit code says whether a cell regressed.
+        #[arg(long, requires = "baseline")]
+        fail_on_regression: bool,
     },
     /// Measure throughput (single vs bulk, emulated vs native) and latency; the results
     /// are added to the report in --out.
@@ -92,6 +114,10 @@ enum Command {
         /// Runs of each publish measurement; the median is reported.
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=20))]
         repeats: u16,
+        /// The shortest a publish measurement's run may last, in seconds: the message
+        /// count is scaled up until a run takes this long (0 keeps --messages).
+        #[arg(long, default_value_t = 1.0)]
+        min_seconds: f64,
         #[arg(long, default_value = "reports/latest")]
         out: PathBuf,
         #[arg(long, default_value = "fixtures")]
@@ -110,6 +136,9 @@ enum ListFormat {
     Markdown,
     Json,
 }
+
+/// `certify --jobs` when not given.
+const DEFAULT_JOBS: u16 = 8;
 
 /// `--provision`: provisioning kinds in the order to try them.
 #[derive(Clone)]
@@ -160,7 +189,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             provision,
             restart_broker,
             fail_not_provisioned,
+            jobs,
+            baseline,
+            fail_on_regression,
         } => {
+            // A bad baseline is refused before anything runs.
+            let baseline = baseline
+                .map(|path| read_report(&path).map(|report| (path, report)))
+                .transpose()?;
             let selection = Selection {
                 components,
                 case_glob: case,
@@ -180,22 +216,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 run: RunOptions { retries, seed },
                 provision,
                 restart_broker,
+                jobs: usize::from(jobs),
             };
             let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            let board = Arc::new(Board::new(std::io::stderr().is_terminal()));
+            let progress: Progress =
+                Arc::new(move |component: &str, line: &str| board.hear(component, line));
             let started = Instant::now();
-            let interactive = std::io::stderr().is_terminal();
-            let mut progress = |line: &str| {
-                let elapsed = started.elapsed().as_secs_f64();
-                if interactive {
-                    eprint!("\r\x1b[2K[{elapsed:>5.1}s] {line}");
-                } else {
-                    eprintln!("[{elapsed:>5.1}s] {line}");
-                }
-            };
-            let report = tokio.block_on(certify(&definitions, &cases, &options, &mut progress));
-            if interactive {
-                eprintln!();
-            }
+            let mut report = tokio.block_on(certify(&definitions, &cases, &options, progress));
+            eprintln!(
+                "certified {} components in {:.1} s (--jobs {jobs})",
+                report.components.len(),
+                started.elapsed().as_secs_f64()
+            );
+            compare_with(&mut report, baseline.as_ref());
             write_report(&report, &out)?;
             print!("{}", reports::summary_table(&report));
             println!("report: {}", out.join("index.html").display());
@@ -203,17 +237,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for (name, problem) in &unprovisioned {
                 println!("NOT PROVISIONED {name}: {problem}");
             }
+            print_changes(&report);
             if fail_not_provisioned && !unprovisioned.is_empty() {
                 return Ok(ExitCode::FAILURE);
             }
-            Ok(exit_code(&report))
+            Ok(exit_code(&report, fail_on_regression))
         }
-        Command::Merge { inputs, out } => {
+        Command::Merge {
+            inputs,
+            out,
+            baseline,
+            fail_on_regression,
+        } => {
+            let baseline = baseline
+                .map(|path| read_report(&path).map(|report| (path, report)))
+                .transpose()?;
             let mut runs = Vec::new();
             for input in &inputs {
                 runs.push(read_report(input)?);
             }
-            let merged = reports::merge(runs)?;
+            let mut merged = reports::merge(runs)?;
+            compare_with(&mut merged, baseline.as_ref());
             write_report(&merged, &out)?;
             print!("{}", reports::summary_table(&merged));
             for conflict in &merged.conflicts {
@@ -226,22 +270,28 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
             }
             println!("report: {}", out.join("index.html").display());
-            Ok(exit_code(&merged))
+            print_changes(&merged);
+            Ok(exit_code(&merged, fail_on_regression))
         }
         Command::Bench {
             components,
             messages,
             payload_bytes,
             repeats,
+            min_seconds,
             out,
             fixtures,
         } => {
+            if !(0.0..=60.0).contains(&min_seconds) {
+                anyhow::bail!("--min-seconds {min_seconds} is out of range; expected 0 to 60");
+            }
             let definitions =
                 select_definitions(load_definitions(&fixtures)?, &components, &fixtures)?;
             let options = BenchOptions {
                 messages,
                 payload_bytes,
                 repeats: usize::from(repeats),
+                min_seconds,
                 ..BenchOptions::default()
             };
             let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
@@ -279,6 +329,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 report.bench.retain(|b| b.component != definition.name);
                 report.bench.push(result);
             }
+            print!("{}", reports::bench_chart_text(&report.bench));
             write_report(&report, &out)?;
             println!("report: {}", out.join("index.html").display());
             Ok(ExitCode::SUCCESS)
@@ -300,8 +351,44 @@ fn not_provisioned(report: &RunReport) -> Vec<(String, String)> {
         .collect()
 }
 
-fn exit_code(report: &RunReport) -> ExitCode {
-    if report.has_failures() {
+/// Records in `report` what changed since the baseline, if one was given.
+fn compare_with(report: &mut RunReport, baseline: Option<&(PathBuf, RunReport)>) {
+    if let Some((path, old)) = baseline {
+        report.baseline = Some(reports::compare(old, report, &path.display().to_string()));
+    }
+}
+
+/// One line per changed cell, regressions first.
+fn print_changes(report: &RunReport) {
+    let Some(baseline) = &report.baseline else {
+        return;
+    };
+    println!(
+        "since {}: {} regression(s), {} change(s)",
+        baseline.source,
+        baseline.regressions(),
+        baseline.changes.len()
+    );
+    for change in &baseline.changes {
+        println!(
+            "{} {} {}: {}",
+            change.kind.label().to_uppercase(),
+            change.component,
+            change.case,
+            change.detail
+        );
+    }
+}
+
+/// 1 when a cell fails (or, with `only_regressions`, when a cell regressed since
+/// the baseline), else 0.
+fn exit_code(report: &RunReport, only_regressions: bool) -> ExitCode {
+    let failed = if only_regressions {
+        report.regressed()
+    } else {
+        report.has_failures()
+    };
+    if failed {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
@@ -334,6 +421,7 @@ fn empty_report() -> RunReport {
         components: Vec::new(),
         conflicts: Vec::new(),
         bench: Vec::new(),
+        baseline: None,
     }
 }
 
@@ -364,6 +452,7 @@ fn list(format: ListFormat) -> anyhow::Result<()> {
                     serde_json::json!({
                         "id": c.id, "family": c.family(), "level": c.level,
                         "capability": c.requires, "bound": c.bound.rule, "must": c.must,
+                        "lane": c.lane(),
                     })
                 })
                 .collect();

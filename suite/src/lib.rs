@@ -20,6 +20,7 @@ pub mod faults;
 pub mod harness;
 pub mod history;
 pub mod outcome;
+pub mod progress;
 pub mod provision;
 pub mod runner;
 pub mod spans;

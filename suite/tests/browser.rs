@@ -97,6 +97,7 @@ async fn the_report_renders_filters_and_opens_evidence() {
         components: vec![memory, faulty],
         conflicts: Vec::new(),
         bench: Vec::new(),
+        baseline: None,
     };
     let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports/artifacts/browser");
     reports::write_all(&report, &artifacts).unwrap();

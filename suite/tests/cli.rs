@@ -103,6 +103,44 @@ fn unknown_names_and_globs_are_refused() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("no case matches"));
 }
 
+/// Bad options are refused with exit code 2 and a message naming the option and
+/// what it takes, before anything runs.
+#[rstest::rstest]
+#[case::unknown_option(&["certify", "--colour"], "unexpected argument '--colour'")]
+#[case::bad_level(&["certify", "--level", "gold"], "'gold' is not a level; use core, feature or certification")]
+#[case::zero_jobs(&["certify", "--jobs", "0"], "--jobs")]
+#[case::bad_provision(&["certify", "--provision", "cloud"], "cloud")]
+#[case::invalid_glob(&["certify", "--case", "publish.[x"], "--case 'publish.[x' is not a valid glob")]
+#[case::missing_fixtures(&["certify", "--fixtures", "no/such/dir"], "cannot read the fixtures directory no/such/dir")]
+#[case::regression_without_baseline(&["merge", "x.json", "--fail-on-regression"], "--baseline")]
+#[case::zero_repeats(&["bench", "--repeats", "0"], "--repeats")]
+#[case::unknown_list_format(&["list", "--format", "yaml"], "'yaml'")]
+fn bad_options_are_refused_naming_them(#[case] args: &[&str], #[case] named: &str) {
+    let output = cli()
+        .args(args)
+        .env("PUBSUB_PROVISION", "")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(named), "{args:?}: {stderr}");
+}
+
+#[test]
+fn a_bad_provision_environment_is_refused_naming_it() {
+    let output = cli()
+        .args(["certify", "--component", "memory"])
+        .env("PUBSUB_PROVISION", "local,moon")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("moon") && stderr.contains("PUBSUB_PROVISION"),
+        "{stderr}"
+    );
+}
+
 fn read(path: &std::path::Path) -> pubsub_conformance::reports::RunReport {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
@@ -196,6 +234,10 @@ fn bench_prints_ratios_and_stores_them_in_the_report() {
             "memory",
             "--messages",
             "300",
+            "--repeats",
+            "3",
+            "--min-seconds",
+            "0.05",
             "--out",
         ])
         .arg(&out)
@@ -214,6 +256,9 @@ fn bench_prints_ratios_and_stores_them_in_the_report() {
         "runtime emulation",
         "bulk subscribe x100",
         "p99",
+        "spread (min..max)",
+        "publish throughput, msg/s, log scale",
+        "memory  single",
     ] {
         assert!(
             stdout.contains(line),
@@ -223,17 +268,21 @@ fn bench_prints_ratios_and_stores_them_in_the_report() {
     let report = read(&out.join("report.json"));
     let bench = &report.bench[0];
     assert_eq!(bench.component, "memory");
-    assert!(bench
-        .measurements
-        .iter()
-        .all(|m| m.rate > 0.0 && m.messages == 300));
+    // Publish runs are sized by time (a probe run sets the count), never below
+    // --messages, and each keeps its 3 repeats for the spread.
+    for m in &bench.measurements {
+        assert!(m.rate > 0.0 && m.messages >= 300, "{m:?}");
+        if m.label.contains("publish") {
+            assert_eq!(m.runs.len(), 3, "{m:?}");
+        }
+    }
     assert!(bench
         .latency
         .as_ref()
         .is_some_and(|l| l.samples == 300 && l.p50_us <= l.p99_us && l.p99_us <= l.max_us));
     assert!(std::fs::read_to_string(out.join("index.html"))
         .unwrap()
-        .contains("<svg class=\"chart\""));
+        .contains("<svg class=\"chart compare\""));
 }
 
 /// A component whose broker cannot be had is reported NOT PROVISIONED with its hint,
@@ -348,4 +397,96 @@ fn merge_refuses_truncated_foreign_and_missing_reports() {
         stderr.contains("cannot read no/such/report.json"),
         "{stderr}"
     );
+}
+
+/// `--baseline` marks the cells that changed, regressions first; with
+/// `--fail-on-regression` only a regression fails the run.
+#[test]
+fn baseline_marks_changed_cells_and_fails_on_regression() {
+    let dir = temp_dir("baseline");
+    let plain = dir.join("plain");
+    assert!(certify_memory("publish.*", &plain).status.success());
+    // A stale expectation makes publish.delivery count as a failure: a regression
+    // against the plain run.
+    let fixtures = dir.join("fixtures");
+    std::fs::create_dir_all(fixtures.join("expectations")).unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/memory.yaml"),
+        fixtures.join("memory.yaml"),
+    )
+    .unwrap();
+    std::fs::write(
+        fixtures.join("expectations/memory.yaml"),
+        "expectations:\n  - case: publish.delivery\n    broker: in-memory\n    reason: a made-up defect\n",
+    )
+    .unwrap();
+    let certify_against = |baseline: &std::path::Path, out: &str, extra: &[&str]| {
+        cli()
+            .args(["certify", "--component", "memory", "--case", "publish.*"])
+            .arg("--fixtures")
+            .arg(&fixtures)
+            .arg("--baseline")
+            .arg(baseline)
+            .arg("--out")
+            .arg(dir.join(out))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let regressed = certify_against(
+        &plain.join("report.json"),
+        "stale",
+        &["--fail-on-regression"],
+    );
+    let stdout = String::from_utf8_lossy(&regressed.stdout);
+    assert_eq!(regressed.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("1 regression(s), 1 change(s)"), "{stdout}");
+    assert!(
+        stdout.contains("REGRESSION memory publish.delivery: PASS (native) -> PASS (native), a stale expected failure"),
+        "{stdout}"
+    );
+    let report = read(&dir.join("stale/report.json"));
+    let baseline = report.baseline.expect("the comparison is in report.json");
+    assert_eq!(baseline.regressions(), 1);
+    let markdown = std::fs::read_to_string(dir.join("stale/report.md")).unwrap();
+    assert!(
+        markdown.contains("## Changes since the baseline") && markdown.contains("🔴 regression"),
+        "{markdown}"
+    );
+
+    // The other way round: an improvement, and no regression to fail on.
+    let improved = cli()
+        .args(["certify", "--component", "memory", "--case", "publish.*"])
+        .arg("--baseline")
+        .arg(dir.join("stale/report.json"))
+        .arg("--fail-on-regression")
+        .arg("--out")
+        .arg(dir.join("improved"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&improved.stdout);
+    assert_eq!(improved.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("IMPROVEMENT memory publish.delivery"),
+        "{stdout}"
+    );
+
+    // Bad use is refused before anything runs.
+    let without = cli()
+        .args(["certify", "--component", "memory", "--fail-on-regression"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&without.stderr);
+    assert_eq!(without.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--baseline"), "{stderr}");
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\"components\": [").unwrap();
+    let refused = certify_against(&bad, "never", &[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad.json is not a pubsub-conformance report.json"),
+        "{stderr}"
+    );
+    assert!(!dir.join("never").exists(), "nothing ran: {stderr}");
 }

@@ -98,6 +98,16 @@ pub fn parse_time(text: &str) -> Option<SystemTime> {
         .map(SystemTime::from)
 }
 
+/// The latest time a message's metadata can name (RFC 3339 stops at year 9999).
+fn latest_time() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_799)
+}
+
+/// True when `now + span` is a time RFC 3339 can write.
+fn representable(now: SystemTime, span: Duration) -> bool {
+    now.checked_add(span).is_some_and(|at| at <= latest_time())
+}
+
 /// Checks keys and values, and reads the control keys.
 pub fn parse_controls(metadata: &Metadata, now: SystemTime) -> Result<Controls> {
     let mut controls = Controls::default();
@@ -125,7 +135,15 @@ pub fn parse_controls(metadata: &Metadata, now: SystemTime) -> Result<Controls> 
                     .ok()
                     .filter(|s| *s > 0)
                     .ok_or_else(|| invalid(key, value, "a whole number of seconds above 0"))?;
-                controls.ttl = Some(Duration::from_secs(seconds));
+                let ttl = Duration::from_secs(seconds);
+                if !representable(now, ttl) {
+                    return Err(invalid(
+                        key,
+                        value,
+                        "a whole number of seconds above 0 that ends before the year 10000",
+                    ));
+                }
+                controls.ttl = Some(ttl);
             }
             keys::DELIVER_AT => {
                 let at = parse_time(value).ok_or_else(|| {
@@ -136,6 +154,13 @@ pub fn parse_controls(metadata: &Metadata, now: SystemTime) -> Result<Controls> 
             keys::DELIVER_AFTER => {
                 let after = humantime::parse_duration(value)
                     .map_err(|_| invalid(key, value, "a duration such as 500ms, 5s or 1m"))?;
+                if !representable(now, after) {
+                    return Err(invalid(
+                        key,
+                        value,
+                        "a duration that ends before the year 10000",
+                    ));
+                }
                 controls.deliver_at = Some(now + after);
             }
             keys::PARTITION_KEY if value.is_empty() => {
@@ -166,6 +191,7 @@ pub fn parse_controls(metadata: &Metadata, now: SystemTime) -> Result<Controls> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
     use rstest::rstest;
 
     fn md(pairs: &[(&str, &str)]) -> Metadata {
@@ -186,6 +212,11 @@ mod tests {
     #[case(&[("traceparent", "00-abc")], "traceparent")]
     #[case(&[("partitionKey", "")], "partitionKey")]
     #[case(&[("", "v")], "empty key")]
+    #[case(&[("ttlInSeconds", "-1")], "ttlInSeconds")]
+    #[case(&[("ttlInSeconds", "18446744073709551615")], "before the year 10000")]
+    #[case(&[("deliverAfter", "300000000years")], "before the year 10000")]
+    #[case(&[("deliverAfter", "-5s")], "deliverAfter")]
+    #[case(&[("deliverAt", "10000-01-01T00:00:00Z")], "deliverAt")]
     fn bad_metadata_is_named(#[case] pairs: &[(&str, &str)], #[case] named: &str) {
         let err = parse_controls(&md(pairs), SystemTime::now()).unwrap_err();
         assert!(matches!(err, PubSubError::InvalidRequest(_)));
@@ -218,6 +249,47 @@ mod tests {
     #[case("with space")]
     fn bad_topics_are_refused(#[case] topic: &str) {
         assert!(validate_topic(topic).is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 512,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5eed_c0de),
+            failure_persistence: None,
+            ..Default::default()
+        })]
+        /// No metadata panics the parser; what it accepts names times RFC 3339 can write.
+        #[test]
+        fn no_metadata_panics_the_parser(
+            pairs in proptest::collection::vec(
+                (
+                    proptest::prop_oneof![
+                        proptest::sample::select(vec![
+                            "ttlInSeconds", "deliverAt", "deliverAfter", "rawPayload",
+                            "partitionKey", "traceparent",
+                        ]).prop_map(str::to_string),
+                        ".{0,12}",
+                    ],
+                    proptest::prop_oneof![
+                        ".{0,40}",
+                        "[0-9]{1,25}",
+                        "-?[0-9]{1,12}(ns|ms|s|m|h|d|years)",
+                        "[0-9]{4,5}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})",
+                    ],
+                ),
+                0..5,
+            )
+        ) {
+            let metadata: Metadata = pairs.into_iter().collect();
+            if let Ok(controls) = parse_controls(&metadata, SystemTime::now()) {
+                if let Some(at) = controls.deliver_at {
+                    proptest::prop_assert!(at <= latest_time());
+                }
+                if let Some(ttl) = controls.ttl {
+                    proptest::prop_assert!(representable(SystemTime::now(), ttl));
+                }
+            }
+        }
     }
 
     #[test]

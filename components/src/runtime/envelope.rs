@@ -29,6 +29,23 @@ fn is_json(content_type: Option<&str>) -> bool {
     })
 }
 
+/// Refuses a payload declared JSON (`application/json`, `*+json`) that is not even
+/// UTF-8 text: the envelope could only carry it as base64, against what the app
+/// said it is.
+pub fn check_declared_json(content_type: Option<&str>, data: &[u8]) -> Result<()> {
+    if !is_json(content_type) {
+        return Ok(());
+    }
+    match std::str::from_utf8(data) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(PubSubError::InvalidRequest(format!(
+            "the payload is declared '{}' but is not UTF-8 (invalid byte at offset {}); send binary data as application/octet-stream or with rawPayload=true",
+            content_type.unwrap_or_default(),
+            e.valid_up_to()
+        ))),
+    }
+}
+
 /// Wraps `data`: JSON payloads go in `data` as JSON (byte for byte), UTF-8 text in
 /// `data` as a string, anything else base64 in `data_base64`.
 pub fn encode(fields: &EnvelopeFields<'_>, data: &[u8]) -> Result<Vec<u8>> {

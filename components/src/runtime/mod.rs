@@ -156,6 +156,9 @@ impl Runtime {
             Some(_) => Some(self.require(Feature::DelayedDelivery)?),
             None => None,
         };
+        if !raw_payload {
+            envelope::check_declared_json(content_type.as_deref(), &data)?;
+        }
         let app_event = if raw_payload {
             None
         } else {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 /// Escapes text for HTML content and attribute values.
-fn esc(text: &str) -> String {
+pub(super) fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -65,6 +65,14 @@ td.case-id { font-family: ui-monospace, monospace; white-space: nowrap; }
 .s-error button { background: #fff1e5; color: #953800; font-weight: 600; }
 .s-flaky button { background: #fff8c5; color: #7d4e00; font-weight: 600; }
 .cell.not-run { color: #8c959f; }
+.chart.compare .series-0 { fill: #8c959f; }
+.chart.compare .series-1 { fill: #54aeff; }
+.chart.compare .series-2 { fill: #0969da; }
+.cell.change-regression button { outline: 3px solid #cf222e; }
+.cell.change-improvement button { outline: 3px solid #1a7f37; }
+.cell.change-changed button, .cell.change-added button { outline: 2px dashed #6e7781; }
+#changes .regression th { color: #cf222e; }
+#changes .improvement th { color: #1a7f37; }
 #filters { display: flex; gap: 1rem; align-items: center; margin-bottom: .75rem; flex-wrap: wrap; }
 #evidence-panel { position: fixed; top: 0; right: 0; bottom: 0; width: min(46rem, 95vw); overflow: auto; background: #fff; border-left: 2px solid #8c959f; padding: 1rem 1.25rem; box-shadow: -4px 0 12px rgba(0,0,0,.15); }
 #evidence-panel pre { background: #f6f8fa; padding: .5rem; overflow-x: auto; font-size: .8rem; }
@@ -177,6 +185,10 @@ pub fn html(report: &RunReport) -> String {
     }
     out.push_str("</dl></details></section>\n");
 
+    if let Some(baseline) = &report.baseline {
+        changes_section(&mut out, baseline);
+    }
+
     // The matrix: case rows grouped by family, one column per component.
     let mut cases: BTreeMap<&str, BTreeMap<&str, &CaseResult>> = BTreeMap::new();
     for component in &report.components {
@@ -262,9 +274,20 @@ pub fn html(report: &RunReport) -> String {
                 } else {
                     ""
                 };
+                let change = report
+                    .baseline
+                    .as_ref()
+                    .and_then(|b| b.change_of(&component.name, &case.id));
+                let (change_class, change_title) = match change {
+                    Some(c) => (
+                        format!(" change-{}", c.kind.label()),
+                        format!(" title=\"{}: {}\"", c.kind.label(), esc(&c.detail)),
+                    ),
+                    None => (String::new(), String::new()),
+                };
                 let _ = write!(
                     out,
-                    "<td class=\"cell {}{emulated}\" data-status=\"{}\" data-component=\"{}\"><button type=\"button\" data-evidence=\"{evidence_id}\">{}</button></td>",
+                    "<td class=\"cell {}{emulated}{change_class}\" data-status=\"{}\" data-component=\"{}\"{change_title}><button type=\"button\" data-evidence=\"{evidence_id}\">{}</button></td>",
                     class(case.status),
                     case.status.label(),
                     esc(&component.name),
@@ -285,6 +308,13 @@ pub fn html(report: &RunReport) -> String {
                     esc(&component.provisioning.kind),
                     esc(&component.provisioning.broker_version.as_ref().map(|v| format!(", {v}")).unwrap_or_default())
                 );
+                if let Some(c) = change {
+                    list(
+                        &mut store,
+                        "Since the baseline",
+                        &[format!("{}: {}", c.kind.label(), c.detail)],
+                    );
+                }
                 list(&mut store, "Findings", &case.evidence.findings);
                 list(&mut store, "Warnings", &case.evidence.warnings);
                 if let Some(reason) = &case.expected_failure {
@@ -337,13 +367,41 @@ pub fn html(report: &RunReport) -> String {
     out
 }
 
+/// The cells that changed since the baseline, regressions first.
+fn changes_section(out: &mut String, baseline: &crate::Baseline) {
+    let _ = write!(
+        out,
+        "<section id=\"changes\"><h2>Changes since the baseline</h2><p>{} regression(s) · {} change(s) in all · baseline {} (started {})</p>",
+        baseline.regressions(),
+        baseline.changes.len(),
+        esc(&baseline.source),
+        esc(&baseline.started_at)
+    );
+    if !baseline.changes.is_empty() {
+        out.push_str("<table><thead><tr><th>change</th><th>component</th><th>case</th><th>what</th></tr></thead><tbody>");
+        for c in &baseline.changes {
+            let _ = write!(
+                out,
+                "<tr class=\"{0}\"><th>{0}</th><td>{1}</td><td><code>{2}</code></td><td>{3}</td></tr>",
+                c.kind.label(),
+                esc(&c.component),
+                esc(&c.case),
+                esc(&c.detail)
+            );
+        }
+        out.push_str("</tbody></table>");
+    }
+    out.push_str("</section>\n");
+}
+
 fn bench_section(out: &mut String, report: &RunReport) {
     if report.bench.is_empty() {
         return;
     }
-    out.push_str("<section id=\"bench\"><h2>Bench</h2>");
+    out.push_str("<section id=\"bench\"><h2>Bench</h2><h3>Publish throughput, every component</h3><p>Messages per second on a log scale: single publish, bulk x10 and bulk x100, each the median of its repeats (hover a bar for the spread).</p>");
+    out.push_str(&super::bench_chart_svg(&report.bench));
     for bench in &report.bench {
-        let _ = write!(out, "<h3>{}</h3><p>{}</p><table><thead><tr><th>measurement</th><th>messages</th><th>seconds</th><th>msg/s</th><th>ratio</th></tr></thead><tbody>", esc(&bench.component), esc(&bench.settings));
+        let _ = write!(out, "<h3>{}</h3><p>{}</p><table><thead><tr><th>measurement</th><th>messages</th><th>seconds</th><th>msg/s (median)</th><th>spread over the repeats</th><th>ratio</th></tr></thead><tbody>", esc(&bench.component), esc(&bench.settings));
         for m in &bench.measurements {
             let ratio = m
                 .ratio
@@ -351,11 +409,14 @@ fn bench_section(out: &mut String, report: &RunReport) {
                 .unwrap_or_default();
             let _ = write!(
                 out,
-                "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.0}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.0}</td><td>{}</td><td>{}</td></tr>",
                 esc(&m.label),
                 m.messages,
                 m.seconds,
                 m.rate,
+                m.spread()
+                    .map(|(min, max)| format!("{min:.0}..{max:.0}"))
+                    .unwrap_or_default(),
                 esc(&ratio)
             );
         }

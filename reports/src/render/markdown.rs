@@ -48,6 +48,34 @@ pub fn markdown(report: &RunReport) -> String {
             provisioning.replace('|', "\\|")
         );
     }
+    if let Some(baseline) = &report.baseline {
+        let _ = writeln!(
+            out,
+            "\n## Changes since the baseline\n\n{} regression(s) · {} change(s) in all · baseline `{}` (started {})\n",
+            baseline.regressions(),
+            baseline.changes.len(),
+            baseline.source,
+            baseline.started_at
+        );
+        if !baseline.changes.is_empty() {
+            out.push_str("| change | component | case | what |\n|---|---|---|---|\n");
+            for c in &baseline.changes {
+                let marker = match c.kind {
+                    crate::ChangeKind::Regression => "🔴 regression",
+                    crate::ChangeKind::Improvement => "🟢 improvement",
+                    crate::ChangeKind::Changed => "changed",
+                    crate::ChangeKind::Added => "added",
+                };
+                let _ = writeln!(
+                    out,
+                    "| {marker} | {} | `{}` | {} |",
+                    c.component,
+                    c.case,
+                    c.detail.replace('|', "\\|")
+                );
+            }
+        }
+    }
     out.push_str("\n<details><summary>What the levels prove</summary>\n\n");
     for (level, proves) in crate::LEVEL_LEGEND {
         out.push_str(&format!("- **{level}**: {proves}\n"));

@@ -1,11 +1,13 @@
 //! Renderers of a [`RunReport`]: HTML, Markdown, JUnit XML and badges, and the set of
 //! files `certify` writes.
 
+mod bench_chart;
 mod html;
 mod junit;
 mod markdown;
 mod timeline;
 
+pub use bench_chart::{bench_chart_svg, bench_chart_text, CHART_SERIES};
 pub use html::html;
 pub use junit::junit;
 pub use markdown::markdown;

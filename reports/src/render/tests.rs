@@ -147,6 +147,7 @@ pub(crate) fn sample() -> RunReport {
                     rate: 4000.0,
                     ratio: None,
                     baseline: None,
+                    runs: vec![3800.0, 4000.0, 4100.0],
                 },
                 Measurement {
                     label: "bulk publish x100".into(),
@@ -155,6 +156,7 @@ pub(crate) fn sample() -> RunReport {
                     rate: 40000.0,
                     ratio: Some(10.0),
                     baseline: Some("single publish".into()),
+                    runs: Vec::new(),
                 },
             ],
             latency: Some(LatencySummary {
@@ -164,7 +166,20 @@ pub(crate) fn sample() -> RunReport {
                 max_us: 400,
             }),
         }],
+        baseline: None,
     }
+}
+
+/// The sample compared with a baseline where `broken` delivered and one memory
+/// cell was emulated.
+fn sample_with_baseline() -> RunReport {
+    let mut before = sample();
+    before.components[1].cases[0].status = Status::Pass;
+    before.components[1].cases[0].mode = Some(Mode::Native);
+    before.components[0].cases[0].mode = Some(Mode::Emulated);
+    let mut now = sample();
+    now.baseline = Some(compare(&before, &now, "baseline/report.json"));
+    now
 }
 
 fn redacting(f: impl FnOnce()) {
@@ -179,6 +194,33 @@ fn redacting(f: impl FnOnce()) {
 #[test]
 fn markdown_snapshot() {
     redacting(|| insta::assert_snapshot!(markdown(&sample())));
+}
+
+#[test]
+fn markdown_with_baseline_snapshot() {
+    redacting(|| insta::assert_snapshot!(markdown(&sample_with_baseline())));
+}
+
+#[test]
+fn html_marks_changed_cells_regressions_first() {
+    let page = html(&sample_with_baseline());
+    let section = page
+        .split("<section id=\"changes\">")
+        .nth(1)
+        .expect("a changes section")
+        .split("</section>")
+        .next()
+        .unwrap();
+    assert!(
+        section.contains("1 regression(s) · 2 change(s) in all"),
+        "{section}"
+    );
+    let regression = section.find("<th>regression</th>").expect("the regression");
+    let changed = section.find("<th>changed</th>").expect("the mode change");
+    assert!(regression < changed, "regressions come first: {section}");
+    assert!(page.contains("change-regression\" data-status=\"FAIL\" data-component=\"broken\""));
+    assert!(page.contains("regression: PASS (native) -&gt; FAIL: lost: 2 acknowledged publishes"));
+    assert!(!html(&sample()).contains("id=\"changes\""));
 }
 
 #[test]

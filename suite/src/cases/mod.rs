@@ -137,9 +137,13 @@ pub fn samples(caps: &Capabilities, seed: u64, random: usize) -> Vec<Sample> {
         proptest::collection::btree_map("app-[a-z][a-zA-Z0-9_.]{0,12}", "[^\\p{Cc}]{0,24}", 0..4),
         proptest::bool::ANY,
     );
-    for (i, (data, content_type, mut metadata, raw)) in
+    for (i, (mut data, content_type, mut metadata, raw)) in
         generate(strategy, seed, random).into_iter().enumerate()
     {
+        // A payload declared JSON is text (the runtime refuses invalid UTF-8 there).
+        if content_type == Some("application/json") {
+            data = String::from_utf8_lossy(&data).into_owned().into_bytes();
+        }
         let key = format!("random-{i}");
         metadata.insert(KEY.into(), key.clone());
         if raw {
