@@ -46,46 +46,51 @@ pub fn check_declared_json(content_type: Option<&str>, data: &[u8]) -> Result<()
     }
 }
 
-/// Wraps `data`: JSON payloads go in `data` as JSON (byte for byte), UTF-8 text in
-/// `data` as a string, anything else base64 in `data_base64`.
-pub fn encode(fields: &EnvelopeFields<'_>, data: &[u8]) -> Result<Vec<u8>> {
-    /// The attributes, serialised straight from borrowed fields (no intermediate map).
-    #[derive(serde::Serialize)]
-    struct Attributes<'a> {
-        specversion: &'static str,
-        id: &'a str,
-        source: &'a str,
-        #[serde(rename = "type")]
-        event_type: &'static str,
-        topic: &'a str,
-        pubsubname: &'a str,
-        traceparent: &'a str,
-        time: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        datacontenttype: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        expiration: Option<&'a str>,
+/// Appends `text` as a JSON string, exactly as serde_json writes it: copied as it is
+/// when nothing needs escaping (the usual attribute or text payload), else escaped.
+fn push_json_str(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(text.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, text).expect("a string encodes");
     }
-    let event = Attributes {
-        specversion: "1.0",
-        id: fields.id,
-        source: fields.source,
-        event_type: EVENT_TYPE,
-        topic: fields.topic,
-        pubsubname: fields.pubsub_name,
-        traceparent: fields.traceparent,
-        time: fields.time,
-        datacontenttype: fields.content_type,
-        expiration: fields.expiration,
-    };
+}
+
+/// Appends `,"name":"value"`.
+fn push_attribute(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.push(b',');
+    push_json_str(out, name);
+    out.push(b':');
+    push_json_str(out, value);
+}
+
+/// Wraps `data`: JSON payloads go in `data` as JSON (byte for byte), UTF-8 text in
+/// `data` as a string, anything else base64 in `data_base64`. Written in one pass
+/// into one buffer sized up front (no intermediate map or string).
+pub fn encode(fields: &EnvelopeFields<'_>, data: &[u8]) -> Result<Vec<u8>> {
+    let mut body = Vec::with_capacity(320 + data.len() * 4 / 3 + fields.topic.len());
+    body.extend_from_slice(b"{\"specversion\":\"1.0\"");
+    push_attribute(&mut body, "id", fields.id);
+    push_attribute(&mut body, "source", fields.source);
+    push_attribute(&mut body, "type", EVENT_TYPE);
+    push_attribute(&mut body, "topic", fields.topic);
+    push_attribute(&mut body, "pubsubname", fields.pubsub_name);
+    push_attribute(&mut body, "traceparent", fields.traceparent);
+    push_attribute(&mut body, "time", fields.time);
+    if let Some(content_type) = fields.content_type {
+        push_attribute(&mut body, "datacontenttype", content_type);
+    }
+    if let Some(expiration) = fields.expiration {
+        push_attribute(&mut body, "expiration", expiration);
+    }
     let text = std::str::from_utf8(data).ok();
     let json_data = text
         .filter(|_| is_json(fields.content_type))
         .and_then(|t| serde_json::from_str::<&serde_json::value::RawValue>(t).ok());
-    let mut body = serde_json::to_vec(&event)
-        .map_err(|e| PubSubError::InvalidRequest(format!("cannot encode envelope: {e}")))?;
-    // Splice the data in as raw JSON so its bytes survive unchanged.
-    body.pop(); // the closing brace
+    // The data spliced in as raw JSON, so its bytes survive unchanged.
     match (json_data, text) {
         (Some(raw), _) => {
             body.extend_from_slice(b",\"data\":");
@@ -93,12 +98,18 @@ pub fn encode(fields: &EnvelopeFields<'_>, data: &[u8]) -> Result<Vec<u8>> {
         }
         (None, Some(text)) if fields.content_type.is_none_or(|ct| ct.starts_with("text/")) => {
             body.extend_from_slice(b",\"data\":");
-            body.extend_from_slice(&serde_json::to_vec(text).expect("string encodes"));
+            push_json_str(&mut body, text);
         }
         _ => {
-            body.extend_from_slice(b",\"data_base64\":");
-            let encoded = base64::engine::general_purpose::STANDARD.encode(data);
-            body.extend_from_slice(&serde_json::to_vec(&encoded).expect("string encodes"));
+            // Base64 needs no JSON escaping: encoded straight into the body.
+            body.extend_from_slice(b",\"data_base64\":\"");
+            let at = body.len();
+            body.resize(at + base64::encoded_len(data.len(), true).unwrap_or(0), 0);
+            let written = base64::engine::general_purpose::STANDARD
+                .encode_slice(data, &mut body[at..])
+                .map_err(|e| PubSubError::InvalidRequest(format!("cannot encode envelope: {e}")))?;
+            body.truncate(at + written);
+            body.push(b'"');
         }
     }
     body.push(b'}');

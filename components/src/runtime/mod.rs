@@ -189,11 +189,13 @@ impl Runtime {
             (data, content_type)
         } else {
             wire.insert(controls::HEADER_ENVELOPE.into(), "cloudevents".into());
+            let mut id_text = uuid::Uuid::encode_buffer();
             let id = uuid::Builder::from_random_bytes(rand::random())
                 .into_uuid()
-                .to_string();
+                .hyphenated()
+                .encode_lower(&mut id_text);
             let fields = envelope::EnvelopeFields {
-                id: &id,
+                id,
                 source: &self.options.app_id,
                 topic,
                 pubsub_name: &self.name,
