@@ -10,7 +10,8 @@ use crate::certify::{
 };
 use crate::progress::Board;
 use crate::provision::{
-    auto_order, order_from_environment as provision_from_environment, provision, ProvisionKind,
+    order_from_environment as provision_from_environment, own_broker_order, provision,
+    ProvisionKind,
 };
 use crate::reports::{self, RunReport};
 use crate::runner::RunOptions;
@@ -302,7 +303,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 empty_report()
             };
             for definition in &definitions {
-                let order = auto_order(&definition.component_type);
+                // A broker of its own, as for certify: measurements are not disturbed by
+                // what earlier runs left on a shared server, and leave nothing there.
+                let order = own_broker_order(&definition.component_type);
                 let provisioned = match tokio.block_on(provision(definition, &order)) {
                     Ok(provisioned) => provisioned,
                     Err(reasons) => {
