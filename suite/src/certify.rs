@@ -11,7 +11,7 @@ use pubsub_components::config::ComponentDefinition;
 use pubsub_components::runtime::Runtime;
 use pubsub_components::Component;
 use pubsub_reports::{
-    CaseResult, ComponentReport, Evidence, Machine, Provisioning, RunReport, Status, SCHEMA_VERSION,
+    CaseResult, ComponentReport, Machine, Provisioning, RunReport, Status, SCHEMA_VERSION,
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -529,24 +529,9 @@ fn tally(results: &[CaseResult]) -> String {
 
 /// An ERROR cell for a case that could not finish.
 fn errored(case: &Case, note: String) -> CaseResult {
-    CaseResult {
-        id: case.id.to_string(),
-        family: case.family().to_string(),
-        level: case.level.name().to_string(),
-        feature: (!case.requires.is_empty() || !case.injects.is_empty())
-            .then(|| case.requirement()),
-        must: case.must.to_string(),
-        status: Status::Error,
-        mode: None,
-        duration_ms: 0,
-        bound_ms: 0,
-        attempts: 0,
-        expected_failure: None,
-        evidence: Evidence {
-            notes: vec![note],
-            ..Evidence::default()
-        },
-    }
+    let mut cell = crate::runner::unfinished_cell(case, 0);
+    cell.evidence.notes.push(note);
+    cell
 }
 
 /// The run options for `case`: a cell the expectations file predicts to FAIL is not

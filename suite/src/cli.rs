@@ -195,9 +195,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             fail_on_regression,
         } => {
             // A bad baseline is refused before anything runs.
-            let baseline = baseline
-                .map(|path| read_report(&path).map(|report| (path, report)))
-                .transpose()?;
+            let baseline = read_baseline(baseline)?;
             let selection = Selection {
                 components,
                 case_glob: case,
@@ -250,9 +248,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             baseline,
             fail_on_regression,
         } => {
-            let baseline = baseline
-                .map(|path| read_report(&path).map(|report| (path, report)))
-                .transpose()?;
+            let baseline = read_baseline(baseline)?;
             let mut runs = Vec::new();
             for input in &inputs {
                 runs.push(read_report(input)?);
@@ -352,6 +348,12 @@ fn not_provisioned(report: &RunReport) -> Vec<(String, String)> {
                 .map(|problem| (c.name.clone(), problem.clone()))
         })
         .collect()
+}
+
+/// The baseline report given with `--baseline`, read and checked like any report.
+fn read_baseline(path: Option<PathBuf>) -> anyhow::Result<Option<(PathBuf, RunReport)>> {
+    path.map(|path| read_report(&path).map(|report| (path, report)))
+        .transpose()
 }
 
 /// Records in `report` what changed since the baseline, if one was given.

@@ -175,6 +175,26 @@ enum Attempt {
     CannotProvoke(String),
 }
 
+/// The cell of `case` before it has run: ERROR, no attempt, no evidence; the runner
+/// fills it in, and a cell left so says the case could not finish.
+pub fn unfinished_cell(case: &Case, bound_ms: u64) -> CaseResult {
+    CaseResult {
+        id: case.id.to_string(),
+        family: case.family().to_string(),
+        level: case.level.name().to_string(),
+        feature: (!case.requires.is_empty() || !case.injects.is_empty())
+            .then(|| case.requirement()),
+        must: case.must.to_string(),
+        status: Status::Error,
+        mode: None,
+        duration_ms: 0,
+        bound_ms,
+        attempts: 0,
+        expected_failure: None,
+        evidence: Evidence::default(),
+    }
+}
+
 /// Runs one case and returns its cell (no broker watched: the component is in
 /// process, or the caller watches nothing).
 pub async fn run_case(case: &Case, runtime: &Runtime, options: &RunOptions) -> CaseResult {
@@ -192,21 +212,7 @@ pub async fn run_case_in(
     let started = Instant::now();
     let bound = case.bound.for_caps(runtime.capabilities());
     let seed = options.seed.unwrap_or_else(|| default_seed(case.id));
-    let mut result = CaseResult {
-        id: case.id.to_string(),
-        family: case.family().to_string(),
-        level: case.level.name().to_string(),
-        feature: (!case.requires.is_empty() || !case.injects.is_empty())
-            .then(|| case.requirement()),
-        must: case.must.to_string(),
-        status: Status::Error,
-        mode: None,
-        duration_ms: 0,
-        bound_ms: bound.as_millis() as u64,
-        attempts: 0,
-        expected_failure: None,
-        evidence: Evidence::default(),
-    };
+    let mut result = unfinished_cell(case, bound.as_millis() as u64);
     if let Some(reason) = environment.cannot_inject(case) {
         result.status = Status::NotProvisioned;
         result.evidence.notes.push(reason);
