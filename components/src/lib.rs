@@ -4,9 +4,12 @@
 //! * [`capability`]: what a component declares it does natively.
 //! * [`runtime`]: the shared runtime layer (a Dapr-sidecar equivalent) that applications
 //!   use and that emulates what a component does not do natively.
-//! * [`memory`]: the in-memory reference component.
-//! * [`config`] and [`registry`]: Dapr-style YAML component definitions and how they
-//!   become components.
+//! * [`memory`]: the in-memory reference component; one module per broker beside it
+//!   (`redis_streams`, `nats`, `postgres`, `rabbitmq`, `mqtt`), each behind the cargo
+//!   feature of that name (`redis` for Redis Streams) with its client library, each
+//!   owning its code, its typed settings and its capabilities.
+//! * [`config`] and [`registry`]: Dapr-style YAML component definitions, and the table
+//!   of types that turns them into components.
 
 pub mod capability;
 pub mod component;
@@ -14,13 +17,16 @@ pub mod config;
 pub mod error;
 pub mod memory;
 pub mod message;
+#[cfg(feature = "mqtt")]
 pub mod mqtt;
-mod mqtt_records;
+#[cfg(feature = "nats")]
 pub mod nats;
 pub mod partitioned;
+#[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
-mod rabbitmq_records;
+#[cfg(feature = "redis")]
 pub mod redis_streams;
 pub mod registry;
 pub mod runtime;

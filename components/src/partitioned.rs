@@ -47,6 +47,15 @@ pub trait PartitionStore: Send + Sync {
     }
 }
 
+/// A component with partitioned topics emulated on its own broker, which keeps the
+/// partition records.
+pub fn wrap<C>(component: Arc<C>) -> Arc<dyn Component>
+where
+    C: Component + PartitionStore,
+{
+    Arc::new(Partitioned::new(component.clone(), component))
+}
+
 /// A component with emulated partitioned topics.
 pub struct Partitioned {
     inner: Arc<dyn Component>,

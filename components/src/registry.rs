@@ -1,43 +1,137 @@
-//! Builds components from their definitions: the one place that knows every type,
-//! built in or added by another crate with [`register`] (a third-party adapter).
+//! The table of component types: the built-in ones this build compiles in (each
+//! module owns its typed settings, see [`TypedSettings`]) and those another crate adds
+//! with [`register`] (a third-party adapter). It knows nothing of any one type.
 
 use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
 use crate::error::PubSubError;
-use crate::memory::{MemoryComponent, MemoryConfig};
-use crate::mqtt::{Mqtt5, MqttConfig};
-use crate::nats::{NatsConfig, NatsJetStream};
-use crate::postgres::{Postgres, PostgresConfig};
-use crate::rabbitmq::{RabbitConfig, RabbitMq};
-use crate::redis_streams::{RedisConfig, RedisStreams};
 use futures::future::BoxFuture;
+use std::marker::PhantomData;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
-/// The component types this build knows, as written after `pubsub.` in `spec.type`.
-pub const KNOWN_TYPES: &[&str] = &[
-    "in-memory",
-    "redis-streams",
-    "postgres",
-    "nats-jetstream",
-    "rabbitmq",
-    "mqtt5",
+/// A component type's settings, owned by its module: read and checked from a
+/// definition without connecting anywhere, aimed at a broker, and connected.
+pub trait TypedSettings: Sized + Send + 'static {
+    /// The type, as written after `pubsub.` in `spec.type`.
+    const TYPE: &'static str;
+    /// Whether it talks to a broker (the suite provisions one); `false`: in process.
+    const HAS_BROKER: bool = true;
+    /// Reads the definition's metadata, refusing unknown fields and bad values with
+    /// the field named.
+    fn from_definition(definition: &ComponentDefinition) -> Result<Self, ConfigError>;
+    /// The broker endpoint the settings name (`host:port`).
+    fn endpoint(&self) -> Option<String>;
+    /// Points the settings at another broker (`host:port`).
+    fn aim_at(&mut self, endpoint: &str);
+    /// Connects the component.
+    fn connect(self) -> BoxFuture<'static, Result<Arc<dyn Component>, PubSubError>>;
+}
+
+/// One row of the table: a component type, whatever its settings.
+pub trait ComponentType: Send + Sync {
+    /// The type, as written after `pubsub.` in `spec.type`.
+    fn name(&self) -> &'static str;
+    /// The built-in type whose broker serves it (itself for a built-in type with a
+    /// broker); `None`: in process.
+    fn broker_of(&self) -> Option<&'static str>;
+    /// The published crate it adapts, with its version (third-party rows only).
+    fn adapts(&self) -> Option<&'static str> {
+        None
+    }
+    /// Checks a definition without connecting anywhere; the endpoint it names.
+    fn validate(&self, definition: &ComponentDefinition) -> Result<Validated, ConfigError>;
+    /// Builds the component; `endpoint` (`host:port`) replaces the definition's.
+    fn build(
+        &self,
+        definition: ComponentDefinition,
+        endpoint: Option<String>,
+    ) -> BoxFuture<'static, Result<Arc<dyn Component>, BuildError>>;
+}
+
+/// A checked definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validated {
+    /// Its type.
+    pub type_name: &'static str,
+    /// The broker endpoint it names (`host:port`), for types that have one.
+    pub endpoint: Option<String>,
+}
+
+/// The row of a built-in type, from its settings.
+struct Typed<S>(PhantomData<fn() -> S>);
+
+impl<S: TypedSettings> Typed<S> {
+    const ROW: Self = Typed(PhantomData);
+}
+
+impl<S: TypedSettings> ComponentType for Typed<S> {
+    fn name(&self) -> &'static str {
+        S::TYPE
+    }
+
+    fn broker_of(&self) -> Option<&'static str> {
+        S::HAS_BROKER.then_some(S::TYPE)
+    }
+
+    fn validate(&self, definition: &ComponentDefinition) -> Result<Validated, ConfigError> {
+        let settings = S::from_definition(definition)?;
+        Ok(Validated {
+            type_name: S::TYPE,
+            endpoint: settings.endpoint(),
+        })
+    }
+
+    fn build(
+        &self,
+        definition: ComponentDefinition,
+        endpoint: Option<String>,
+    ) -> BoxFuture<'static, Result<Arc<dyn Component>, BuildError>> {
+        Box::pin(async move {
+            let mut settings = S::from_definition(&definition)?;
+            if let Some(endpoint) = endpoint {
+                settings.aim_at(&endpoint);
+            }
+            Ok(settings.connect().await?)
+        })
+    }
+}
+
+/// The built-in types this build compiles in (each broker's behind its cargo feature).
+static BUILT_IN: &[&dyn ComponentType] = &[
+    &Typed::<crate::memory::MemoryConfig>::ROW,
+    #[cfg(feature = "redis")]
+    &Typed::<crate::redis_streams::RedisConfig>::ROW,
+    #[cfg(feature = "postgres")]
+    &Typed::<crate::postgres::PostgresConfig>::ROW,
+    #[cfg(feature = "nats")]
+    &Typed::<crate::nats::NatsConfig>::ROW,
+    #[cfg(feature = "rabbitmq")]
+    &Typed::<crate::rabbitmq::RabbitConfig>::ROW,
+    #[cfg(feature = "mqtt")]
+    &Typed::<crate::mqtt::MqttConfig>::ROW,
 ];
 
-/// A definition's settings, checked.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Settings {
-    Memory(MemoryConfig),
-    Redis(RedisConfig),
-    Postgres(PostgresConfig),
-    Nats(NatsConfig),
-    Rabbit(RabbitConfig),
-    Mqtt(MqttConfig),
-    /// A type another crate registered, with the endpoint its definition names.
-    External {
-        type_name: &'static str,
-        endpoint: Option<String>,
-    },
+/// Every built-in type with the cargo feature that compiles it in (`None`: always).
+pub const BUILT_IN_TYPES: &[(&str, Option<&str>)] = &[
+    ("in-memory", None),
+    ("redis-streams", Some("redis")),
+    ("postgres", Some("postgres")),
+    ("nats-jetstream", Some("nats")),
+    ("rabbitmq", Some("rabbitmq")),
+    ("mqtt5", Some("mqtt")),
+];
+
+/// The cargo feature that would compile in a built-in type this build leaves out.
+pub fn compiled_out(type_name: &str) -> Option<&'static str> {
+    BUILT_IN_TYPES
+        .iter()
+        .find(|(name, _)| *name == type_name)
+        .and_then(|(_, feature)| *feature)
+        .filter(|_| !BUILT_IN.iter().any(|t| t.name() == type_name))
+}
+
+fn is_built_in_name(type_name: &str) -> bool {
+    BUILT_IN_TYPES.iter().any(|(name, _)| *name == type_name)
 }
 
 /// Builds a registered type's component from its definition, at the given endpoint
@@ -78,23 +172,58 @@ impl std::fmt::Debug for ExternalType {
     }
 }
 
+impl ComponentType for ExternalType {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn broker_of(&self) -> Option<&'static str> {
+        self.broker_of
+    }
+
+    fn adapts(&self) -> Option<&'static str> {
+        Some(self.adapts)
+    }
+
+    fn validate(&self, definition: &ComponentDefinition) -> Result<Validated, ConfigError> {
+        (self.validate)(definition)?;
+        Ok(Validated {
+            type_name: self.name,
+            endpoint: self
+                .endpoint_field
+                .and_then(|field| definition.metadata.get(field).cloned()),
+        })
+    }
+
+    fn build(
+        &self,
+        definition: ComponentDefinition,
+        endpoint: Option<String>,
+    ) -> BoxFuture<'static, Result<Arc<dyn Component>, BuildError>> {
+        let named = self
+            .endpoint_field
+            .and_then(|field| definition.metadata.get(field).cloned());
+        (self.build)(definition, endpoint.or(named))
+    }
+}
+
 static EXTERNAL: RwLock<Vec<ExternalType>> = RwLock::new(Vec::new());
 
 /// Adds a component type for this process (again under the same name: replaced).
 /// Refused when the name is a built-in type or its broker is not one.
 pub fn register(external: ExternalType) -> Result<(), String> {
-    if KNOWN_TYPES.contains(&external.name) {
+    if is_built_in_name(external.name) {
         return Err(format!(
             "'{}' is a built-in type and cannot be registered again",
             external.name
         ));
     }
     if let Some(broker) = external.broker_of {
-        if !KNOWN_TYPES.contains(&broker) || broker == "in-memory" {
+        if !is_built_in_name(broker) || broker == "in-memory" {
             return Err(format!(
                 "'{}' runs on the broker of '{broker}', which is not a built-in type with a broker (known: {})",
                 external.name,
-                KNOWN_TYPES.join(", ")
+                built_in_names().join(", ")
             ));
         }
     }
@@ -102,6 +231,10 @@ pub fn register(external: ExternalType) -> Result<(), String> {
     types.retain(|t| t.name != external.name);
     types.push(external);
     Ok(())
+}
+
+fn built_in_names() -> Vec<&'static str> {
+    BUILT_IN_TYPES.iter().map(|(name, _)| *name).collect()
 }
 
 /// The registered type of that name.
@@ -114,23 +247,62 @@ pub fn external(type_name: &str) -> Option<ExternalType> {
         .copied()
 }
 
-/// Whether the type is built in or registered.
-pub fn is_known(type_name: &str) -> bool {
-    KNOWN_TYPES.contains(&type_name) || external(type_name).is_some()
+/// The row of a type: compiled in, or registered (copied out of the lock).
+enum Row {
+    BuiltIn(&'static dyn ComponentType),
+    External(ExternalType),
 }
 
-/// The built-in type whose broker serves `type_name`: itself when built in, the one
-/// it names when registered (`in-memory` for a registered type that runs in process).
+impl std::ops::Deref for Row {
+    type Target = dyn ComponentType;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Row::BuiltIn(row) => *row,
+            Row::External(row) => row,
+        }
+    }
+}
+
+fn row(type_name: &str) -> Option<Row> {
+    match BUILT_IN.iter().find(|t| t.name() == type_name) {
+        Some(built_in) => Some(Row::BuiltIn(*built_in)),
+        None => external(type_name).map(Row::External),
+    }
+}
+
+/// The types this process can build: the built-in ones compiled in, then the
+/// registered ones.
+pub fn known_types() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = BUILT_IN.iter().map(|t| t.name()).collect();
+    names.extend(
+        EXTERNAL
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|t| t.name),
+    );
+    names
+}
+
+/// Whether the type is compiled in or registered.
+pub fn is_known(type_name: &str) -> bool {
+    row(type_name).is_some()
+}
+
+/// The built-in type whose broker serves `type_name`: itself for a built-in type
+/// (compiled in or not), the one it names when registered (`in-memory` for a type
+/// that runs in process).
 pub fn broker_type(type_name: &str) -> &str {
-    match external(type_name) {
-        Some(t) => t.broker_of.unwrap_or("in-memory"),
+    match row(type_name) {
+        Some(t) => t.broker_of().unwrap_or("in-memory"),
         None => type_name,
     }
 }
 
 /// The published crate a registered type adapts (`None` for built-in types).
 pub fn third_party(type_name: &str) -> Option<&'static str> {
-    external(type_name).map(|t| t.adapts)
+    row(type_name).and_then(|t| t.adapts())
 }
 
 /// Why a component could not be built.
@@ -144,73 +316,29 @@ pub enum BuildError {
 
 /// Checks a definition's type and every metadata value without connecting anywhere,
 /// so a bad file is reported before any work starts.
-pub fn validate(definition: &ComponentDefinition) -> Result<Settings, ConfigError> {
-    match definition.component_type.as_str() {
-        "in-memory" => memory_config(definition).map(Settings::Memory),
-        "redis-streams" => redis_config(definition).map(Settings::Redis),
-        "postgres" => postgres_config(definition).map(Settings::Postgres),
-        "nats-jetstream" => nats_config(definition).map(Settings::Nats),
-        "rabbitmq" => rabbit_config(definition).map(Settings::Rabbit),
-        "mqtt5" => mqtt_config(definition).map(Settings::Mqtt),
-        other => match external(other) {
-            Some(t) => {
-                (t.validate)(definition)?;
-                Ok(Settings::External {
-                    type_name: t.name,
-                    endpoint: t
-                        .endpoint_field
-                        .and_then(|field| definition.metadata.get(field).cloned()),
-                })
-            }
-            None => {
-                let registered: Vec<&str> = EXTERNAL
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .iter()
-                    .map(|t| t.name)
-                    .collect();
-                Err(definition.error(
-                    "spec.type",
-                    format!(
-                        "unknown type 'pubsub.{}'; known: {}",
-                        definition.component_type,
-                        KNOWN_TYPES
-                            .iter()
-                            .chain(&registered)
-                            .copied()
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                ))
-            }
-        },
+pub fn validate(definition: &ComponentDefinition) -> Result<Validated, ConfigError> {
+    match row(&definition.component_type) {
+        Some(t) => t.validate(definition),
+        None => Err(unknown_type(definition)),
     }
 }
 
-/// The broker endpoint a definition names (`host:port`), for types that have one.
-pub fn endpoint(settings: &Settings) -> Option<String> {
-    match settings {
-        Settings::Memory(_) => None,
-        Settings::External { endpoint, .. } => endpoint.clone(),
-        Settings::Redis(c) => Some(c.host.clone()),
-        Settings::Nats(c) => Some(c.url.clone()),
-        Settings::Rabbit(c) => Some(c.endpoint()),
-        Settings::Mqtt(c) => Some(c.host.clone()),
-        Settings::Postgres(c) => {
-            let value = |key: &str| {
-                c.connection_string
-                    .split_whitespace()
-                    .filter_map(|kv| kv.split_once('='))
-                    .filter(|(k, _)| *k == key)
-                    .map(|(_, v)| v.to_string())
-                    .next_back()
-            };
-            Some(format!(
-                "{}:{}",
-                value("host").unwrap_or_else(|| "127.0.0.1".into()),
-                value("port").unwrap_or_else(|| "5432".into())
-            ))
-        }
+fn unknown_type(definition: &ComponentDefinition) -> ConfigError {
+    let name = &definition.component_type;
+    match compiled_out(name) {
+        Some(feature) => definition.error(
+            "spec.type",
+            format!(
+                "type 'pubsub.{name}' is not compiled into this build; enable the cargo feature '{feature}' (of pubsub-conformance or pubsub-components)"
+            ),
+        ),
+        None => definition.error(
+            "spec.type",
+            format!(
+                "unknown type 'pubsub.{name}'; known: {}",
+                known_types().join(", ")
+            ),
+        ),
     }
 }
 
@@ -220,332 +348,37 @@ pub async fn build(
     definition: &ComponentDefinition,
     endpoint: Option<&str>,
 ) -> Result<Arc<dyn Component>, BuildError> {
-    match validate(definition)? {
-        Settings::Memory(config) => Ok(Arc::new(MemoryComponent::new(config))),
-        Settings::External {
-            type_name,
-            endpoint: named,
-        } => {
-            let t = external(type_name).expect("validated types stay registered");
-            (t.build)(definition.clone(), endpoint.map(str::to_string).or(named)).await
-        }
-        Settings::Redis(mut config) => {
-            if let Some(endpoint) = endpoint {
-                config.host = endpoint.to_string();
-            }
-            Ok(partitioned(Arc::new(RedisStreams::connect(config).await?)))
-        }
-        Settings::Nats(mut config) => {
-            if let Some(endpoint) = endpoint {
-                config.url = endpoint.to_string();
-            }
-            Ok(partitioned(Arc::new(NatsJetStream::connect(config).await?)))
-        }
-        Settings::Rabbit(mut config) => {
-            if let Some(endpoint) = endpoint {
-                config.uri = config.with_endpoint(endpoint);
-            }
-            Ok(partitioned(Arc::new(RabbitMq::connect(config).await?)))
-        }
-        Settings::Mqtt(mut config) => {
-            if let Some(endpoint) = endpoint {
-                config.host = endpoint.to_string();
-            }
-            Ok(partitioned(Arc::new(Mqtt5::connect(config).await?)))
-        }
-        Settings::Postgres(mut config) => {
-            if let Some((host, port)) = endpoint.and_then(|e| e.rsplit_once(':')) {
-                config.connection_string = config.with_endpoint(host, port);
-            }
-            Ok(partitioned(Arc::new(Postgres::connect(config).await?)))
-        }
-    }
-}
-
-/// A component with partitioned topics emulated on its own broker (see
-/// [`crate::partitioned`]).
-fn partitioned<C>(component: Arc<C>) -> Arc<dyn Component>
-where
-    C: Component + crate::partitioned::PartitionStore,
-{
-    Arc::new(crate::partitioned::Partitioned::new(
-        component.clone(),
-        component,
-    ))
-}
-
-fn memory_config(definition: &ComponentDefinition) -> Result<MemoryConfig, ConfigError> {
-    definition.check_known(&["maxMessageBytes", "partitions"])?;
-    let defaults = MemoryConfig::default();
-    let max_message_bytes = definition
-        .value::<usize>("maxMessageBytes", "a number of bytes")?
-        .unwrap_or(defaults.max_message_bytes);
-    let default_partitions = definition
-        .value::<u32>("partitions", "a partition count")?
-        .unwrap_or(defaults.default_partitions);
-    if max_message_bytes == 0 || default_partitions == 0 {
-        return Err(definition.error(
-            "spec.metadata",
-            "maxMessageBytes and partitions must be above 0",
-        ));
-    }
-    Ok(MemoryConfig {
-        max_message_bytes,
-        default_partitions,
-    })
-}
-
-fn redis_config(definition: &ComponentDefinition) -> Result<RedisConfig, ConfigError> {
-    definition.check_known(&["redisHost", "keyPrefix", "claimIdleMs", "maxMessageBytes"])?;
-    let defaults = RedisConfig::default();
-    let host = definition
-        .metadata
-        .get("redisHost")
-        .cloned()
-        .unwrap_or(defaults.host);
-    if !host.contains(':') {
-        return Err(definition.error(
-            "spec.metadata (redisHost)",
-            format!("expected host:port, got '{host}'"),
-        ));
-    }
-    let claim_idle = definition
-        .value::<u64>("claimIdleMs", "milliseconds")?
-        .map(Duration::from_millis)
-        .unwrap_or(defaults.claim_idle);
-    if claim_idle < Duration::from_millis(100) {
-        return Err(definition.error("spec.metadata (claimIdleMs)", "must be at least 100 ms"));
-    }
-    Ok(RedisConfig {
-        host,
-        key_prefix: definition
-            .metadata
-            .get("keyPrefix")
-            .cloned()
-            .unwrap_or(defaults.key_prefix),
-        claim_idle,
-        max_message_bytes: definition
-            .value::<usize>("maxMessageBytes", "a number of bytes")?
-            .unwrap_or(defaults.max_message_bytes),
-    })
-}
-
-fn postgres_config(definition: &ComponentDefinition) -> Result<PostgresConfig, ConfigError> {
-    definition.check_known(&[
-        "connectionString",
-        "tablePrefix",
-        "visibilityTimeoutMs",
-        "maxMessageBytes",
-    ])?;
-    let defaults = PostgresConfig::default();
-    let table_prefix = definition
-        .metadata
-        .get("tablePrefix")
-        .cloned()
-        .unwrap_or(defaults.table_prefix);
-    if table_prefix.is_empty()
-        || !table_prefix
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_')
-    {
-        return Err(definition.error(
-            "spec.metadata (tablePrefix)",
-            format!("'{table_prefix}' may only hold letters, digits and '_'"),
-        ));
-    }
-    let connection_string = definition
-        .metadata
-        .get("connectionString")
-        .cloned()
-        .unwrap_or(defaults.connection_string);
-    if connection_string.parse::<tokio_postgres::Config>().is_err() {
-        return Err(definition.error(
-            "spec.metadata (connectionString)",
-            "is not a valid PostgreSQL connection string",
-        ));
-    }
-    Ok(PostgresConfig {
-        connection_string,
-        table_prefix,
-        visibility_timeout: definition
-            .value::<u64>("visibilityTimeoutMs", "milliseconds")?
-            .map(Duration::from_millis)
-            .unwrap_or(defaults.visibility_timeout),
-        max_message_bytes: definition
-            .value::<usize>("maxMessageBytes", "a number of bytes")?
-            .unwrap_or(defaults.max_message_bytes),
-    })
-}
-
-fn nats_config(definition: &ComponentDefinition) -> Result<NatsConfig, ConfigError> {
-    definition.check_known(&["natsURL", "streamName", "ackWaitMs", "maxMessageBytes"])?;
-    let defaults = NatsConfig::default();
-    let stream = definition
-        .metadata
-        .get("streamName")
-        .cloned()
-        .unwrap_or(defaults.stream);
-    if stream.is_empty()
-        || !stream
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    {
-        return Err(definition.error(
-            "spec.metadata (streamName)",
-            format!("'{stream}' may only hold letters, digits, '_' and '-'"),
-        ));
-    }
-    let url = definition
-        .metadata
-        .get("natsURL")
-        .cloned()
-        .unwrap_or(defaults.url);
-    let url = url.strip_prefix("nats://").unwrap_or(&url).to_string();
-    if !url.contains(':') {
-        return Err(definition.error(
-            "spec.metadata (natsURL)",
-            format!("expected host:port, got '{url}'"),
-        ));
-    }
-    Ok(NatsConfig {
-        url,
-        stream,
-        ack_wait: definition
-            .value::<u64>("ackWaitMs", "milliseconds")?
-            .map(Duration::from_millis)
-            .unwrap_or(defaults.ack_wait),
-        max_message_bytes: definition
-            .value::<usize>("maxMessageBytes", "a number of bytes")?
-            .unwrap_or(defaults.max_message_bytes),
-    })
-}
-
-fn rabbit_config(definition: &ComponentDefinition) -> Result<RabbitConfig, ConfigError> {
-    definition.check_known(&[
-        "connectionString",
-        "exchange",
-        "prefetch",
-        "queueExpiryMs",
-        "maxMessageBytes",
-    ])?;
-    let defaults = RabbitConfig::default();
-    let uri = definition
-        .metadata
-        .get("connectionString")
-        .cloned()
-        .unwrap_or(defaults.uri);
-    if !(uri.starts_with("amqp://") || uri.starts_with("amqps://")) {
-        return Err(definition.error(
-            "spec.metadata (connectionString)",
-            format!("expected amqp://user:password@host:port/vhost, got '{uri}'"),
-        ));
-    }
-    let exchange = definition
-        .metadata
-        .get("exchange")
-        .cloned()
-        .unwrap_or(defaults.exchange);
-    if exchange.is_empty()
-        || exchange.len() > 100
-        || !exchange
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-    {
-        return Err(definition.error(
-            "spec.metadata (exchange)",
-            format!("'{exchange}' must be 1 to 100 letters, digits, '_', '-' or '.'"),
-        ));
-    }
-    let prefetch = definition
-        .value::<u16>("prefetch", "a message count up to 65535")?
-        .unwrap_or(defaults.prefetch);
-    if prefetch == 0 {
-        return Err(definition.error("spec.metadata (prefetch)", "must be at least 1"));
-    }
-    let queue_expiry = definition
-        .value::<u64>("queueExpiryMs", "milliseconds")?
-        .map(Duration::from_millis);
-    if queue_expiry.is_some_and(|e| e < Duration::from_secs(1)) {
-        return Err(definition.error("spec.metadata (queueExpiryMs)", "must be at least 1000 ms"));
-    }
-    Ok(RabbitConfig {
-        uri,
-        exchange,
-        prefetch,
-        queue_expiry,
-        max_message_bytes: definition
-            .value::<usize>("maxMessageBytes", "a number of bytes")?
-            .unwrap_or(defaults.max_message_bytes),
-    })
-}
-
-fn mqtt_config(definition: &ComponentDefinition) -> Result<MqttConfig, ConfigError> {
-    definition.check_known(&[
-        "host",
-        "topicPrefix",
-        "sessionExpirySeconds",
-        "expiryGraceMs",
-        "maxMessageBytes",
-    ])?;
-    let defaults = MqttConfig::default();
-    let host = definition
-        .metadata
-        .get("host")
-        .cloned()
-        .unwrap_or(defaults.host);
-    let host = host
-        .strip_prefix("tcp://")
-        .or_else(|| host.strip_prefix("mqtt://"))
-        .unwrap_or(&host)
-        .to_string();
-    if host
-        .rsplit_once(':')
-        .is_none_or(|(_, port)| port.parse::<u16>().is_err())
-    {
-        return Err(definition.error(
-            "spec.metadata (host)",
-            format!("expected host:port, got '{host}'"),
-        ));
-    }
-    let topic_prefix = definition
-        .metadata
-        .get("topicPrefix")
-        .cloned()
-        .unwrap_or(defaults.topic_prefix);
-    if topic_prefix.contains(['+', '#']) || topic_prefix.starts_with('$') {
-        return Err(definition.error(
-            "spec.metadata (topicPrefix)",
-            format!("'{topic_prefix}' may not hold '+' or '#' nor start with '$'"),
-        ));
-    }
-    let session_expiry = definition
-        .value::<u32>("sessionExpirySeconds", "seconds")?
-        .map(|s| Duration::from_secs(u64::from(s)))
-        .unwrap_or(defaults.session_expiry);
-    if session_expiry.is_zero() {
-        return Err(definition.error(
-            "spec.metadata (sessionExpirySeconds)",
-            "must be at least 1: groups keep their messages in sessions",
-        ));
-    }
-    Ok(MqttConfig {
-        host,
-        topic_prefix,
-        session_expiry,
-        expiry_grace: definition
-            .value::<u64>("expiryGraceMs", "milliseconds")?
-            .map(Duration::from_millis)
-            .unwrap_or(defaults.expiry_grace),
-        max_message_bytes: definition
-            .value::<usize>("maxMessageBytes", "a number of bytes")?
-            .unwrap_or(defaults.max_message_bytes),
-    })
+    let Some(t) = row(&definition.component_type) else {
+        return Err(unknown_type(definition).into());
+    };
+    t.validate(definition)?;
+    t.build(definition.clone(), endpoint.map(str::to_string))
+        .await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::MemoryComponent;
     use std::path::Path;
+
+    #[test]
+    fn every_built_in_type_is_compiled_in_or_names_its_feature() {
+        for (name, feature) in BUILT_IN_TYPES {
+            match compiled_out(name) {
+                Some(missing) => assert_eq!(Some(missing), *feature),
+                None => assert!(is_known(name), "{name} is neither compiled in nor left out"),
+            }
+        }
+        assert_eq!(
+            BUILT_IN.len(),
+            BUILT_IN_TYPES
+                .iter()
+                .filter(|(name, _)| compiled_out(name).is_none())
+                .count(),
+            "the table holds each compiled-in type once"
+        );
+    }
 
     fn definition(kind: &str, metadata: &str) -> ComponentDefinition {
         let text = format!(
@@ -574,10 +407,7 @@ mod tests {
             "test-somequeue",
             "    - name: where\n      value: \"h:1\"\n",
         );
-        assert_eq!(
-            validate(&good).map(|s| endpoint(&s)).unwrap(),
-            Some("h:1".to_string())
-        );
+        assert_eq!(validate(&good).unwrap().endpoint, Some("h:1".to_string()));
         assert!(build(&good, Some("h:2")).await.is_ok());
         assert!(is_known("test-somequeue"));
         assert_eq!(broker_type("test-somequeue"), "redis-streams");

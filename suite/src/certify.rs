@@ -67,7 +67,11 @@ pub fn load_definitions(dir: &Path) -> anyhow::Result<Vec<ComponentDefinition>> 
     let mut definitions = Vec::new();
     for path in paths {
         let definition = ComponentDefinition::from_file(&path)?;
-        pubsub_components::registry::validate(&definition)?;
+        // A type this build leaves out is kept: its row says NOT PROVISIONED, naming
+        // the cargo feature that compiles it in.
+        if pubsub_components::registry::compiled_out(&definition.component_type).is_none() {
+            pubsub_components::registry::validate(&definition)?;
+        }
         Expectations::load(&path, &definition.name)?;
         definitions.push(definition);
     }

@@ -236,7 +236,7 @@ impl Provisioner for External {
             Ok(endpoint) => endpoint,
             Err(_) => registry::validate(definition)
                 .ok()
-                .and_then(|s| registry::endpoint(&s))
+                .and_then(|checked| checked.endpoint)
                 .ok_or_else(|| {
                     not(
                         self.kind(),
@@ -562,14 +562,24 @@ pub async fn provision(
         }
     }
     if reasons.is_empty() {
-        reasons.push(not(
-            ProvisionKind::External,
-            format!(
-                "no provisioner knows type pubsub.{}",
-                definition.component_type
+        reasons.push(match registry::compiled_out(&definition.component_type) {
+            Some(feature) => not(
+                ProvisionKind::InProcess,
+                format!(
+                    "this build leaves out type pubsub.{}",
+                    definition.component_type
+                ),
+                format!("build with the cargo feature '{feature}' (on by default)"),
             ),
-            "see README: adding a component",
-        ));
+            None => not(
+                ProvisionKind::External,
+                format!(
+                    "no provisioner knows type pubsub.{}",
+                    definition.component_type
+                ),
+                "see README: adding a component",
+            ),
+        });
     }
     Err(reasons)
 }

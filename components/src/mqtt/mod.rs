@@ -17,6 +17,11 @@
 //!   unacknowledged when it disconnects is lost (MQTT does not redistribute it).
 //! * Patterns subscribe the deepest literal level with `#` and are filtered here.
 
+mod records;
+mod settings;
+
+pub use settings::MqttConfig;
+
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
 use crate::component::{
     check_message_size, glob_match, millis_since_epoch, owner_topic, random_position, stable_hash,
@@ -24,8 +29,8 @@ use crate::component::{
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
-use crate::mqtt_records::RetainedRecords;
 use async_trait::async_trait;
+use records::RetainedRecords;
 use rumqttc::v5::mqttbytes::v5::{
     Filter, Packet, PubAckReason, Publish, PublishProperties, SubscribeReasonCode,
 };
@@ -37,33 +42,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-
-/// Settings (YAML metadata `host`, `topicPrefix`, `sessionExpirySeconds`,
-/// `expiryGraceMs`, `maxMessageBytes`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct MqttConfig {
-    /// `host:port` of the broker.
-    pub host: String,
-    /// Put before every topic on the broker (e.g. `pcs/`).
-    pub topic_prefix: String,
-    /// How long a group's session outlives its last member.
-    pub session_expiry: Duration,
-    /// Added to a message's TTL for the broker's expiry interval.
-    pub expiry_grace: Duration,
-    pub max_message_bytes: usize,
-}
-
-impl Default for MqttConfig {
-    fn default() -> Self {
-        MqttConfig {
-            host: "127.0.0.1:1883".into(),
-            topic_prefix: String::new(),
-            session_expiry: Duration::from_secs(3600),
-            expiry_grace: Duration::from_secs(60),
-            max_message_bytes: 1024 * 1024,
-        }
-    }
-}
 
 /// User properties the component owns; metadata entries are `m:<key>`.
 const PROP_ID: &str = "i:id";
@@ -352,7 +330,7 @@ impl Mqtt5 {
 }
 
 /// Partitioned topics are emulated (see [`crate::partitioned`]) with retained
-/// records (see [`crate::mqtt_records`]).
+/// records (see [`records`]).
 #[async_trait]
 impl crate::partitioned::PartitionStore for Mqtt5 {
     async fn read_partitions(&self, topic: &str) -> Result<Option<crate::PartitionUpdate>> {
@@ -630,7 +608,7 @@ impl Reader {
             selector => selector.matches(&topic),
         };
         // The component's own records (partition counts) are never messages.
-        let covered = covered && !topic.starts_with(crate::mqtt_records::RESERVED);
+        let covered = covered && !topic.starts_with(records::RESERVED);
         if !covered {
             // Under the pattern's broker filter but not the pattern: not this group's.
             let _ = self.client.try_ack(&publish);

@@ -4,6 +4,10 @@
 //! native delayed delivery through a visible-at column, LISTEN/NOTIFY to wake readers.
 //! TTL and dead letters are left to the runtime.
 
+mod settings;
+
+pub use settings::PostgresConfig;
+
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
 use crate::component::{
     check_message_size, owner_topic, Component, Consumer, ConsumerSpec, StartPosition,
@@ -20,30 +24,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 
-/// Settings (YAML metadata `connectionString`, `tablePrefix`, `visibilityTimeoutMs`,
-/// `maxMessageBytes`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PostgresConfig {
-    /// A libpq-style connection string, e.g. `host=127.0.0.1 port=5432 user=postgres dbname=test`.
-    pub connection_string: String,
-    /// Tables are `<prefix>_messages`, `<prefix>_deliveries`, `<prefix>_groups`.
-    pub table_prefix: String,
-    /// A delivered, unacknowledged message becomes deliverable again after this.
-    pub visibility_timeout: Duration,
-    pub max_message_bytes: usize,
-}
-
-impl Default for PostgresConfig {
-    fn default() -> Self {
-        PostgresConfig {
-            connection_string: "host=127.0.0.1 port=5432 user=postgres dbname=postgres".into(),
-            table_prefix: "pubsub".into(),
-            visibility_timeout: Duration::from_secs(30),
-            max_message_bytes: 1024 * 1024,
-        }
-    }
-}
-
 fn db(context: &str) -> impl Fn(tokio_postgres::Error) -> PubSubError + '_ {
     move |e| PubSubError::broker(context, e)
 }
@@ -53,40 +33,6 @@ fn micros(at: SystemTime) -> i64 {
         .unwrap_or_default()
         .as_micros() as i64
 }
-
-impl PostgresConfig {
-    /// The connection string aimed at `host:port` instead of the server it names
-    /// (key-value or URL form): the old host and port are replaced, not added to (a
-    /// second `host=` would make a host list, tried in order).
-    pub fn with_endpoint(&self, host: &str, port: &str) -> String {
-        let current = self.connection_string.trim();
-        for scheme in ["postgresql://", "postgres://"] {
-            if let Some(rest) = current.strip_prefix(scheme) {
-                let end = rest.find(['/', '?']).unwrap_or(rest.len());
-                let (authority, tail) = rest.split_at(end);
-                let user = authority
-                    .rsplit_once('@')
-                    .map(|(user, _)| format!("{user}@"))
-                    .unwrap_or_default();
-                return format!("{scheme}{user}{host}:{port}{tail}");
-            }
-        }
-        let mut kept: Vec<&str> = current
-            .split_whitespace()
-            .filter(|pair| {
-                !["host=", "hostaddr=", "port="]
-                    .iter()
-                    .any(|key| pair.starts_with(key))
-            })
-            .collect();
-        let host = format!("host={host}");
-        let port = format!("port={port}");
-        kept.push(&host);
-        kept.push(&port);
-        kept.join(" ")
-    }
-}
-
 /// How long opening a connection may take (a server behind a black hole never
 /// answers).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

@@ -6,6 +6,10 @@
 //! `XCLAIM ... IDLE` so that it becomes claimable (by any member, through XAUTOCLAIM
 //! with `claimIdleMs`) exactly when it is due.
 
+mod settings;
+
+pub use settings::RedisConfig;
+
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
 use crate::component::{
     check_message_size, millis_since_epoch, owner_topic, Component, Consumer, ConsumerSpec,
@@ -20,29 +24,6 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
-
-/// Settings (YAML metadata `redisHost`, `keyPrefix`, `claimIdleMs`, `maxMessageBytes`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RedisConfig {
-    /// `host:port`.
-    pub host: String,
-    /// Streams are named `<prefix>:<topic>`.
-    pub key_prefix: String,
-    /// Pending entries idle this long are claimed by other members.
-    pub claim_idle: Duration,
-    pub max_message_bytes: usize,
-}
-
-impl Default for RedisConfig {
-    fn default() -> Self {
-        RedisConfig {
-            host: "127.0.0.1:6379".into(),
-            key_prefix: "pubsub".into(),
-            claim_idle: Duration::from_secs(5),
-            max_message_bytes: 1024 * 1024,
-        }
-    }
-}
 
 /// The Redis Streams component.
 pub struct RedisStreams {

@@ -1,6 +1,8 @@
 //! `bench`: throughput and latency of a component through the runtime, with ratios
 //! taken from the same run (bulk vs single, emulated vs native).
 
+mod raw;
+
 use crate::history::KEY;
 use async_trait::async_trait;
 use hdrhistogram::Histogram;
@@ -45,18 +47,6 @@ impl Default for BenchOptions {
             max_messages: 500_000,
         }
     }
-}
-
-/// The metadata a raw client sends with message `i`: what the component sends for a
-/// rawPayload message (the bench's key and a fresh trace context), as JSON.
-fn metadata_json(i: usize) -> String {
-    let mut metadata = pubsub_components::Metadata::new();
-    metadata.insert(KEY.to_string(), i.to_string());
-    metadata.insert(
-        pubsub_components::runtime::controls::HEADER_TRACEPARENT.to_string(),
-        pubsub_components::runtime::trace::new_traceparent(),
-    );
-    serde_json::to_string(&metadata).unwrap_or_default()
 }
 
 /// The runs of one time-sized measurement.
@@ -360,250 +350,6 @@ async fn latency(runtime: &Runtime, options: &BenchOptions) -> anyhow::Result<La
     })
 }
 
-/// The same publishing work done with the broker's client library directly: the
-/// measurement's label and elapsed time, or `None` for types without a raw client here.
-async fn raw_publish(
-    component_type: &str,
-    endpoint: &str,
-    batch: usize,
-    options: &BenchOptions,
-) -> anyhow::Result<Option<(String, Duration)>> {
-    match component_type {
-        "redis-streams" => {
-            let client = redis::Client::open(format!("redis://{endpoint}/"))?;
-            let mut conn = client.get_multiplexed_async_connection().await?;
-            let key = format!("pcs-bench-raw-{}", run_id());
-            let payload = vec![b'x'; options.payload_bytes];
-            let started = Instant::now();
-            for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
-                let mut pipe = redis::pipe();
-                for i in chunk {
-                    pipe.cmd("XADD")
-                        .arg(&key)
-                        .arg("*")
-                        .arg("payload")
-                        .arg(&payload)
-                        .arg("md")
-                        .arg(metadata_json(*i));
-                }
-                let _: Vec<String> = pipe.query_async(&mut conn).await?;
-            }
-            let elapsed = started.elapsed();
-            let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
-            let label = if batch == 1 {
-                "raw client: XADD one at a time".to_string()
-            } else {
-                format!("raw client: pipelined XADD x{batch}")
-            };
-            Ok(Some((label, elapsed)))
-        }
-        "nats-jetstream" => {
-            let client = async_nats::connect(endpoint).await?;
-            let context = async_nats::jetstream::new(client);
-            let stream = format!("PCS_BENCH_RAW_{}", run_id());
-            context
-                .create_stream(async_nats::jetstream::stream::Config {
-                    name: stream.clone(),
-                    subjects: vec![format!("{stream}.>")],
-                    ..Default::default()
-                })
-                .await?;
-            let payload = bytes::Bytes::from(vec![b'x'; options.payload_bytes]);
-            let started = Instant::now();
-            for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
-                let mut acks = Vec::with_capacity(chunk.len());
-                for i in chunk {
-                    let mut headers = async_nats::HeaderMap::new();
-                    headers.insert("Pcs-Metadata", metadata_json(*i).as_str());
-                    acks.push(
-                        context
-                            .publish_with_headers(format!("{stream}.raw"), headers, payload.clone())
-                            .await?,
-                    );
-                }
-                for ack in acks {
-                    ack.await?;
-                }
-            }
-            let elapsed = started.elapsed();
-            context.delete_stream(&stream).await?;
-            let label = if batch == 1 {
-                "raw client: publish, await ack, one at a time".to_string()
-            } else {
-                format!("raw client: {batch} async publishes, then their acks")
-            };
-            Ok(Some((label, elapsed)))
-        }
-        "postgres" => {
-            let (host, port) = endpoint.rsplit_once(':').unwrap_or((endpoint, "5432"));
-            let (client, connection) = tokio_postgres::connect(
-                &format!("host={host} port={port} user=postgres dbname=test"),
-                tokio_postgres::NoTls,
-            )
-            .await?;
-            tokio::spawn(connection);
-            let table = format!("pcs_bench_raw_{}", run_id());
-            // The shape of a queue table readers can use: the topic index, a wake-up
-            // notification per insert statement.
-            client
-                .batch_execute(&format!("CREATE TABLE {table} (id BIGSERIAL PRIMARY KEY, topic TEXT, payload BYTEA, metadata TEXT);
-                                         CREATE INDEX ON {table} (topic, id)"))
-                .await?;
-            let payload = vec![b'x'; options.payload_bytes];
-            let started = Instant::now();
-            for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
-                let topics: Vec<&str> = chunk.iter().map(|_| "raw").collect();
-                let payloads: Vec<&[u8]> = chunk.iter().map(|_| payload.as_slice()).collect();
-                let metadata: Vec<String> = chunk.iter().map(|i| metadata_json(*i)).collect();
-                client
-                    .query(
-                        &format!("WITH inserted AS (INSERT INTO {table} (topic, payload, metadata) SELECT * FROM UNNEST($1::text[], $2::bytea[], $3::text[]) RETURNING id),
-                                  woken AS (SELECT pg_notify('{table}', ''))
-                                  SELECT id FROM inserted, woken ORDER BY id"),
-                        &[&topics, &payloads, &metadata],
-                    )
-                    .await?;
-            }
-            let elapsed = started.elapsed();
-            client.batch_execute(&format!("DROP TABLE {table}")).await?;
-            let label = if batch == 1 {
-                "raw client: INSERT one at a time".to_string()
-            } else {
-                format!("raw client: multi-row INSERT x{batch}")
-            };
-            Ok(Some((label, elapsed)))
-        }
-        "rabbitmq" => {
-            let connection = lapin::Connection::connect(
-                &format!("amqp://guest:guest@{endpoint}/%2f"),
-                lapin::ConnectionProperties::default(),
-            )
-            .await?;
-            let channel = connection.create_channel().await?;
-            channel
-                .confirm_select(lapin::options::ConfirmSelectOptions::default())
-                .await?;
-            let exchange = format!("pcs-bench-raw-{}", run_id());
-            channel
-                .exchange_declare(
-                    exchange.as_str().into(),
-                    lapin::ExchangeKind::Topic,
-                    lapin::options::ExchangeDeclareOptions::default(),
-                    lapin::types::FieldTable::default(),
-                )
-                .await?;
-            // The component's routing key for a topic of the same length: one word per
-            // character (what makes glob patterns AMQP binding patterns).
-            let spelled_key = format!("bench-{}-raw-{batch}", run_id())
-                .chars()
-                .map(String::from)
-                .collect::<Vec<_>>()
-                .join(".");
-            let payload = vec![b'x'; options.payload_bytes];
-            let started = Instant::now();
-            for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
-                let sends = chunk.iter().map(|i| {
-                    let mut headers = lapin::types::FieldTable::default();
-                    headers.insert(
-                        "md".into(),
-                        lapin::types::AMQPValue::LongString(metadata_json(*i).into()),
-                    );
-                    headers.insert(
-                        "topic".into(),
-                        lapin::types::AMQPValue::LongString(spelled_key.as_str().into()),
-                    );
-                    headers.insert(
-                        "published-ms".into(),
-                        lapin::types::AMQPValue::LongLongInt(*i as i64),
-                    );
-                    channel.basic_publish(
-                        exchange.as_str().into(),
-                        spelled_key.as_str().into(),
-                        lapin::options::BasicPublishOptions::default(),
-                        &payload,
-                        lapin::BasicProperties::default()
-                            .with_delivery_mode(2)
-                            .with_message_id(i.to_string().into())
-                            .with_headers(headers),
-                    )
-                });
-                let confirms = futures::future::try_join_all(sends).await?;
-                futures::future::try_join_all(confirms).await?;
-            }
-            let elapsed = started.elapsed();
-            channel
-                .exchange_delete(
-                    exchange.as_str().into(),
-                    lapin::options::ExchangeDeleteOptions::default(),
-                )
-                .await?;
-            // Closed before returning, so its teardown does not slow the next measurement.
-            connection.close(200, "bench done".into()).await?;
-            let label = if batch == 1 {
-                "raw client: publish, await confirm, one at a time".to_string()
-            } else {
-                format!("raw client: {batch} publishes, then their confirms")
-            };
-            Ok(Some((label, elapsed)))
-        }
-        "mqtt5" => {
-            use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
-            use rumqttc::v5::mqttbytes::QoS;
-            use rumqttc::v5::{AsyncClient, Event, MqttOptions};
-            let (host, port) = endpoint.rsplit_once(':').unwrap_or((endpoint, "1883"));
-            let mut mqtt_options =
-                MqttOptions::new(format!("pcs-bench-raw-{}", run_id()), host, port.parse()?);
-            mqtt_options.set_outgoing_inflight_upper_limit(1000);
-            let mut network = rumqttc::NetworkOptions::new();
-            network.set_tcp_nodelay(true);
-            mqtt_options.set_network_options(network);
-            let (client, mut events) = AsyncClient::new(mqtt_options, 1024);
-            let (acked, mut acks) = tokio::sync::mpsc::unbounded_channel();
-            let poller = tokio::spawn(async move {
-                while let Ok(event) = events.poll().await {
-                    if let Event::Incoming(Packet::PubAck(_)) = event {
-                        let _ = acked.send(());
-                    }
-                }
-            });
-            let topic = format!("pcs/bench-raw-{}", run_id());
-            let payload = vec![b'x'; options.payload_bytes];
-            let started = Instant::now();
-            for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
-                for i in chunk {
-                    let properties = PublishProperties {
-                        user_properties: vec![("md".into(), metadata_json(*i))],
-                        ..Default::default()
-                    };
-                    client
-                        .publish_with_properties(
-                            topic.as_str(),
-                            QoS::AtLeastOnce,
-                            false,
-                            payload.clone(),
-                            properties,
-                        )
-                        .await?;
-                }
-                for _ in chunk {
-                    acks.recv()
-                        .await
-                        .ok_or_else(|| anyhow::anyhow!("the MQTT connection closed"))?;
-                }
-            }
-            let elapsed = started.elapsed();
-            poller.abort();
-            let label = if batch == 1 {
-                "raw client: QoS 1 publish, await PUBACK, one at a time".to_string()
-            } else {
-                format!("raw client: {batch} QoS 1 publishes, then their PUBACKs")
-            };
-            Ok(Some((label, elapsed)))
-        }
-        _ => Ok(None),
-    }
-}
-
 /// Benchmarks one component; every ratio compares measurements of this run. With an
 /// endpoint, the broker's raw client does the same publishing work for comparison.
 pub async fn bench_component(
@@ -688,7 +434,7 @@ pub async fn bench_component(
         let topic = format!("{prefix}-raw-100-{run}");
         component_runs.push(publish_bulk(&runtime, &topic, 100, true, &sized).await?);
         if let Some(endpoint) = endpoint {
-            raw_100_runs.extend(raw_publish(component.kind(), endpoint, 100, &sized).await?);
+            raw_100_runs.extend(raw::raw_publish(component.kind(), endpoint, 100, &sized).await?);
         }
     }
     let raw_payload = measurement(
@@ -710,7 +456,7 @@ pub async fn bench_component(
         };
         let mut raw_1_runs = Vec::new();
         for _ in 0..options.repeats.max(1) {
-            raw_1_runs.extend(raw_publish(component.kind(), endpoint, 1, &sized_1).await?);
+            raw_1_runs.extend(raw::raw_publish(component.kind(), endpoint, 1, &sized_1).await?);
         }
         for (runs, baseline, messages) in [
             (raw_1_runs, single, sized_1.messages),

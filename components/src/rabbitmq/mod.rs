@@ -12,6 +12,11 @@
 //! RabbitMQ keeps messages only for queues that exist: a group sees what was
 //! published after it was created (`create_group` or its first consumer).
 
+mod records;
+mod settings;
+
+pub use settings::RabbitConfig;
+
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
 use crate::component::{
     check_message_size, millis_since_epoch, owner_topic, random_position, stable_hash, Component,
@@ -19,7 +24,6 @@ use crate::component::{
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
-use crate::rabbitmq_records::CountedRecords;
 use crate::runtime::controls::keys;
 use async_trait::async_trait;
 use futures::{FutureExt, StreamExt};
@@ -31,64 +35,12 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::PublisherConfirm;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use records::CountedRecords;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// Settings (YAML metadata `connectionString`, `exchange`, `prefetch`,
-/// `queueExpiryMs`, `maxMessageBytes`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RabbitConfig {
-    /// `amqp://user:password@host:port/vhost`.
-    pub uri: String,
-    /// The topic exchange every topic is published to.
-    pub exchange: String,
-    /// Unacknowledged messages a consumer may hold.
-    pub prefetch: u16,
-    /// Group queues unused (no consumer, no redeclaration) this long are deleted.
-    pub queue_expiry: Option<Duration>,
-    pub max_message_bytes: usize,
-}
-
-impl Default for RabbitConfig {
-    fn default() -> Self {
-        RabbitConfig {
-            uri: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
-            exchange: "pubsub".into(),
-            prefetch: 512,
-            queue_expiry: None,
-            max_message_bytes: 1024 * 1024,
-        }
-    }
-}
-
-impl RabbitConfig {
-    /// `host:port` of the URI.
-    pub fn endpoint(&self) -> String {
-        let rest = self.uri.split_once("://").map_or(&*self.uri, |(_, r)| r);
-        let authority = rest.split('/').next().unwrap_or(rest);
-        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-        if host.contains(':') {
-            host.to_string()
-        } else {
-            format!("{host}:5672")
-        }
-    }
-
-    /// The URI with its `host:port` replaced.
-    pub fn with_endpoint(&self, endpoint: &str) -> String {
-        let current = self.endpoint();
-        match self.uri.find(&current) {
-            Some(_) => self.uri.replacen(&current, endpoint, 1),
-            None => {
-                let host = current.trim_end_matches(":5672");
-                self.uri.replacen(host, endpoint, 1)
-            }
-        }
-    }
-}
 
 const HEADER_METADATA: &str = "pcs-metadata";
 const HEADER_TOPIC: &str = "pcs-topic";
@@ -449,7 +401,7 @@ pub async fn server_version(endpoint: &str) -> Option<String> {
 }
 
 /// Partitioned topics are emulated (see [`crate::partitioned`]) with records held
-/// in queue message counts (see [`crate::rabbitmq_records`]).
+/// in queue message counts (see [`records`]).
 #[async_trait]
 impl crate::partitioned::PartitionStore for RabbitMq {
     async fn read_partitions(&self, topic: &str) -> Result<Option<crate::PartitionUpdate>> {

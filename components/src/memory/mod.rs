@@ -5,6 +5,10 @@
 //! multi-topic consumers with topic-qualified ids, ack and seek per owner topic,
 //! `last_message_ids`. TTL, dead letters and delayed delivery are left to the runtime.
 
+mod settings;
+
+pub use settings::MemoryConfig;
+
 use crate::capability::{
     Capabilities, DeliveryGuarantee, OrderingScope, PartitionSupport, Support,
 };
@@ -21,24 +25,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
-
-/// Settings of the in-memory component (YAML metadata `maxMessageBytes`, `partitions`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct MemoryConfig {
-    /// Payloads larger than this are refused, like a broker's message size limit.
-    pub max_message_bytes: usize,
-    /// Partitions of a topic created implicitly by a publish.
-    pub default_partitions: u32,
-}
-
-impl Default for MemoryConfig {
-    fn default() -> Self {
-        MemoryConfig {
-            max_message_bytes: 1024 * 1024,
-            default_partitions: 1,
-        }
-    }
-}
 
 /// The in-memory component. Cloning shares the same broker state.
 #[derive(Clone)]

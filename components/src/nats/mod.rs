@@ -3,6 +3,10 @@
 //! entries, batch fetch, Ack / Nak(delay) / Term, multi-topic consumers as a set of
 //! per-topic consumers with sequence ids, seek by sequence (consumer recreated at it).
 
+mod settings;
+
+pub use settings::NatsConfig;
+
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
 use crate::component::{
     check_message_size, owner_topic, Component, Consumer, ConsumerSpec, StartPosition,
@@ -20,29 +24,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
-
-/// Settings (YAML metadata `natsURL`, `streamName`, `ackWaitMs`, `maxMessageBytes`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct NatsConfig {
-    /// `host:port`.
-    pub url: String,
-    /// The stream holding every topic; subjects are `<stream>.<topic>`.
-    pub stream: String,
-    /// A delivered message not acknowledged within this is delivered again.
-    pub ack_wait: Duration,
-    pub max_message_bytes: usize,
-}
-
-impl Default for NatsConfig {
-    fn default() -> Self {
-        NatsConfig {
-            url: "127.0.0.1:4222".into(),
-            stream: "PUBSUB".into(),
-            ack_wait: Duration::from_secs(30),
-            max_message_bytes: 1024 * 1024,
-        }
-    }
-}
 
 /// How long after a pull request's expiry a batch waits for the server's status
 /// that ends it.
