@@ -13,7 +13,9 @@ const COLUMNS: [Status; 6] = [
 ];
 
 /// One row per component with its count of each verdict, then one line per cell that
-/// needs attention (FAIL, ERROR, FLAKY, NOT PROVISIONED) with its first finding.
+/// needs attention (FAIL, ERROR, FLAKY) with its first finding, and one line per
+/// reason a component's cells were NOT PROVISIONED (a broker that is not installed
+/// says so once, not once per case).
 pub fn summary_table(report: &RunReport) -> String {
     let width = report
         .components
@@ -41,6 +43,8 @@ pub fn summary_table(report: &RunReport) -> String {
         let _ = writeln!(out, "  {emulated:>9}");
     }
     for component in &report.components {
+        // Reason -> the cases it kept from running, in report order.
+        let mut not_provisioned: Vec<(&str, Vec<&str>)> = Vec::new();
         for case in &component.cases {
             if case.passes_unexpectedly() {
                 let _ = writeln!(
@@ -72,6 +76,16 @@ pub fn summary_table(report: &RunReport) -> String {
                 .or(case.evidence.notes.first())
                 .map(String::as_str)
                 .unwrap_or("");
+            if case.status == Status::NotProvisioned {
+                match not_provisioned
+                    .iter_mut()
+                    .find(|(reason, _)| *reason == why)
+                {
+                    Some((_, cases)) => cases.push(&case.id),
+                    None => not_provisioned.push((why, vec![&case.id])),
+                }
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "{} {} {}: {}",
@@ -80,6 +94,27 @@ pub fn summary_table(report: &RunReport) -> String {
                 case.id,
                 why
             );
+        }
+        for (why, cases) in not_provisioned {
+            let label = Status::NotProvisioned.label();
+            match cases.as_slice() {
+                [case] => {
+                    let _ = writeln!(out, "{label} {} {case}: {why}", component.name);
+                }
+                _ if cases.len() == component.cases.len() => {
+                    let _ = writeln!(out, "{label} {} (every case): {why}", component.name);
+                }
+                _ => {
+                    let shown = cases.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+                    let more = if cases.len() > 3 { ", ..." } else { "" };
+                    let _ = writeln!(
+                        out,
+                        "{label} {} ({} cases: {shown}{more}): {why}",
+                        component.name,
+                        cases.len()
+                    );
+                }
+            }
         }
     }
     out
@@ -93,5 +128,57 @@ fn short(status: Status) -> &'static str {
         Status::NotProvisioned => "no-env",
         Status::Error => "error",
         Status::Flaky => "flaky",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A component whose broker is missing gets one line for all its cells; cells
+    /// held back for different reasons get one line per reason, naming their cases.
+    #[test]
+    fn not_provisioned_cells_are_told_once_per_reason() {
+        let mut report = crate::render::tests::sample();
+        let template = report.components[1].cases[2].clone();
+        let not_provisioned = |id: &str, why: &str| {
+            let mut case = template.clone();
+            case.id = id.into();
+            case.evidence.findings = vec![why.into()];
+            case
+        };
+        let mut absent = report.components[1].clone();
+        absent.name = "absent".into();
+        absent.cases = (0..40)
+            .map(|i| not_provisioned(&format!("case.n{i}"), "redis-server is not installed"))
+            .collect();
+        report.components.push(absent);
+        report.components[1].cases = vec![
+            not_provisioned("faults.a", "in process: no broker to fault"),
+            not_provisioned("faults.b", "in process: no broker to fault"),
+            not_provisioned("faults.c", "in process: no broker to fault"),
+            not_provisioned("faults.d", "in process: no broker to fault"),
+            not_provisioned("seek.x", "the endpoint went away"),
+            not_provisioned("seek.y", "the endpoint went away"),
+            report.components[1].cases[0].clone(),
+        ];
+        let text = summary_table(&report);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("NOT PROVISIONED"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "NOT PROVISIONED broken (4 cases: faults.a, faults.b, faults.c, ...): in process: no broker to fault",
+                "NOT PROVISIONED broken (2 cases: seek.x, seek.y): the endpoint went away",
+                "NOT PROVISIONED absent (every case): redis-server is not installed",
+            ],
+            "{text}"
+        );
+        assert!(
+            text.contains("FAIL broken publish.delivery: lost"),
+            "{text}"
+        );
     }
 }

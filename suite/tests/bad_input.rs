@@ -373,3 +373,100 @@ async fn a_bad_topic_is_refused_naming_it(#[case] topic: &str) {
     assert_eq!(error.kind(), ErrorKind::InvalidRequest);
     assert!(error.to_string().contains("topic name"), "{error}");
 }
+
+/// Answers each batch in the HTTP shape: `SUCCESS` for `keep`, an unknown `OK` for
+/// `odd`, nothing for `left-out`; records every delivery.
+struct WireAnswers {
+    deliveries: std::sync::Mutex<Vec<(String, u32)>>,
+    warnings: std::sync::Mutex<Vec<String>>,
+    delivered: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl BulkHandler for WireAnswers {
+    async fn handle(
+        &self,
+        batch: pubsub_conformance::components::runtime::Batch,
+    ) -> Result<Vec<EntryStatus>, String> {
+        let mut answers = Vec::new();
+        for entry in &batch.entries {
+            let data = String::from_utf8_lossy(&entry.event.data).into_owned();
+            self.deliveries
+                .lock()
+                .unwrap()
+                .push((data.clone(), entry.event.attempt));
+            match data.as_str() {
+                "keep" => answers.push(format!(
+                    r#"{{"entryId":"{}","status":"SUCCESS"}}"#,
+                    entry.entry_id
+                )),
+                "odd" => answers.push(format!(
+                    r#"{{"entryId":"{}","status":"OK"}}"#,
+                    entry.entry_id
+                )),
+                _ => {}
+            }
+        }
+        let body = format!(r#"{{"statuses":[{}]}}"#, answers.join(","));
+        let ids: Vec<&str> = batch.entries.iter().map(|e| e.entry_id.as_str()).collect();
+        let answer =
+            pubsub_conformance::components::runtime::BulkAnswer::from_json(body.as_bytes(), &ids)?;
+        self.warnings.lock().unwrap().extend(answer.warnings);
+        self.delivered.notify_one();
+        Ok(answer.statuses)
+    }
+}
+
+/// An unknown status string in a bulk answer counts as RETRY (the contract), named in
+/// a warning; an entry the answer leaves out is retried too; SUCCESS is not redelivered.
+#[tokio::test]
+async fn an_unknown_bulk_status_retries_its_entry_only() {
+    let runtime = Runtime::new("bad-input", memory());
+    let handler = Arc::new(WireAnswers {
+        deliveries: Default::default(),
+        warnings: Default::default(),
+        delivered: tokio::sync::Notify::new(),
+    });
+    let mut subscription = Subscription::new("bad-status", "bad-status-group");
+    subscription.bulk = Some(BulkSubscribeOptions {
+        max_messages_count: 10,
+        max_await_duration: Duration::from_millis(50),
+    });
+    let handle = runtime
+        .subscribe(subscription, Handler::Bulk(handler.clone()))
+        .await
+        .unwrap();
+    for data in ["keep", "odd", "left-out"] {
+        runtime
+            .publish(PublishRequest::new("bad-status", data.as_bytes().to_vec()))
+            .await
+            .unwrap();
+    }
+    let redelivered = |data: &str| {
+        handler
+            .deliveries
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(d, attempt)| d == data && *attempt >= 2)
+    };
+    let bound = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !(redelivered("odd") && redelivered("left-out")) {
+        tokio::time::timeout_at(bound, handler.delivered.notified())
+            .await
+            .expect("odd and left-out were not redelivered within 10 s");
+    }
+    handle.stop().await;
+    let deliveries = handler.deliveries.lock().unwrap().clone();
+    assert_eq!(
+        deliveries.iter().filter(|(d, _)| d == "keep").count(),
+        1,
+        "SUCCESS was delivered again: {deliveries:?}"
+    );
+    let warnings = handler.warnings.lock().unwrap().join("\n");
+    assert!(
+        warnings.contains("unknown status 'OK' counts as RETRY")
+            && warnings.contains("has no answer"),
+        "{warnings}"
+    );
+}

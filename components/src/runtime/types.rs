@@ -203,6 +203,99 @@ pub struct EntryStatus {
     pub status: Status,
 }
 
+impl Status {
+    /// The status a wire answer spells (`SUCCESS`, `RETRY`, `DROP`); `None` for any
+    /// other text.
+    pub fn from_wire(text: &str) -> Option<Status> {
+        match text {
+            "SUCCESS" => Some(Status::Success),
+            "RETRY" => Some(Status::Retry),
+            "DROP" => Some(Status::Drop),
+            _ => None,
+        }
+    }
+}
+
+/// A bulk handler's answer in the HTTP shape (`{"statuses":[{"entryId","status"}]}`),
+/// read as the contract says: an entry with a missing or unknown status counts as
+/// RETRY, and so does an entry the answer leaves out; what was read that way is
+/// reported in `warnings`, naming the entry and the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BulkAnswer {
+    /// One status per entry of the batch, in the batch's order.
+    pub statuses: Vec<EntryStatus>,
+    /// Each unknown or missing status, each entry id not in the batch.
+    pub warnings: Vec<String>,
+}
+
+impl BulkAnswer {
+    /// Reads an answer to a batch of `entry_ids`. A body that is not such an answer
+    /// (not JSON, no `statuses` array, an entry without a text `entryId`) is an error
+    /// naming what was wrong: the handler failed, and the whole batch is retried.
+    pub fn from_json(body: &[u8], entry_ids: &[&str]) -> Result<BulkAnswer, String> {
+        let value: serde_json::Value = serde_json::from_slice(body)
+            .map_err(|e| format!("the bulk answer is not JSON ({e}); expected {{\"statuses\":[{{\"entryId\",\"status\"}}]}}"))?;
+        let answers = value
+            .get("statuses")
+            .and_then(serde_json::Value::as_array)
+            .ok_or_else(|| {
+                "the bulk answer has no \"statuses\" array; expected {\"statuses\":[{\"entryId\",\"status\"}]}"
+                    .to_string()
+            })?;
+        let mut given: std::collections::HashMap<&str, Status> = std::collections::HashMap::new();
+        let mut warnings = Vec::new();
+        for (index, answer) in answers.iter().enumerate() {
+            let entry_id = answer
+                .get("entryId")
+                .and_then(serde_json::Value::as_str)
+                .ok_or_else(|| format!("statuses[{index}] has no text \"entryId\""))?;
+            let Some(wanted) = entry_ids.iter().find(|id| **id == entry_id) else {
+                warnings.push(format!(
+                    "statuses[{index}]: entry '{entry_id}' is not in the batch; ignored"
+                ));
+                continue;
+            };
+            let status = match answer.get("status") {
+                Some(serde_json::Value::String(text)) => match Status::from_wire(text) {
+                    Some(status) => status,
+                    None => {
+                        warnings.push(format!(
+                            "entry '{entry_id}': unknown status '{text}' counts as RETRY (expected SUCCESS, RETRY or DROP)"
+                        ));
+                        Status::Retry
+                    }
+                },
+                Some(other) => {
+                    warnings.push(format!(
+                        "entry '{entry_id}': status {other} is not text; counts as RETRY (expected SUCCESS, RETRY or DROP)"
+                    ));
+                    Status::Retry
+                }
+                None => {
+                    warnings.push(format!("entry '{entry_id}': no status; counts as RETRY"));
+                    Status::Retry
+                }
+            };
+            if given.insert(wanted, status).is_some() {
+                warnings.push(format!(
+                    "entry '{entry_id}' is answered twice; the last answer counts"
+                ));
+            }
+        }
+        let statuses = entry_ids
+            .iter()
+            .map(|id| EntryStatus {
+                entry_id: id.to_string(),
+                status: given.get(id).copied().unwrap_or_else(|| {
+                    warnings.push(format!("entry '{id}' has no answer; counts as RETRY"));
+                    Status::Retry
+                }),
+            })
+            .collect();
+        Ok(BulkAnswer { statuses, warnings })
+    }
+}
+
 /// Handles one message at a time. An `Err` counts as RETRY.
 #[async_trait]
 pub trait MessageHandler: Send + Sync {
@@ -221,4 +314,89 @@ pub trait BulkHandler: Send + Sync {
 pub enum Handler {
     Single(Arc<dyn MessageHandler>),
     Bulk(Arc<dyn BulkHandler>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::strategy::Strategy as _;
+
+    fn read(body: &str) -> Result<BulkAnswer, String> {
+        BulkAnswer::from_json(body.as_bytes(), &["a", "b", "c"])
+    }
+
+    #[test]
+    fn unknown_missing_and_absent_statuses_count_as_retry_and_are_named() {
+        let answer = read(
+            r#"{"statuses":[{"entryId":"a","status":"SUCCESS"},{"entryId":"b","status":"OK"},{"entryId":"zz","status":"DROP"},{"entryId":"a","status":"DROP"}]}"#,
+        )
+        .unwrap();
+        let statuses: Vec<Status> = answer.statuses.iter().map(|s| s.status).collect();
+        assert_eq!(statuses, [Status::Drop, Status::Retry, Status::Retry]);
+        let warnings = answer.warnings.join("\n");
+        for expected in [
+            "entry 'b': unknown status 'OK' counts as RETRY",
+            "entry 'zz' is not in the batch",
+            "entry 'a' is answered twice",
+            "entry 'c' has no answer",
+        ] {
+            assert!(warnings.contains(expected), "{expected}: {warnings}");
+        }
+        let answer = read(r#"{"statuses":[{"entryId":"a"},{"entryId":"b","status":1}]}"#).unwrap();
+        assert!(answer.statuses.iter().all(|s| s.status == Status::Retry));
+        assert!(
+            answer.warnings[0].contains("'a': no status"),
+            "{:?}",
+            answer.warnings
+        );
+        assert!(
+            answer.warnings[1].contains("status 1 is not text"),
+            "{:?}",
+            answer.warnings
+        );
+    }
+
+    #[test]
+    fn a_body_that_is_no_answer_is_an_error_naming_what_is_wrong() {
+        for (body, expected) in [
+            ("", "not JSON"),
+            ("{\"statuses\": {}}", "no \"statuses\" array"),
+            ("[]", "no \"statuses\" array"),
+            (
+                "{\"statuses\":[{\"status\":\"SUCCESS\"}]}",
+                "statuses[0] has no text \"entryId\"",
+            ),
+        ] {
+            let error = read(body).unwrap_err();
+            assert!(error.contains(expected), "{body}: {error}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 512,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x57a7),
+            failure_persistence: None,
+            ..Default::default()
+        })]
+        /// No body panics the reader, and an answer always has one status per entry.
+        #[test]
+        fn no_answer_panics_and_every_entry_gets_a_status(
+            body in proptest::prop_oneof![
+                "\\PC{0,80}".prop_map(String::from),
+                proptest::collection::vec(("[a-d]{1}", "(SUCCESS|RETRY|DROP|[A-Za-z]{0,6})"), 0..6)
+                    .prop_map(|entries| {
+                        let items: Vec<String> = entries
+                            .iter()
+                            .map(|(id, status)| format!("{{\"entryId\":\"{id}\",\"status\":\"{status}\"}}"))
+                            .collect();
+                        format!("{{\"statuses\":[{}]}}", items.join(","))
+                    }),
+            ]
+        ) {
+            if let Ok(answer) = read(&body) {
+                proptest::prop_assert_eq!(answer.statuses.len(), 3);
+            }
+        }
+    }
 }

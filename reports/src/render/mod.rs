@@ -102,4 +102,4 @@ pub fn write_all(report: &RunReport, dir: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
