@@ -122,12 +122,10 @@ impl RedisStreams {
         check_message_size(message, self.config.max_message_bytes)
     }
 
-    fn xadd(&self, message: &OutgoingMessage) -> redis::Cmd {
+    /// The XADD of `message` to the stream `key`.
+    fn xadd(&self, key: &str, message: &OutgoingMessage) -> redis::Cmd {
         let mut cmd = redis::cmd("XADD");
-        cmd.arg(self.key(&message.topic))
-            .arg("*")
-            .arg("payload")
-            .arg(&message.payload);
+        cmd.arg(key).arg("*").arg("payload").arg(&message.payload);
         if let Some(ct) = &message.content_type {
             cmd.arg("ct").arg(ct);
         }
@@ -246,7 +244,7 @@ impl Component for RedisStreams {
         self.check_size(&message)?;
         let mut conn = self.connection.clone();
         let id: String = self
-            .xadd(&message)
+            .xadd(&self.key(&message.topic), &message)
             .query_async(&mut conn)
             .await
             .map_err(broker("publishing with XADD"))?;
@@ -259,11 +257,17 @@ impl Component for RedisStreams {
     ) -> Result<Vec<Result<MessageId>>> {
         let mut results: Vec<Option<Result<MessageId>>> = Vec::with_capacity(messages.len());
         let mut pipe = redis::pipe();
-        let mut sent = Vec::new();
+        let mut sent = Vec::with_capacity(messages.len());
+        // A request's entries share their topic: its stream key is written once.
+        let mut key: Option<(&str, String)> = None;
         for (index, message) in messages.iter().enumerate() {
             match self.check_size(message) {
                 Ok(()) => {
-                    pipe.add_command(self.xadd(message));
+                    let stream = match &key {
+                        Some((topic, stream)) if *topic == message.topic => stream,
+                        _ => &key.insert((&message.topic, self.key(&message.topic))).1,
+                    };
+                    pipe.add_command(self.xadd(stream, message));
                     sent.push(index);
                     results.push(None);
                 }
@@ -275,15 +279,20 @@ impl Component for RedisStreams {
             match pipe.query_async::<Vec<Value>>(&mut conn).await {
                 Ok(replies) if replies.len() == sent.len() => {
                     for (index, reply) in sent.iter().zip(replies) {
-                        let id = text(&reply)
-                            .ok_or_else(|| {
-                                PubSubError::broker(
-                                    "pipelined XADD",
-                                    format!("unexpected reply {reply:?}"),
-                                )
-                            })
-                            .and_then(|id| position(&id))
-                            .map(|p| MessageId::new(messages[*index].topic.clone(), None, p));
+                        // The reply's id read in place, without copying it out.
+                        let id = match &reply {
+                            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+                            Value::SimpleString(text) => Some(text.as_str()),
+                            _ => None,
+                        }
+                        .ok_or_else(|| {
+                            PubSubError::broker(
+                                "pipelined XADD",
+                                format!("unexpected reply {reply:?}"),
+                            )
+                        })
+                        .and_then(position)
+                        .map(|p| MessageId::new(messages[*index].topic.clone(), None, p));
                         results[*index] = Some(id);
                     }
                 }

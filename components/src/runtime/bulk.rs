@@ -55,6 +55,7 @@ pub(super) async fn publish(
     );
 
     // Prepare every entry before publishing any, so bad input publishes nothing.
+    let stamp = super::Stamp::now();
     let mut ids = Vec::with_capacity(request.entries.len());
     let mut messages = Vec::with_capacity(request.entries.len());
     for entry in request.entries {
@@ -84,6 +85,7 @@ pub(super) async fn publish(
                 entry.content_type,
                 metadata,
                 Some(entry_traceparent),
+                &stamp,
             )
             .map_err(|e| match e {
                 PubSubError::InvalidRequest(why) => {
@@ -125,7 +127,7 @@ pub(super) async fn publish(
 }
 
 fn validate_entry_ids(request: &BulkPublishRequest) -> Result<()> {
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::with_capacity(request.entries.len());
     for (index, entry) in request.entries.iter().enumerate() {
         if entry.entry_id.trim().is_empty() {
             return Err(PubSubError::InvalidRequest(format!(

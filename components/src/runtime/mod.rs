@@ -60,6 +60,23 @@ pub struct Runtime {
     groups: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
+/// The moment a publish call prepares its messages, with its RFC 3339 text (the
+/// envelope's `time`): taken once per call, so a bulk request's entries share it.
+pub(crate) struct Stamp {
+    at: SystemTime,
+    text: String,
+}
+
+impl Stamp {
+    pub(crate) fn now() -> Stamp {
+        let at = SystemTime::now();
+        Stamp {
+            at,
+            text: controls::format_time(at),
+        }
+    }
+}
+
 impl Runtime {
     /// A runtime over `component`, known to applications as pub/sub `name`.
     pub fn new(name: impl Into<String>, component: Arc<dyn Component>) -> Self {
@@ -126,6 +143,7 @@ impl Runtime {
             request.content_type,
             request.metadata,
             None,
+            &Stamp::now(),
         )?;
         self.component.publish(message).await
     }
@@ -139,8 +157,9 @@ impl Runtime {
         content_type: Option<String>,
         metadata: Metadata,
         default_traceparent: Option<String>,
+        stamp: &Stamp,
     ) -> Result<OutgoingMessage> {
-        let now = SystemTime::now();
+        let now = stamp.at;
         let Controls {
             raw_payload,
             ttl,
@@ -202,7 +221,7 @@ impl Runtime {
                 traceparent: &traceparent,
                 content_type: content_type.as_deref(),
                 expiration: expiration.as_deref(),
-                time: &controls::format_time(now),
+                time: &stamp.text,
             };
             let body = match app_event {
                 // The app sent a CloudEvent: complete it, never wrap it twice.
