@@ -5,7 +5,7 @@
 # are kept.
 #
 # Usage: scripts/images.sh [--rebuild] [broker ...]
-#   brokers: redis nats mosquitto rabbitmq postgres (default: all)
+#   brokers: redis nats mosquitto rabbitmq postgres tansu (default: all)
 #   --rebuild  removes and builds the named images again
 # Environment: PCS_DEBIAN_MIRROR (default: the machine's apt source), PCS_SUITE
 # (default: bookworm), PCS_IMAGE_CACHE (.deb cache, default /var/cache/pcs-images).
@@ -16,11 +16,11 @@ brokers=()
 for arg in "$@"; do
     case "$arg" in
         --rebuild) rebuild=yes ;;
-        redis | nats | mosquitto | rabbitmq | postgres) brokers+=("$arg") ;;
-        *) echo "images.sh: unknown argument '$arg' (brokers: redis nats mosquitto rabbitmq postgres)" >&2; exit 2 ;;
+        redis | nats | mosquitto | rabbitmq | postgres | tansu) brokers+=("$arg") ;;
+        *) echo "images.sh: unknown argument '$arg' (brokers: redis nats mosquitto rabbitmq postgres tansu)" >&2; exit 2 ;;
     esac
 done
-[ "${#brokers[@]}" -gt 0 ] || brokers=(redis nats mosquitto rabbitmq postgres)
+[ "${#brokers[@]}" -gt 0 ] || brokers=(redis nats mosquitto rabbitmq postgres tansu)
 
 suite="${PCS_SUITE:-bookworm}"
 cache="${PCS_IMAGE_CACHE:-/var/cache/pcs-images}"
@@ -44,6 +44,8 @@ declare -A packages=(
     [mosquitto]=mosquitto
     [rabbitmq]=rabbitmq-server
     [postgres]="postgresql,postgresql-client"
+    # Not a Debian package: the binary scripts/install.sh built is copied in.
+    [tansu]="ca-certificates"
 )
 
 # broker -> entrypoint script. Containers run with the host's network (the suite
@@ -108,6 +110,16 @@ fi
 exec su postgres -s /bin/sh -c "exec $bin/postgres -D $data -p $port -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off"
 EOF
             ;;
+        tansu) cat <<'EOF'
+#!/bin/sh
+# SQLite storage in /data, so a restarted container keeps what was acknowledged.
+port="${PCS_PORT:-9092}"
+mkdir -p /data && cd /data
+export NO_COLOR=1
+exec /usr/local/bin/tansu broker --listener-url "tcp://127.0.0.1:$port" \
+    --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine sqlite://tansu.db
+EOF
+            ;;
     esac
 }
 
@@ -132,6 +144,11 @@ for broker in "${brokers[@]}"; do
         echo "images.sh: debootstrap failed for $broker; its log:" >&2
         tail -n 20 "$root.log" >&2
         exit 1
+    fi
+    if [ "$broker" = tansu ]; then
+        tansu_bin="$(readlink -f "$(command -v tansu || true)")"
+        [ -x "$tansu_bin" ] || { echo "images.sh: tansu is not built (scripts/install.sh --broker kafka)" >&2; exit 1; }
+        install -m 755 "$tansu_bin" "$root/usr/local/bin/tansu"
     fi
     entrypoint "$broker" >"$root/usr/local/bin/pcs-entrypoint"
     chmod 755 "$root/usr/local/bin/pcs-entrypoint"

@@ -6,6 +6,29 @@ set -euo pipefail
 
 need() { command -v "$1" >/dev/null 2>&1; }
 
+# tansu, the Kafka-protocol broker the Kafka component is certified on: not packaged
+# by Debian, built from crates.io (about 15 minutes on 2 cores) into a cache the
+# machine keeps, /var/cache/pcs/tansu (PCS_TANSU_ROOT), and linked into /usr/local/bin.
+# SQLite storage (libsql) makes it durable across a kill; dynostore gives the in-memory
+# engine.
+TANSU_VERSION=0.6.0
+TANSU_FEATURES=dynostore,libsql
+install_tansu() {
+    local root="${PCS_TANSU_ROOT:-/var/cache/pcs/tansu}"
+    local built="tansu $TANSU_VERSION --features $TANSU_FEATURES"
+    if [ "$(cat "$root/pcs-built" 2>/dev/null)" != "$built" ] || ! [ -x "$root/bin/tansu" ]; then
+        echo "install.sh: building $built (cached in $root)"
+        mkdir -p "$root"
+        cargo install --locked --quiet --force "tansu@$TANSU_VERSION" --features "$TANSU_FEATURES" --root "$root"
+        echo "$built" >"$root/pcs-built"
+    fi
+    if [ "$(id -u)" = 0 ]; then
+        ln -sf "$root/bin/tansu" /usr/local/bin/tansu
+    elif ! need tansu; then
+        echo "install.sh: add $root/bin to PATH for tansu" >&2
+    fi
+}
+
 # `install.sh --broker NAME`: only the Debian/Ubuntu packages of one component's
 # broker (a CI shard of scripts/certify-matrix.sh), nothing else.
 if [ "${1:-}" = "--broker" ]; then
@@ -16,8 +39,12 @@ if [ "${1:-}" = "--broker" ]; then
     mqtt) packages=(mosquitto) ;;
     postgres) packages=(postgresql postgresql-client) ;;
     rabbitmq) packages=(rabbitmq-server) ;;
+    kafka)
+        install_tansu
+        exit 0
+        ;;
     *)
-        echo "install.sh: no broker known for '${2:-}'; known: memory, redis, nats, mqtt, postgres, rabbitmq" >&2
+        echo "install.sh: no broker known for '${2:-}'; known: memory, redis, nats, mqtt, postgres, rabbitmq, kafka" >&2
         exit 2
         ;;
     esac
@@ -59,6 +86,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
         exit 1
     fi
 fi
+
+install_tansu
 
 if ! cargo nextest --version >/dev/null 2>&1; then
     echo "install.sh: installing cargo-nextest"

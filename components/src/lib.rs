@@ -15,6 +15,8 @@ pub mod capability;
 pub mod component;
 pub mod config;
 pub mod error;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod memory;
 pub mod message;
 #[cfg(feature = "mqtt")]

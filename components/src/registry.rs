@@ -109,6 +109,8 @@ static BUILT_IN: &[&dyn ComponentType] = &[
     &Typed::<crate::rabbitmq::RabbitConfig>::ROW,
     #[cfg(feature = "mqtt")]
     &Typed::<crate::mqtt::MqttConfig>::ROW,
+    #[cfg(feature = "kafka")]
+    &Typed::<crate::kafka::KafkaConfig>::ROW,
 ];
 
 /// Every built-in type with the cargo feature that compiles it in (`None`: always).
@@ -119,6 +121,7 @@ pub const BUILT_IN_TYPES: &[(&str, Option<&str>)] = &[
     ("nats-jetstream", Some("nats")),
     ("rabbitmq", Some("rabbitmq")),
     ("mqtt5", Some("mqtt")),
+    ("kafka", Some("kafka")),
 ];
 
 /// The cargo feature that would compile in a built-in type this build leaves out.

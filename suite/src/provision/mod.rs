@@ -195,13 +195,9 @@ impl Provisioner for LocalProcess {
                 "use in-process",
             )
         })?;
-        let process = BrokerProcess::spawn(&spec).await.map_err(|e| {
-            not(
-                self.kind(),
-                e,
-                format!("install Debian's {} (scripts/install.sh)", spec.package),
-            )
-        })?;
+        let process = BrokerProcess::spawn(&spec)
+            .await
+            .map_err(|e| not(self.kind(), e, spec.install_hint()))?;
         let endpoint = process.endpoint();
         build(
             self.kind(),
@@ -689,6 +685,13 @@ mod tests {
         spawn_kill_restart("rabbitmq").await;
     }
 
+    /// tansu, the Kafka-protocol broker (built by scripts/install.sh), keyed by the
+    /// Kafka component's type.
+    #[tokio::test]
+    async fn a_local_tansu_is_spawned_killed_and_restarted() {
+        spawn_kill_restart("kafka").await;
+    }
+
     /// Starts the broker of `component_type` in a container, checks it answers, kills
     /// it (the watch says the suite did it), restarts it on the same port, then kills
     /// it from outside (the watch reports the exit code within seconds), and checks
@@ -750,6 +753,11 @@ mod tests {
     #[tokio::test]
     async fn a_postgres_container_is_killed_restarted_and_watched() {
         container_kill_restart("postgres").await;
+    }
+
+    #[tokio::test]
+    async fn a_tansu_container_is_killed_restarted_and_watched() {
+        container_kill_restart("kafka").await;
     }
 
     #[tokio::test]

@@ -15,7 +15,8 @@ pub struct BrokerSpec {
     pub name: &'static str,
     /// The installed binary.
     pub program: &'static str,
-    /// Debian packages that provide it.
+    /// Debian packages that provide it, or for a broker Debian does not package, what
+    /// `scripts/install.sh` builds (see [`BrokerSpec::install_hint`]).
     pub package: &'static str,
     pub args: &'static [&'static str],
     pub env: &'static [(&'static str, &'static str)],
@@ -35,6 +36,17 @@ pub struct BrokerSpec {
     pub container: ContainerSpec,
 }
 
+impl BrokerSpec {
+    /// How to get the broker's program, for a NOT PROVISIONED hint.
+    pub fn install_hint(&self) -> String {
+        if self.package == TANSU {
+            "build tansu, the Kafka-protocol broker (scripts/install.sh --broker kafka; about 15 minutes once, then cached)".into()
+        } else {
+            format!("install Debian's {} (scripts/install.sh)", self.package)
+        }
+    }
+}
+
 /// True for component types that talk to a broker (a registered type: when the
 /// built-in type it names does).
 pub fn needs_broker(component_type: &str) -> bool {
@@ -45,6 +57,8 @@ const NO_FILES: &[(&str, &str)] = &[];
 const NO_ENV: &[(&str, &str)] = &[];
 const NO_COMMANDS: &[CommandLine] = &[];
 const POSTGRES_BIN: &str = "/usr/lib/postgresql/*/bin/postgres";
+/// What provides tansu: not a Debian package, a crate `scripts/install.sh` builds.
+const TANSU: &str = "tansu";
 
 /// How to spawn the broker a component type needs, where this suite knows how (a
 /// registered type: the broker of the built-in type it names).
@@ -98,6 +112,44 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
             container: ContainerSpec {
                 upstream: ContainerImage::new("nats", "2.10.22-alpine", &["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "/data"], NO_ENV),
                 local: ContainerImage::local("nats"),
+            },
+        }),
+        // Kafka's protocol, served by tansu (no JVM Kafka can be had here): built from
+        // crates.io by scripts/install.sh; its SQLite storage keeps what it acknowledged
+        // across a kill.
+        "kafka" => Some(BrokerSpec {
+            name: "tansu",
+            program: "tansu",
+            package: TANSU,
+            args: &[
+                "broker",
+                "--listener-url",
+                "tcp://127.0.0.1:{port}",
+                "--advertised-listener-url",
+                "tcp://127.0.0.1:{port}",
+                "--storage-engine",
+                // Relative to the working directory, which is the data directory (an
+                // absolute path would be taken as relative too).
+                "sqlite://tansu.db",
+            ],
+            env: &[("NO_COLOR", "1")],
+            files: NO_FILES,
+            init: NO_COMMANDS,
+            after_start: NO_COMMANDS,
+            run_as: None,
+            ready_within: quick,
+            prefer_external: false,
+            container: ContainerSpec {
+                upstream: ContainerImage::new("ghcr.io/tansu-io/tansu", "0.6.0", &[
+                    "broker",
+                    "--listener-url",
+                    "tcp://127.0.0.1:{port}",
+                    "--advertised-listener-url",
+                    "tcp://127.0.0.1:{port}",
+                    "--storage-engine",
+                    "memory://tansu/",
+                ], NO_ENV),
+                local: ContainerImage::local("tansu"),
             },
         }),
         "mqtt5" => Some(BrokerSpec {
