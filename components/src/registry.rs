@@ -40,7 +40,8 @@ pub trait ComponentType: Send + Sync {
     }
     /// Checks a definition without connecting anywhere; the endpoint it names.
     fn validate(&self, definition: &ComponentDefinition) -> Result<Validated, ConfigError>;
-    /// Builds the component; `endpoint` (`host:port`) replaces the definition's.
+    /// Checks the definition and builds the component; `endpoint` (`host:port`)
+    /// replaces the definition's.
     fn build(
         &self,
         definition: ComponentDefinition,
@@ -51,8 +52,6 @@ pub trait ComponentType: Send + Sync {
 /// A checked definition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Validated {
-    /// Its type.
-    pub type_name: &'static str,
     /// The broker endpoint it names (`host:port`), for types that have one.
     pub endpoint: Option<String>,
 }
@@ -76,7 +75,6 @@ impl<S: TypedSettings> ComponentType for Typed<S> {
     fn validate(&self, definition: &ComponentDefinition) -> Result<Validated, ConfigError> {
         let settings = S::from_definition(definition)?;
         Ok(Validated {
-            type_name: S::TYPE,
             endpoint: settings.endpoint(),
         })
     }
@@ -191,7 +189,6 @@ impl ComponentType for ExternalType {
     fn validate(&self, definition: &ComponentDefinition) -> Result<Validated, ConfigError> {
         (self.validate)(definition)?;
         Ok(Validated {
-            type_name: self.name,
             endpoint: self
                 .endpoint_field
                 .and_then(|field| definition.metadata.get(field).cloned()),
@@ -203,6 +200,9 @@ impl ComponentType for ExternalType {
         definition: ComponentDefinition,
         endpoint: Option<String>,
     ) -> BoxFuture<'static, Result<Arc<dyn Component>, BuildError>> {
+        if let Err(e) = (self.validate)(&definition) {
+            return Box::pin(async move { Err(e.into()) });
+        }
         let named = self
             .endpoint_field
             .and_then(|field| definition.metadata.get(field).cloned());
@@ -354,7 +354,6 @@ pub async fn build(
     let Some(t) = row(&definition.component_type) else {
         return Err(unknown_type(definition).into());
     };
-    t.validate(definition)?;
     t.build(definition.clone(), endpoint.map(str::to_string))
         .await
 }

@@ -353,6 +353,9 @@ impl Component for Kafka {
     /// its start fixed when it starts at the latest (no member joins, so no later
     /// member waits for a phantom one to time out of the group).
     async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
+        if self.start_of(spec) == StartPosition::Earliest {
+            return self.ensure_topics(&named_topics(&spec.topics)).await;
+        }
         self.open(spec, false).await.map(drop)
     }
 
@@ -362,6 +365,15 @@ impl Component for Kafka {
 }
 
 impl Kafka {
+    /// Where a new group of the spec starts: the latest when the subscription asks
+    /// for it, else as `initialOffset` says.
+    fn start_of(&self, spec: &ConsumerSpec) -> StartPosition {
+        match spec.start {
+            StartPosition::Latest => StartPosition::Latest,
+            StartPosition::Earliest => self.config.initial_offset,
+        }
+    }
+
     /// A member of the spec's group, subscribed when `join`; a new group asked to start
     /// at the latest gets the topics' current ends committed first.
     async fn open(&self, spec: &ConsumerSpec, join: bool) -> Result<KafkaConsumer> {
@@ -370,16 +382,9 @@ impl Kafka {
                 "consumer group name is empty".into(),
             ));
         }
-        let named: Vec<&str> = match &spec.topics {
-            TopicSelector::Single(topic) => vec![topic.as_str()],
-            TopicSelector::List(topics) => topics.iter().map(String::as_str).collect(),
-            TopicSelector::Pattern(_) => Vec::new(),
-        };
+        let named = named_topics(&spec.topics);
         self.ensure_topics(&named).await?;
-        let start = match spec.start {
-            StartPosition::Latest => StartPosition::Latest,
-            StartPosition::Earliest => self.config.initial_offset,
-        };
+        let start = self.start_of(spec);
         let consumer: StreamConsumer<Quiet> = client_config(&self.config)
             .set("group.id", self.config.group_id(&spec.group))
             // Offsets are stored as acknowledgements close gaps and committed every
@@ -424,6 +429,15 @@ impl Kafka {
             ledger: Mutex::new(Ledger::default()),
             closed: AtomicBool::new(false),
         })
+    }
+}
+
+/// The topics a selector names (none for a pattern).
+fn named_topics(topics: &TopicSelector) -> Vec<&str> {
+    match topics {
+        TopicSelector::Single(topic) => vec![topic.as_str()],
+        TopicSelector::List(topics) => topics.iter().map(String::as_str).collect(),
+        TopicSelector::Pattern(_) => Vec::new(),
     }
 }
 

@@ -15,9 +15,8 @@ pub struct BrokerSpec {
     pub name: &'static str,
     /// The installed binary.
     pub program: &'static str,
-    /// Debian packages that provide it, or for a broker Debian does not package, what
-    /// `scripts/install.sh` builds (see [`BrokerSpec::install_hint`]).
-    pub package: &'static str,
+    /// Where the program comes from (for the NOT PROVISIONED hint).
+    pub source: Source,
     pub args: &'static [&'static str],
     pub env: &'static [(&'static str, &'static str)],
     /// Files written into the data directory before the first start: (name, content).
@@ -36,13 +35,23 @@ pub struct BrokerSpec {
     pub container: ContainerSpec,
 }
 
+/// Where a broker's program comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A Debian package, installed by `scripts/install.sh`.
+    Debian(&'static str),
+    /// Built by `scripts/install.sh`: how to get it.
+    Built(&'static str),
+}
+
 impl BrokerSpec {
     /// How to get the broker's program, for a NOT PROVISIONED hint.
     pub fn install_hint(&self) -> String {
-        if self.package == TANSU {
-            "build tansu, the Kafka-protocol broker (scripts/install.sh --broker kafka; about 15 minutes once, then cached)".into()
-        } else {
-            format!("install Debian's {} (scripts/install.sh)", self.package)
+        match self.source {
+            Source::Debian(package) => {
+                format!("install Debian's {package} (scripts/install.sh)")
+            }
+            Source::Built(how) => how.to_string(),
         }
     }
 }
@@ -57,8 +66,6 @@ const NO_FILES: &[(&str, &str)] = &[];
 const NO_ENV: &[(&str, &str)] = &[];
 const NO_COMMANDS: &[CommandLine] = &[];
 const POSTGRES_BIN: &str = "/usr/lib/postgresql/*/bin/postgres";
-/// What provides tansu: not a Debian package, a crate `scripts/install.sh` builds.
-const TANSU: &str = "tansu";
 
 /// How to spawn the broker a component type needs, where this suite knows how (a
 /// registered type: the broker of the built-in type it names).
@@ -68,7 +75,7 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
         "redis-streams" => Some(BrokerSpec {
             name: "redis",
             program: "redis-server",
-            package: "redis-server",
+            source: Source::Debian("redis-server"),
             args: &[
                 "--port",
                 "{port}",
@@ -100,7 +107,7 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
         "nats-jetstream" => Some(BrokerSpec {
             name: "nats",
             program: "nats-server",
-            package: "nats-server",
+            source: Source::Debian("nats-server"),
             args: &["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "{dir}"],
             env: NO_ENV,
             files: NO_FILES,
@@ -120,7 +127,9 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
         "kafka" => Some(BrokerSpec {
             name: "tansu",
             program: "tansu",
-            package: TANSU,
+            source: Source::Built(
+                "build tansu, the Kafka-protocol broker (scripts/install.sh --broker kafka; about 15 minutes once, then cached)",
+            ),
             args: &[
                 "broker",
                 "--listener-url",
@@ -155,7 +164,7 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
         "mqtt5" => Some(BrokerSpec {
             name: "mosquitto",
             program: "mosquitto",
-            package: "mosquitto",
+            source: Source::Debian("mosquitto"),
             args: &["-c", "{dir}/mosquitto.conf"],
             env: NO_ENV,
             files: &[(
@@ -181,7 +190,7 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
             name: "rabbitmq",
             // The Debian wrapper in /usr/sbin switches user and ignores the environment.
             program: "/usr/lib/rabbitmq/bin/rabbitmq-server",
-            package: "rabbitmq-server",
+            source: Source::Debian("rabbitmq-server"),
             args: &[],
             env: &[
                 ("RABBITMQ_NODENAME", "pcs-{port}@localhost"),
@@ -219,7 +228,7 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
         "postgres" => Some(BrokerSpec {
             name: "postgres",
             program: POSTGRES_BIN,
-            package: "postgresql",
+            source: Source::Debian("postgresql"),
             args: &[
                 "-D",
                 "{dir}/data",
