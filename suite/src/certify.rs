@@ -227,6 +227,12 @@ async fn certify_component(
         }
     };
     let broker_version = provisioned.component.broker_version().await.ok();
+    // Where the protocol does not name the broker's software, provisioning does.
+    let software = provisioned.broker.as_ref().and_then(|b| b.software());
+    let broker_version = match (software, broker_version) {
+        (Some(software), Some(version)) => Some(format!("{software}; {version}")),
+        (software, version) => software.or(version),
+    };
     let provisioning = Provisioning {
         kind: provisioned.kind.to_string(),
         endpoint: provisioned.endpoint.clone(),

@@ -22,6 +22,8 @@ pub struct CaseContext {
     /// Builds the component again against another endpoint (behind a fault proxy);
     /// `None` when it cannot be.
     pub connect: Option<crate::runner::ComponentFactory>,
+    /// How a fault proxy relays the broker's protocol.
+    pub proxy_wire: crate::faults::Wire,
     prefix: String,
     deadline: Instant,
     seed: u64,
@@ -37,6 +39,7 @@ impl CaseContext {
             recorder: Recorder::new(),
             broker: None,
             connect: None,
+            proxy_wire: crate::faults::Wire::Opaque,
             prefix: format!("pcs-{}-{}", &run[..8], case_id.replace('.', "-")),
             deadline: Instant::now() + bound,
             seed,

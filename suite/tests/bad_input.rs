@@ -65,6 +65,26 @@ fn a_bad_definition_is_refused_naming_the_field(#[case] text: &str, #[case] name
     }
 }
 
+/// Kafka's settings (the component is behind the `kafka` feature, on by default).
+#[cfg(feature = "kafka")]
+#[rstest]
+#[case::brokers_without_port(&with_metadata("kafka", &[("brokers", "127.0.0.1")]), &["spec.metadata (brokers)", "host:port", "'127.0.0.1'"])]
+#[case::one_bad_broker_of_two(&with_metadata("kafka", &[("brokers", "a:9092,b:nine")]), &["brokers", "'a:9092,b:nine'"])]
+#[case::group_with_spaces(&with_metadata("kafka", &[("consumerGroup", "my group")]), &["consumerGroup", "'my group'"])]
+#[case::unknown_offset(&with_metadata("kafka", &[("initialOffset", "earliest")]), &["initialOffset", "'oldest' or 'newest'", "'earliest'"])]
+#[case::acks_zero(&with_metadata("kafka", &[("acks", "0")]), &["acks", "no publish could be confirmed"])]
+#[case::acks_word(&with_metadata("kafka", &[("acks", "leader")]), &["acks", "'leader'"])]
+#[case::refresh_too_fast(&with_metadata("kafka", &[("metadataRefreshIntervalMs", "5")]), &["metadataRefreshIntervalMs", "at least 100 ms"])]
+#[case::refresh_not_a_number(&with_metadata("kafka", &[("metadataRefreshIntervalMs", "1s")]), &["metadataRefreshIntervalMs", "1s"])]
+#[case::message_bytes_too_small(&with_metadata("kafka", &[("maxMessageBytes", "10")]), &["maxMessageBytes", "1000 to 1000000000"])]
+#[case::unknown_setting(&with_metadata("kafka", &[("bootstrapServers", "127.0.0.1:9092")]), &["bootstrapServers", "brokers"])]
+fn a_bad_kafka_definition_is_refused_naming_the_field(#[case] text: &str, #[case] named: &[&str]) {
+    let error = definition_error(text);
+    for part in named {
+        assert!(error.contains(part), "{error:?} does not name {part:?}");
+    }
+}
+
 #[rstest]
 #[case::unknown_case(
     "expectations:\n  - case: publish.nope\n    broker: x\n    reason: y\n",

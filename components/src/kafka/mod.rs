@@ -275,7 +275,7 @@ impl Component for Kafka {
             multi_topic: true,
             fan_out: true,
             headers: true,
-            seek: false,
+            seek: true,
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,
             max_message_bytes: Some(self.config.max_message_bytes),
@@ -387,10 +387,12 @@ impl Kafka {
         let start = self.start_of(spec);
         let consumer: StreamConsumer<Quiet> = client_config(&self.config)
             .set("group.id", self.config.group_id(&spec.group))
-            // Offsets are stored as acknowledgements close gaps and committed every
-            // 100 ms (and at close), not one commit per acknowledgement.
+            // Offsets are stored as acknowledgements close gaps and committed once a
+            // second (and at close), not one commit per acknowledgement: a commit is
+            // a write on the broker, and a member that crashes before its commit only
+            // has its records delivered again (at least once).
             .set("enable.auto.commit", "true")
-            .set("auto.commit.interval.ms", "100")
+            .set("auto.commit.interval.ms", "1000")
             .set("enable.auto.offset.store", "false")
             .set(
                 "auto.offset.reset",
@@ -807,6 +809,96 @@ impl Consumer for KafkaConsumer {
             ledger.returning.push((Instant::now() + delay, message));
         }
         Ok(())
+    }
+
+    /// Repositions the owner topic-partition of `id` (assigned to this member) so that
+    /// `id` is the next record delivered from it: what the member holds of it is
+    /// forgotten, and librdkafka drops what it fetched before the seek.
+    async fn seek(&self, id: &MessageId) -> Result<()> {
+        self.ensure_open()?;
+        let (topic, partition, offset) = self.locate(id)?;
+        let consumer = self.client()?;
+        let assigned = consumer
+            .assignment()
+            .map_err(broker("reading the member's assignment"))?
+            .elements_for_topic(&topic)
+            .iter()
+            .any(|element| element.partition() == partition);
+        if !assigned {
+            return Err(PubSubError::NotAllowed(format!(
+                "cannot seek to {id}: partition {partition} of '{topic}' is not assigned to this member of group '{}' (receive from it first)",
+                self.spec.group
+            )));
+        }
+        {
+            let mut ledger = self.ledger();
+            ledger.partitions.remove(&(topic.clone(), partition));
+            let elsewhere = |m: &ReceivedMessage| {
+                m.topic() != topic || m.id.partition != Some(partition as u32)
+            };
+            ledger.returning.retain(|(_, m)| elsewhere(m));
+            ledger.ready.retain(elsewhere);
+        }
+        let target = topic.clone();
+        tokio::task::spawn_blocking(move || {
+            consumer.seek(&target, partition, Offset::Offset(offset), REQUEST_TIMEOUT)
+        })
+        .await
+        .map_err(|e| PubSubError::broker("seeking", e))?
+        .map_err(broker("seeking"))
+    }
+
+    /// The last record of each partition of the topics this member covers (its
+    /// assignment, else the subscription's named topics): the high watermark less one.
+    async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        self.ensure_open()?;
+        let consumer = self.client()?;
+        let named: Vec<String> = named_topics(&self.spec.topics)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        tokio::task::spawn_blocking(move || -> Result<Vec<MessageId>> {
+            let mut covered: Vec<(String, i32)> = consumer
+                .assignment()
+                .map_err(broker("reading the member's assignment"))?
+                .elements()
+                .iter()
+                .map(|e| (e.topic().to_string(), e.partition()))
+                .collect();
+            if covered.is_empty() {
+                for topic in &named {
+                    let metadata = consumer
+                        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+                        .map_err(broker("reading topic metadata"))?;
+                    for found in metadata.topics() {
+                        covered.extend(
+                            found
+                                .partitions()
+                                .iter()
+                                .map(|p| (found.name().to_string(), p.id())),
+                        );
+                    }
+                }
+            }
+            covered.sort();
+            covered.dedup();
+            let mut last = Vec::new();
+            for (topic, partition) in covered {
+                let (low, high) = consumer
+                    .fetch_watermarks(&topic, partition, REQUEST_TIMEOUT)
+                    .map_err(broker("reading a partition's watermarks"))?;
+                if high > low {
+                    last.push(MessageId::new(
+                        &topic,
+                        Some(partition as u32),
+                        (high - 1) as u64,
+                    ));
+                }
+            }
+            Ok(last)
+        })
+        .await
+        .map_err(|e| PubSubError::broker("reading last message ids", e))?
     }
 
     async fn close(&self) -> Result<()> {

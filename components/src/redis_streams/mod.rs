@@ -124,13 +124,32 @@ impl RedisStreams {
 
     /// The XADD of `message` to the stream `key`.
     fn xadd(&self, key: &str, message: &OutgoingMessage) -> redis::Cmd {
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(key).arg("*").arg("payload").arg(&message.payload);
+        // Sized up front: the payload dominates, the metadata JSON is short.
+        let metadata_bytes: usize = message
+            .metadata
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 6)
+            .sum::<usize>()
+            + 2;
+        let mut cmd = redis::Cmd::with_capacity(
+            10,
+            16 + key.len()
+                + message.payload.len()
+                + message.content_type.as_ref().map_or(0, String::len)
+                + metadata_bytes
+                + message.partition_key.as_ref().map_or(0, String::len),
+        );
+        cmd.arg("XADD")
+            .arg(key)
+            .arg("*")
+            .arg("payload")
+            .arg(&message.payload);
         if let Some(ct) = &message.content_type {
             cmd.arg("ct").arg(ct);
         }
-        cmd.arg("md")
-            .arg(serde_json::to_string(&message.metadata).unwrap_or_default());
+        let mut metadata = Vec::with_capacity(metadata_bytes);
+        serde_json::to_writer(&mut metadata, &message.metadata).expect("metadata encodes");
+        cmd.arg("md").arg(metadata);
         if let Some(pk) = &message.partition_key {
             cmd.arg("pk").arg(pk);
         }
@@ -256,7 +275,7 @@ impl Component for RedisStreams {
         messages: Vec<OutgoingMessage>,
     ) -> Result<Vec<Result<MessageId>>> {
         let mut results: Vec<Option<Result<MessageId>>> = Vec::with_capacity(messages.len());
-        let mut pipe = redis::pipe();
+        let mut pipe = redis::Pipeline::with_capacity(messages.len());
         let mut sent = Vec::with_capacity(messages.len());
         // A request's entries share their topic: its stream key is written once.
         let mut key: Option<(&str, String)> = None;

@@ -9,7 +9,8 @@
         feature = "nats",
         feature = "postgres",
         feature = "rabbitmq",
-        feature = "mqtt"
+        feature = "mqtt",
+        feature = "kafka"
     )),
     allow(dead_code, unused_imports, unused_variables)
 )]
@@ -49,6 +50,8 @@ pub(super) async fn raw_publish(
         "rabbitmq" => Some(rabbitmq(endpoint, batch, options).await?),
         #[cfg(feature = "mqtt")]
         "mqtt5" => Some(mqtt(endpoint, batch, options).await?),
+        #[cfg(feature = "kafka")]
+        "kafka" => Some(kafka(endpoint, batch, options).await?),
         _ => None,
     })
 }
@@ -315,6 +318,78 @@ async fn mqtt(
         "raw client: QoS 1 publish, await PUBACK, one at a time".to_string()
     } else {
         format!("raw client: {batch} QoS 1 publishes, then their PUBACKs")
+    };
+    Ok((label, elapsed))
+}
+
+/// Kafka: records handed to librdkafka's producer (configured as the component's:
+/// acks all, linger 1 ms), then their delivery reports awaited; the same work without
+/// the component.
+#[cfg(feature = "kafka")]
+async fn kafka(
+    endpoint: &str,
+    batch: usize,
+    options: &BenchOptions,
+) -> anyhow::Result<(String, Duration)> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    use rdkafka::ClientConfig;
+
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", endpoint)
+        .set("log_level", "2");
+    let admin: AdminClient<DefaultClientContext> = config.create()?;
+    let topic = format!("pcs-bench-raw-{}", run_id());
+    for result in admin
+        .create_topics(
+            &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await?
+    {
+        result.map_err(|(topic, code)| anyhow::anyhow!("creating topic {topic}: {code}"))?;
+    }
+    let producer: FutureProducer = config
+        .clone()
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .create()?;
+    let payload = vec![b'x'; options.payload_bytes];
+    let started = Instant::now();
+    for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
+        let mut reports = Vec::with_capacity(chunk.len());
+        for i in chunk {
+            let metadata = metadata_json(*i);
+            let headers = OwnedHeaders::new().insert(Header {
+                key: "pcs-md",
+                value: Some(metadata.as_bytes()),
+            });
+            let record = FutureRecord::<str, [u8]>::to(&topic)
+                .payload(payload.as_slice())
+                .headers(headers);
+            reports.push(
+                producer
+                    .send_result(record)
+                    .map_err(|(e, _)| anyhow::anyhow!("queueing a record: {e}"))?,
+            );
+        }
+        for report in reports {
+            report
+                .await?
+                .map_err(|(e, _)| anyhow::anyhow!("producing a record: {e}"))?;
+        }
+    }
+    let elapsed = started.elapsed();
+    admin
+        .delete_topics(&[topic.as_str()], &AdminOptions::new())
+        .await?;
+    let label = if batch == 1 {
+        "raw client: produce, await the delivery report, one at a time".to_string()
+    } else {
+        format!("raw client: {batch} records produced, then their delivery reports")
     };
     Ok((label, elapsed))
 }

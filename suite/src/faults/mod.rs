@@ -3,8 +3,10 @@
 //! restart, pause, resume), each recorded in the case's history with its time.
 
 pub mod proxy;
+pub mod wire;
 
 pub use proxy::{FaultProxy, NetworkFault};
+pub use wire::Wire;
 
 use crate::context::CaseContext;
 use crate::outcome::CaseError;
@@ -83,7 +85,7 @@ impl<'a> Faults<'a> {
                 "this case needs a way to build the component behind a fault proxy".into(),
             )
         })?;
-        let proxy = FaultProxy::start(&self.broker.endpoint())
+        let proxy = FaultProxy::start_with(&self.broker.endpoint(), self.ctx.proxy_wire)
             .await
             .map_err(|e| CaseError::Harness(format!("cannot start the fault proxy: {e}")))?;
         let component = connect(proxy.endpoint()).await.map_err(|e| {
@@ -101,5 +103,59 @@ impl<'a> Faults<'a> {
     pub fn network(&self, proxy: &FaultProxy, fault: NetworkFault) {
         self.record(fault.describe());
         proxy.set(fault);
+    }
+}
+
+#[cfg(all(test, feature = "kafka"))]
+mod tests {
+    use super::*;
+    use crate::provision::spec::broker_spec;
+    use crate::provision::BrokerProcess;
+    use pubsub_components::config::ComponentDefinition;
+    use pubsub_components::OutgoingMessage;
+
+    /// Every connection a Kafka client opens goes through the Kafka-aware proxy (the
+    /// broker's advertised address is rewritten to the proxy's): a publish cannot
+    /// reach the broker while the proxy cuts the network, and does once it is back.
+    /// Relaying bytes alone, the client would bootstrap through the proxy and then
+    /// produce straight to the broker, untouched by the cut.
+    #[tokio::test]
+    async fn a_kafka_client_behind_the_proxy_reaches_the_broker_only_through_it() {
+        let spec = broker_spec("kafka").unwrap();
+        let broker = BrokerProcess::spawn(&spec)
+            .await
+            .unwrap_or_else(|e| panic!("spawning tansu (scripts/install.sh --broker kafka): {e}"));
+        let software = broker.software().unwrap_or_default();
+        assert!(software.starts_with("tansu "), "'{software}'");
+        let proxy = FaultProxy::start_with(&broker.endpoint(), spec.proxy_wire)
+            .await
+            .unwrap();
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/next/kafka.yaml");
+        let definition = ComponentDefinition::from_file(&root).unwrap();
+        let component = pubsub_components::registry::build(&definition, Some(&proxy.endpoint()))
+            .await
+            .unwrap();
+        let topic = format!("pcs-proxy-{}", uuid::Uuid::new_v4().simple());
+        let publish = |key: &str| {
+            let message = OutgoingMessage::new(topic.clone(), key.as_bytes().to_vec());
+            let component = component.clone();
+            async move { component.publish(message).await }
+        };
+        publish("before")
+            .await
+            .expect("publishing through the proxy");
+
+        proxy.set(NetworkFault::Cut);
+        let during = tokio::time::timeout(Duration::from_secs(3), publish("during")).await;
+        assert!(
+            !matches!(during, Ok(Ok(_))),
+            "a publish reached the broker while the proxy cut the network: the client went around it"
+        );
+
+        proxy.set(NetworkFault::Pass);
+        let after = tokio::time::timeout(Duration::from_secs(30), publish("after")).await;
+        assert!(matches!(after, Ok(Ok(_))), "{after:?}");
+        broker.shutdown().await;
     }
 }

@@ -1,8 +1,11 @@
 //! An in-process TCP fault proxy between a component and its broker, with the faults
 //! people know from Toxiproxy: cut (close and refuse), black hole (hold every byte),
 //! latency with jitter, reset peers, bandwidth limit. It works whatever provisioned
-//! the broker, since the component simply connects to the proxy's loopback port.
+//! the broker, since the component simply connects to the proxy's loopback port; for
+//! protocols whose clients connect where the broker tells them (Kafka), it rewrites
+//! what the broker advertises so it stays in the path (see [`Wire`]).
 
+use super::wire::{AdvertisedAddress, Wire, MAX_KAFKA_FRAME};
 use rand::Rng;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,16 +60,28 @@ pub struct FaultProxy {
 }
 
 impl FaultProxy {
-    /// Listens on a free loopback port and forwards to `upstream` (`host:port`).
+    /// Listens on a free loopback port and forwards bytes to `upstream` (`host:port`).
     pub async fn start(upstream: &str) -> std::io::Result<Self> {
+        Self::start_with(upstream, Wire::Opaque).await
+    }
+
+    /// Listens on a free loopback port and forwards to `upstream` (`host:port`),
+    /// relaying `wire`'s way.
+    pub async fn start_with(upstream: &str, wire: Wire) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
+        if wire == Wire::Kafka {
+            // Checked once here, so that every connection can rewrite.
+            AdvertisedAddress::new(upstream, &address.to_string())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        }
         let (fault, _) = watch::channel(NetworkFault::Pass);
         let (generation, _) = watch::channel(0u64);
         let connections = Arc::new(AtomicU64::new(0));
         let acceptor = tokio::spawn(accept(
             listener,
             upstream.to_string(),
+            wire,
             fault.subscribe(),
             generation.clone(),
             connections.clone(),
@@ -125,6 +140,7 @@ impl Drop for FaultProxy {
 async fn accept(
     listener: TcpListener,
     upstream: String,
+    wire: Wire,
     fault: watch::Receiver<NetworkFault>,
     generation: watch::Sender<u64>,
     connections: Arc<AtomicU64>,
@@ -142,13 +158,27 @@ async fn accept(
         let upstream = upstream.clone();
         let fault = fault.clone();
         let generation = generation.subscribe();
+        let relay = match wire {
+            Wire::Opaque => Relay::Opaque,
+            Wire::Kafka => match listener
+                .local_addr()
+                .map_err(|e| e.to_string())
+                .and_then(|own| AdvertisedAddress::new(&upstream, &own.to_string()))
+            {
+                Ok(rewrite) => Relay::Kafka(Arc::new(rewrite)),
+                Err(_) => {
+                    reset(client);
+                    continue;
+                }
+            },
+        };
         tokio::spawn(async move {
             let Ok(server) = TcpStream::connect(&upstream).await else {
                 reset(client);
                 return;
             };
             let _ = server.set_nodelay(true);
-            connect(client, server, fault, generation).await;
+            connect(client, server, relay, fault, generation).await;
         });
     }
 }
@@ -160,9 +190,69 @@ fn reset(stream: TcpStream) {
     drop(stream);
 }
 
+/// How one connection's bytes are relayed.
+#[derive(Clone)]
+enum Relay {
+    Opaque,
+    /// Kafka frames; the rewrite is shared by both directions of the connection.
+    Kafka(Arc<AdvertisedAddress>),
+}
+
+/// Which way a pump copies.
+#[derive(Clone, Copy)]
+enum Direction {
+    ToBroker,
+    ToClient,
+}
+
+impl Relay {
+    /// Reads the next unit to forward into `buffer`: a chunk, or a whole Kafka frame
+    /// (size prefix included). `None` at the end of the stream or on an error.
+    async fn read(
+        &self,
+        from: &mut tokio::net::tcp::OwnedReadHalf,
+        buffer: &mut Vec<u8>,
+    ) -> Option<usize> {
+        match self {
+            Relay::Opaque => {
+                buffer.resize(16 * 1024, 0);
+                match from.read(buffer).await {
+                    Ok(0) | Err(_) => None,
+                    Ok(n) => Some(n),
+                }
+            }
+            Relay::Kafka(_) => {
+                let mut size = [0u8; 4];
+                from.read_exact(&mut size).await.ok()?;
+                let size = usize::try_from(i32::from_be_bytes(size)).ok()?;
+                if size > MAX_KAFKA_FRAME {
+                    return None;
+                }
+                buffer.resize(4 + size, 0);
+                buffer[..4].copy_from_slice(&(size as i32).to_be_bytes());
+                from.read_exact(&mut buffer[4..]).await.ok()?;
+                Some(4 + size)
+            }
+        }
+    }
+
+    /// What the protocol needs done to a unit before it is forwarded.
+    fn inspect(&self, direction: Direction, unit: &mut [u8]) {
+        if let Relay::Kafka(rewrite) = self {
+            match direction {
+                Direction::ToBroker => rewrite.request(unit),
+                Direction::ToClient => {
+                    rewrite.response(unit);
+                }
+            }
+        }
+    }
+}
+
 async fn connect(
     client: TcpStream,
     server: TcpStream,
+    relay: Relay,
     fault: watch::Receiver<NetworkFault>,
     mut generation: watch::Receiver<u64>,
 ) {
@@ -172,8 +262,14 @@ async fn connect(
     let _ = server.set_zero_linger();
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    let up = pump(client_read, server_write, fault.clone());
-    let down = pump(server_read, client_write, fault);
+    let up = pump(
+        client_read,
+        server_write,
+        relay.clone(),
+        Direction::ToBroker,
+        fault.clone(),
+    );
+    let down = pump(server_read, client_write, relay, Direction::ToClient, fault);
     let reset_now = async {
         let _ = generation.wait_for(|g| *g != born).await;
     };
@@ -190,12 +286,14 @@ async fn connect(
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
+    relay: Relay,
+    direction: Direction,
     mut fault: watch::Receiver<NetworkFault>,
 ) -> (
     tokio::net::tcp::OwnedReadHalf,
     tokio::net::tcp::OwnedWriteHalf,
 ) {
-    let mut buffer = vec![0u8; 16 * 1024];
+    let mut buffer = Vec::new();
     loop {
         // A black hole holds everything: nothing is read, so nothing moves.
         if fault
@@ -205,10 +303,10 @@ async fn pump(
         {
             return (from, to);
         }
-        let read = match from.read(&mut buffer).await {
-            Ok(0) | Err(_) => return (from, to),
-            Ok(n) => n,
+        let Some(read) = relay.read(&mut from, &mut buffer).await else {
+            return (from, to);
         };
+        relay.inspect(direction, &mut buffer[..read]);
         let current = *fault.borrow();
         match current {
             NetworkFault::Latency { base, jitter } => {

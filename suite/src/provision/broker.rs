@@ -20,6 +20,12 @@ pub trait Broker: Send + Sync {
     /// The last lines of its log, for evidence.
     fn log_tail(&self) -> String;
 
+    /// The broker's software and version where its protocol does not tell the
+    /// component (e.g. `tansu 0.6.0` behind the Kafka protocol), for the evidence.
+    fn software(&self) -> Option<String> {
+        None
+    }
+
     /// True when the suite can kill, restart, pause and resume it.
     fn can_fault(&self) -> bool;
 

@@ -5,9 +5,10 @@
 
 use super::broker::Broker;
 use super::health::{Health, HealthSender, HealthWatch};
-use super::spec::{ContainerImage, ContainerSpec};
+use super::spec::{BrokerSpec, ContainerImage, ContainerSpec};
 use async_trait::async_trait;
 use std::time::Duration;
+use testcontainers::core::ExecCommand;
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use tokio::io::AsyncReadExt;
@@ -26,6 +27,33 @@ pub struct BrokerContainer {
     id: String,
     health: HealthSender,
     watcher: tokio::task::JoinHandle<()>,
+    /// What the program in the image says its version is (see
+    /// [`BrokerSpec::version_args`]).
+    software: Option<String>,
+}
+
+/// The first line the broker's program prints in the container when asked its
+/// version (bounded: 5 s).
+async fn program_version(
+    container: &ContainerAsync<GenericImage>,
+    spec: &BrokerSpec,
+) -> Option<String> {
+    if spec.version_args.is_empty() {
+        return None;
+    }
+    let command = std::iter::once(spec.program).chain(spec.version_args.iter().copied());
+    let run = async {
+        let mut result = container.exec(ExecCommand::new(command)).await.ok()?;
+        result.stdout_to_vec().await.ok()
+    };
+    let stdout = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .ok()??;
+    String::from_utf8_lossy(&stdout)
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty())
+        .map(str::to_string)
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -123,13 +151,10 @@ pub async fn choose_image(
 }
 
 impl BrokerContainer {
-    /// Starts `image` with the host's network on a free loopback port and waits until
-    /// the broker accepts connections.
-    pub async fn start(
-        name: &'static str,
-        image: &ContainerImage,
-        ready_within: Duration,
-    ) -> Result<Self, String> {
+    /// Starts `image` (of `spec`'s broker) with the host's network on a free loopback
+    /// port and waits until the broker accepts connections.
+    pub async fn start(spec: &BrokerSpec, image: &ContainerImage) -> Result<Self, String> {
+        let (name, ready_within) = (spec.name, spec.ready_within);
         let port = free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
         let aux_port = free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
         let fill = |text: &str| {
@@ -158,6 +183,7 @@ impl BrokerContainer {
             })?
             .map_err(|e| format!("cannot start {}: {e}", image.reference()))?;
         let id = container.id().to_string();
+        let software = program_version(&container, spec).await;
         let health = HealthSender::new();
         let watcher = tokio::spawn(watch_container(name, id.clone(), health.clone()));
         let broker = BrokerContainer {
@@ -169,6 +195,7 @@ impl BrokerContainer {
             id,
             health,
             watcher,
+            software,
         };
         broker.wait_ready().await?;
         Ok(broker)
@@ -329,6 +356,10 @@ async fn container_log_tail(id: &str) -> String {
 
 #[async_trait]
 impl Broker for BrokerContainer {
+    fn software(&self) -> Option<String> {
+        self.software.clone()
+    }
+
     fn describe(&self) -> String {
         format!(
             "{} (container {} of {}) at 127.0.0.1:{}",

@@ -435,7 +435,7 @@ impl Provisioner for Container {
                 ),
             )
         })?;
-        let broker = BrokerContainer::start(spec.name, &image, spec.ready_within)
+        let broker = BrokerContainer::start(&spec, &image)
             .await
             .map_err(|reason| {
                 not(
@@ -701,7 +701,7 @@ mod tests {
         let image = container::choose_image(&spec.container, spec.name, None)
             .await
             .unwrap_or_else(|e| panic!("{e} (run scripts/images.sh)"));
-        let broker = BrokerContainer::start(spec.name, &image, spec.ready_within)
+        let broker = BrokerContainer::start(&spec, &image)
             .await
             .unwrap_or_else(|e| panic!("starting {}: {e}", spec.name));
         let health = broker.health();

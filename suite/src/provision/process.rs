@@ -30,6 +30,8 @@ pub struct BrokerProcess {
     control: tokio::sync::Mutex<()>,
     /// Every process id it ran as (for the leftover check).
     started: std::sync::Mutex<Vec<u32>>,
+    /// What the program says its version is (see [`BrokerSpec::version_args`]).
+    software: Option<String>,
 }
 
 /// One start of the broker: its process group and a watch of its exit.
@@ -86,6 +88,30 @@ fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
+/// The first line the program prints when asked its version (bounded: a program that
+/// does not answer within 5 s has none).
+async fn program_version(spec: &BrokerSpec) -> Option<String> {
+    if spec.version_args.is_empty() {
+        return None;
+    }
+    let program = resolve_program(spec.program)?;
+    let output = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::process::Command::new(program)
+            .args(spec.version_args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty())
+        .map(str::to_string)
+}
+
 impl BrokerProcess {
     /// Prepares the data directory, spawns the broker and waits (up to the spec's
     /// readiness bound) until it accepts connections.
@@ -105,6 +131,7 @@ impl BrokerProcess {
             running: std::sync::Mutex::new(None),
             control: tokio::sync::Mutex::new(()),
             started: std::sync::Mutex::new(Vec::new()),
+            software: program_version(spec).await,
         };
         process.prepare().await?;
         process.start().await?;
@@ -466,6 +493,10 @@ fn kill_group(pid: u32, signal: &str) -> bool {
 
 #[async_trait]
 impl Broker for BrokerProcess {
+    fn software(&self) -> Option<String> {
+        self.software.clone()
+    }
+
     fn describe(&self) -> String {
         match self.pid() {
             Some(pid) => format!(

@@ -1,6 +1,7 @@
 //! What the suite knows about running each broker type: the installed binary and
 //! its arguments for the local-process kind, and the images for the container kind.
 
+use crate::faults::Wire;
 use std::time::Duration;
 
 /// A command line: the program (see [`process::resolve_program`]) and its arguments.
@@ -33,6 +34,11 @@ pub struct BrokerSpec {
     pub prefer_external: bool,
     /// The images for the container kind.
     pub container: ContainerSpec,
+    /// How a fault proxy relays its protocol.
+    pub proxy_wire: Wire,
+    /// The arguments that make the program print its version, for brokers whose
+    /// protocol does not tell a client which software it talks to (empty: it does).
+    pub version_args: &'static [&'static str],
 }
 
 /// Where a broker's program comes from.
@@ -103,6 +109,8 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
                 upstream: ContainerImage::new("redis", "7.2.4-alpine", &["redis-server", "--bind", "127.0.0.1", "--port", "{port}", "--appendonly", "yes"], NO_ENV),
                 local: ContainerImage::local("redis"),
             },
+            proxy_wire: Wire::Opaque,
+            version_args: &[],
         }),
         "nats-jetstream" => Some(BrokerSpec {
             name: "nats",
@@ -120,6 +128,8 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
                 upstream: ContainerImage::new("nats", "2.10.22-alpine", &["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "/data"], NO_ENV),
                 local: ContainerImage::local("nats"),
             },
+            proxy_wire: Wire::Opaque,
+            version_args: &[],
         }),
         // Kafka's protocol, served by tansu (no JVM Kafka can be had here): built from
         // crates.io by scripts/install.sh; its SQLite storage keeps what it acknowledged
@@ -160,6 +170,8 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
                 ], NO_ENV),
                 local: ContainerImage::local("tansu"),
             },
+            proxy_wire: Wire::Kafka,
+            version_args: &["--version"],
         }),
         "mqtt5" => Some(BrokerSpec {
             name: "mosquitto",
@@ -185,6 +197,8 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
                 ], NO_ENV),
                 local: ContainerImage::local("mosquitto"),
             },
+            proxy_wire: Wire::Opaque,
+            version_args: &[],
         }),
         "rabbitmq" => Some(BrokerSpec {
             name: "rabbitmq",
@@ -224,6 +238,8 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
                 ]),
                 local: ContainerImage::local("rabbitmq"),
             },
+            proxy_wire: Wire::Opaque,
+            version_args: &[],
         }),
         "postgres" => Some(BrokerSpec {
             name: "postgres",
@@ -275,6 +291,8 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
                 ]),
                 local: ContainerImage::local("postgres"),
             },
+            proxy_wire: Wire::Opaque,
+            version_args: &[],
         }),
         _ => None,
     }
