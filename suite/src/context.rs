@@ -22,8 +22,6 @@ pub struct CaseContext {
     /// Builds the component again against another endpoint (behind a fault proxy);
     /// `None` when it cannot be.
     pub connect: Option<crate::runner::ComponentFactory>,
-    /// How a fault proxy relays the broker's protocol.
-    pub proxy_wire: crate::faults::Wire,
     prefix: String,
     deadline: Instant,
     seed: u64,
@@ -39,7 +37,6 @@ impl CaseContext {
             recorder: Recorder::new(),
             broker: None,
             connect: None,
-            proxy_wire: crate::faults::Wire::Opaque,
             prefix: format!("pcs-{}-{}", &run[..8], case_id.replace('.', "-")),
             deadline: Instant::now() + bound,
             seed,

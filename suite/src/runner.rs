@@ -57,8 +57,6 @@ pub struct CaseEnvironment {
     /// Builds the component again connected to another endpoint (a fault proxy in
     /// front of the broker); `None` when it cannot be.
     pub connect: Option<ComponentFactory>,
-    /// How a fault proxy relays the broker's protocol.
-    pub proxy_wire: crate::faults::Wire,
 }
 
 /// Builds a component connected to the given `host:port`.
@@ -88,7 +86,6 @@ impl CaseEnvironment {
             broker,
             definition: None,
             connect: None,
-            proxy_wire: crate::faults::Wire::Opaque,
         }
     }
 
@@ -98,8 +95,6 @@ impl CaseEnvironment {
             broker,
             definition: Some(Arc::new(definition.clone())),
             connect: Some(factory_of(definition)),
-            proxy_wire: crate::provision::spec::broker_spec(&definition.component_type)
-                .map_or(crate::faults::Wire::Opaque, |spec| spec.proxy_wire),
         }
     }
 
@@ -347,7 +342,6 @@ async fn run_once(
     let mut context = CaseContext::new(runtime.clone(), case.id, bound, seed);
     context.broker = environment.broker.clone();
     context.connect = environment.connect.clone();
-    context.proxy_wire = environment.proxy_wire;
     let recorder = context.recorder.clone();
     let logs = LogCapture::default();
     let body = AssertUnwindSafe((case.run)(context))

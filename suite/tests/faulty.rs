@@ -235,7 +235,6 @@ async fn on_own_redis(breaks: Option<Breaks>) -> (Runtime, CaseEnvironment) {
         broker: provisioned.broker,
         definition: None,
         connect: Some(connect),
-        proxy_wire: Default::default(),
     };
     (
         Runtime::new("redis-under-faults", wrap(breaks, provisioned.component)),

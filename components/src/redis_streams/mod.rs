@@ -124,32 +124,13 @@ impl RedisStreams {
 
     /// The XADD of `message` to the stream `key`.
     fn xadd(&self, key: &str, message: &OutgoingMessage) -> redis::Cmd {
-        // Sized up front: the payload dominates, the metadata JSON is short.
-        let metadata_bytes: usize = message
-            .metadata
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 6)
-            .sum::<usize>()
-            + 2;
-        let mut cmd = redis::Cmd::with_capacity(
-            10,
-            16 + key.len()
-                + message.payload.len()
-                + message.content_type.as_ref().map_or(0, String::len)
-                + metadata_bytes
-                + message.partition_key.as_ref().map_or(0, String::len),
-        );
-        cmd.arg("XADD")
-            .arg(key)
-            .arg("*")
-            .arg("payload")
-            .arg(&message.payload);
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(key).arg("*").arg("payload").arg(&message.payload);
         if let Some(ct) = &message.content_type {
             cmd.arg("ct").arg(ct);
         }
-        let mut metadata = Vec::with_capacity(metadata_bytes);
-        serde_json::to_writer(&mut metadata, &message.metadata).expect("metadata encodes");
-        cmd.arg("md").arg(metadata);
+        cmd.arg("md")
+            .arg(serde_json::to_string(&message.metadata).unwrap_or_default());
         if let Some(pk) = &message.partition_key {
             cmd.arg("pk").arg(pk);
         }

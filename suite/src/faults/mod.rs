@@ -85,7 +85,7 @@ impl<'a> Faults<'a> {
                 "this case needs a way to build the component behind a fault proxy".into(),
             )
         })?;
-        let proxy = FaultProxy::start_with(&self.broker.endpoint(), self.ctx.proxy_wire)
+        let proxy = FaultProxy::start_with(&self.broker.endpoint(), self.broker.proxy_wire())
             .await
             .map_err(|e| CaseError::Harness(format!("cannot start the fault proxy: {e}")))?;
         let component = connect(proxy.endpoint()).await.map_err(|e| {

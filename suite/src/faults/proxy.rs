@@ -70,18 +70,20 @@ impl FaultProxy {
     pub async fn start_with(upstream: &str, wire: Wire) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
-        if wire == Wire::Kafka {
-            // Checked once here, so that every connection can rewrite.
-            AdvertisedAddress::new(upstream, &address.to_string())
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        }
+        let rewrite = match wire {
+            Wire::Opaque => None,
+            Wire::Kafka => Some(
+                AdvertisedAddress::new(upstream, &address.to_string())
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+            ),
+        };
         let (fault, _) = watch::channel(NetworkFault::Pass);
         let (generation, _) = watch::channel(0u64);
         let connections = Arc::new(AtomicU64::new(0));
         let acceptor = tokio::spawn(accept(
             listener,
             upstream.to_string(),
-            wire,
+            rewrite,
             fault.subscribe(),
             generation.clone(),
             connections.clone(),
@@ -140,7 +142,7 @@ impl Drop for FaultProxy {
 async fn accept(
     listener: TcpListener,
     upstream: String,
-    wire: Wire,
+    rewrite: Option<AdvertisedAddress>,
     fault: watch::Receiver<NetworkFault>,
     generation: watch::Sender<u64>,
     connections: Arc<AtomicU64>,
@@ -158,19 +160,9 @@ async fn accept(
         let upstream = upstream.clone();
         let fault = fault.clone();
         let generation = generation.subscribe();
-        let relay = match wire {
-            Wire::Opaque => Relay::Opaque,
-            Wire::Kafka => match listener
-                .local_addr()
-                .map_err(|e| e.to_string())
-                .and_then(|own| AdvertisedAddress::new(&upstream, &own.to_string()))
-            {
-                Ok(rewrite) => Relay::Kafka(Arc::new(rewrite)),
-                Err(_) => {
-                    reset(client);
-                    continue;
-                }
-            },
+        let relay = match &rewrite {
+            None => Relay::Opaque,
+            Some(rewrite) => Relay::Kafka(Arc::new(rewrite.for_connection())),
         };
         tokio::spawn(async move {
             let Ok(server) = TcpStream::connect(&upstream).await else {
@@ -222,14 +214,13 @@ impl Relay {
                 }
             }
             Relay::Kafka(_) => {
-                let mut size = [0u8; 4];
-                from.read_exact(&mut size).await.ok()?;
-                let size = usize::try_from(i32::from_be_bytes(size)).ok()?;
-                if size > MAX_KAFKA_FRAME {
-                    return None;
-                }
+                let mut prefix = [0u8; 4];
+                from.read_exact(&mut prefix).await.ok()?;
+                let size = usize::try_from(i32::from_be_bytes(prefix))
+                    .ok()
+                    .filter(|size| *size <= MAX_KAFKA_FRAME)?;
                 buffer.resize(4 + size, 0);
-                buffer[..4].copy_from_slice(&(size as i32).to_be_bytes());
+                buffer[..4].copy_from_slice(&prefix);
                 from.read_exact(&mut buffer[4..]).await.ok()?;
                 Some(4 + size)
             }

@@ -22,12 +22,9 @@ pub enum Wire {
 /// upper bound); a larger size prefix means the stream is not Kafka's.
 pub const MAX_KAFKA_FRAME: usize = 1 << 30;
 
-/// Kafka request api keys whose responses carry broker addresses.
-const ADDRESS_APIS: [(i16, &str); 3] = [
-    (3, "Metadata"),
-    (10, "FindCoordinator"),
-    (60, "DescribeCluster"),
-];
+/// Kafka request api keys whose responses carry broker addresses: Metadata (3),
+/// FindCoordinator (10), DescribeCluster (60).
+const ADDRESS_APIS: [i16; 3] = [3, 10, 60];
 
 /// Rewrites the upstream broker's advertised address to the proxy's in the replies
 /// that carry it, for one client connection.
@@ -75,6 +72,15 @@ impl AdvertisedAddress {
         })
     }
 
+    /// The same rewrite for another client connection, with no reply due yet.
+    pub fn for_connection(&self) -> Self {
+        AdvertisedAddress {
+            upstream: self.upstream.clone(),
+            proxy: self.proxy.clone(),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Notes a request frame (size prefix included) from the client.
     pub fn request(&self, frame: &[u8]) {
         // size i32, api_key i16, api_version i16, correlation_id i32.
@@ -82,7 +88,7 @@ impl AdvertisedAddress {
             return;
         };
         let api_key = i16::from_be_bytes([header[0], header[1]]);
-        if ADDRESS_APIS.iter().any(|(key, _)| *key == api_key) {
+        if ADDRESS_APIS.contains(&api_key) {
             let correlation = i32::from_be_bytes([header[4], header[5], header[6], header[7]]);
             self.pending
                 .lock()

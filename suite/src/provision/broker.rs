@@ -26,6 +26,11 @@ pub trait Broker: Send + Sync {
         None
     }
 
+    /// How a fault proxy in front of it must relay its protocol.
+    fn proxy_wire(&self) -> crate::faults::Wire {
+        crate::faults::Wire::Opaque
+    }
+
     /// True when the suite can kill, restart, pause and resume it.
     fn can_fault(&self) -> bool;
 
@@ -61,6 +66,25 @@ pub trait Broker: Send + Sync {
             )),
         }
     }
+}
+
+/// How long a broker's program may take to print its version.
+const VERSION_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The first non-empty line of what a program printed when asked its version, if it
+/// printed within [`VERSION_WITHIN`].
+pub async fn printed_version<F>(printing: F) -> Option<String>
+where
+    F: std::future::Future<Output = Option<Vec<u8>>>,
+{
+    let stdout = tokio::time::timeout(VERSION_WITHIN, printing)
+        .await
+        .ok()??;
+    String::from_utf8_lossy(&stdout)
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty())
+        .map(str::to_string)
 }
 
 /// The error of a fault on a broker the suite cannot fault.

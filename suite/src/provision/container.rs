@@ -30,10 +30,12 @@ pub struct BrokerContainer {
     /// What the program in the image says its version is (see
     /// [`BrokerSpec::version_args`]).
     software: Option<String>,
+    /// How a fault proxy in front of it relays its protocol.
+    proxy_wire: crate::faults::Wire,
 }
 
-/// The first line the broker's program prints in the container when asked its
-/// version (bounded: 5 s).
+/// What the broker's program prints in the container when asked its version (see
+/// [`BrokerSpec::version_args`]).
 async fn program_version(
     container: &ContainerAsync<GenericImage>,
     spec: &BrokerSpec,
@@ -42,18 +44,11 @@ async fn program_version(
         return None;
     }
     let command = std::iter::once(spec.program).chain(spec.version_args.iter().copied());
-    let run = async {
+    super::broker::printed_version(async {
         let mut result = container.exec(ExecCommand::new(command)).await.ok()?;
         result.stdout_to_vec().await.ok()
-    };
-    let stdout = tokio::time::timeout(Duration::from_secs(5), run)
-        .await
-        .ok()??;
-    String::from_utf8_lossy(&stdout)
-        .lines()
-        .map(str::trim)
-        .find(|line| !line.is_empty())
-        .map(str::to_string)
+    })
+    .await
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -196,6 +191,7 @@ impl BrokerContainer {
             health,
             watcher,
             software,
+            proxy_wire: spec.proxy_wire,
         };
         broker.wait_ready().await?;
         Ok(broker)
@@ -358,6 +354,10 @@ async fn container_log_tail(id: &str) -> String {
 impl Broker for BrokerContainer {
     fn software(&self) -> Option<String> {
         self.software.clone()
+    }
+
+    fn proxy_wire(&self) -> crate::faults::Wire {
+        self.proxy_wire
     }
 
     fn describe(&self) -> String {

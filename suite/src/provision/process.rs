@@ -88,28 +88,18 @@ fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
-/// The first line the program prints when asked its version (bounded: a program that
-/// does not answer within 5 s has none).
+/// What the program prints when asked its version (see [`BrokerSpec::version_args`]).
 async fn program_version(spec: &BrokerSpec) -> Option<String> {
     if spec.version_args.is_empty() {
         return None;
     }
     let program = resolve_program(spec.program)?;
-    let output = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::process::Command::new(program)
-            .args(spec.version_args)
-            .kill_on_drop(true)
-            .output(),
-    )
+    super::broker::printed_version(async {
+        let mut command = tokio::process::Command::new(program);
+        command.args(spec.version_args).kill_on_drop(true);
+        command.output().await.ok().map(|output| output.stdout)
+    })
     .await
-    .ok()?
-    .ok()?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    text.lines()
-        .map(str::trim)
-        .find(|line| !line.is_empty())
-        .map(str::to_string)
 }
 
 impl BrokerProcess {
@@ -495,6 +485,10 @@ fn kill_group(pid: u32, signal: &str) -> bool {
 impl Broker for BrokerProcess {
     fn software(&self) -> Option<String> {
         self.software.clone()
+    }
+
+    fn proxy_wire(&self) -> crate::faults::Wire {
+        self.spec.proxy_wire
     }
 
     fn describe(&self) -> String {
