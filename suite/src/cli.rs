@@ -119,6 +119,10 @@ enum Command {
         /// count is scaled up until a run takes this long (0 keeps --messages).
         #[arg(long, default_value_t = 1.0)]
         min_seconds: f64,
+        /// Messages in the topic each consume measurement drains (PostgreSQL also
+        /// drains a topic ten times larger).
+        #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        consume_messages: u64,
         #[arg(long, default_value = "reports/latest")]
         out: PathBuf,
         #[arg(long, default_value = "fixtures")]
@@ -276,6 +280,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             payload_bytes,
             repeats,
             min_seconds,
+            consume_messages,
             out,
             fixtures,
         } => {
@@ -289,6 +294,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 payload_bytes,
                 repeats: usize::from(repeats),
                 min_seconds,
+                consume_messages: consume_messages as usize,
                 ..BenchOptions::default()
             };
             let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

@@ -83,6 +83,7 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::watches_changed_topic_only(Fault::WatchesChangedTopicOnly, &["partitions.watch-several"], "not the state of every watched topic")]
 #[case::renames_dead_letters(Fault::RenamesDeadLetters, &["dead-letter.max-deliveries"], "keeps its id")]
 #[case::acks_cumulative_everywhere(Fault::AcksCumulativeEverywhere, &["multi-topic.ack-cumulative"], "after a cumulative ack")]
+#[case::rescans_what_it_read(Fault::RescansWhatItRead, &["certification.long-drain"], "slowed down")]
 #[case::hides_partitions(Fault::HidesPartitions, &["partitions.watch", "partitions.key-routing", "partitions.watch-several"], "declared unsupported")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faulty_component_fails_the_cases_it_breaks(

@@ -49,6 +49,8 @@ const HEADER_ATTEMPT: &str = "pcs-attempt";
 const HEADER_PUBLISHED: &str = "pcs-published-ms";
 /// How long a member may go silent before the group hands its partitions on.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
+/// How long the broker may hold a fetch that has nothing to return.
+const FETCH_WAIT: Duration = Duration::from_millis(20);
 /// How long a broker request may take before it counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -410,6 +412,11 @@ impl Kafka {
             )
             .set("heartbeat.interval.ms", "1000")
             .set("max.poll.interval.ms", "300000")
+            // A fetch the broker holds open while it has nothing ends after this:
+            // tansu answers a held fetch only when the wait ends, not when records
+            // arrive, so the wait is what a new record waits (librdkafka's 500 ms
+            // default made the end-to-end latency 380 ms at the median).
+            .set("fetch.wait.max.ms", FETCH_WAIT.as_millis().to_string())
             .create_with_context(Quiet)
             .map_err(broker("creating a Kafka consumer"))?;
         let consumer = Arc::new(consumer);

@@ -484,7 +484,14 @@ impl Consumer for NatsConsumer {
     }
 
     async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
-        crate::component::ack_each(self, ids, &self.spec.topics).await
+        // Every id is checked first; the acks then go out together, not one round
+        // trip after another.
+        for id in ids {
+            crate::component::owner_topic(id, &self.spec.topics)?;
+        }
+        futures::future::try_join_all(ids.iter().map(|id| self.ack(id)))
+            .await
+            .map(drop)
     }
 
     async fn ack(&self, id: &MessageId) -> Result<()> {

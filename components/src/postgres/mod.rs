@@ -1,28 +1,32 @@
-//! PostgreSQL queue component: tables created by the component, multi-row insert for
-//! bulk publish, batch reads that claim rows with `FOR UPDATE SKIP LOCKED` (redelivery)
-//! or `ON CONFLICT DO NOTHING` (first delivery), a visibility timeout for redelivery,
-//! native delayed delivery through a visible-at column, LISTEN/NOTIFY to wake readers.
-//! TTL and dead letters are left to the runtime.
+//! PostgreSQL queue component: tables and server-side functions created by the
+//! component ([`schema`]), a multi-row insert for bulk publish, reads that follow a
+//! commit-safe cursor and claim due rows with `FOR UPDATE SKIP LOCKED` in one round
+//! trip ([`consumer`]), a visibility timeout for redelivery, native delayed delivery
+//! through a visible-at column, LISTEN/NOTIFY to wake readers, and deletion of what
+//! every group acknowledged after a retention. TTL and dead letters are left to the
+//! runtime.
 
+mod consumer;
+mod schema;
 mod settings;
 
 pub use settings::PostgresConfig;
 
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
-use crate::component::{
-    check_message_size, owner_topic, Component, Consumer, ConsumerSpec, StartPosition,
-    TopicSelector,
-};
+use crate::component::{check_message_size, Component, Consumer, ConsumerSpec};
 use crate::error::{PubSubError, Result};
-use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
+use crate::message::{MessageId, OutgoingMessage};
 use async_trait::async_trait;
+use consumer::PostgresConsumer;
 use futures::StreamExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
 fn db(context: &str) -> impl Fn(tokio_postgres::Error) -> PubSubError + '_ {
     move |e| PubSubError::broker(context, e)
@@ -73,13 +77,20 @@ async fn connect(config: &PostgresConfig, notify: Option<Arc<Notify>>) -> Result
 
 /// A connection opened again once it died (the server restarted or the network
 /// failed): the call that finds it closed connects again, and LISTENs again.
+/// Statements are prepared once per connection.
 struct Link {
     config: PostgresConfig,
     /// Woken by notifications (consumers).
     notify: Option<Arc<Notify>>,
     /// Run on every new connection (`LISTEN ...`).
     on_connect: Option<String>,
-    client: tokio::sync::Mutex<Arc<Client>>,
+    live: tokio::sync::Mutex<Live>,
+}
+
+/// The connection in use and the statements prepared on it, by their text.
+struct Live {
+    client: Arc<Client>,
+    statements: HashMap<String, Statement>,
 }
 
 impl Link {
@@ -93,7 +104,10 @@ impl Link {
             config: config.clone(),
             notify,
             on_connect,
-            client: tokio::sync::Mutex::new(Arc::new(client)),
+            live: tokio::sync::Mutex::new(Live {
+                client: Arc::new(client),
+                statements: HashMap::new(),
+            }),
         })
     }
 
@@ -114,21 +128,86 @@ impl Link {
 
     /// The live connection, opened again when the last one died.
     async fn get(&self) -> Result<Arc<Client>> {
-        let mut current = self.client.lock().await;
-        if current.is_closed() {
+        Ok(self.live().await?.client.clone())
+    }
+
+    async fn live(&self) -> Result<tokio::sync::MutexGuard<'_, Live>> {
+        let mut live = self.live.lock().await;
+        if live.client.is_closed() {
             let client = Link::connect(
                 &self.config,
                 self.notify.clone(),
                 self.on_connect.as_deref(),
             )
             .await?;
-            *current = Arc::new(client);
+            *live = Live {
+                client: Arc::new(client),
+                statements: HashMap::new(),
+            };
             if let Some(notify) = &self.notify {
                 // Whatever arrived while it was away is read now.
                 notify.notify_waiters();
             }
         }
-        Ok(current.clone())
+        Ok(live)
+    }
+
+    /// The live connection and `sql` prepared on it.
+    async fn prepared(&self, sql: &str, context: &str) -> Result<(Arc<Client>, Statement)> {
+        let mut live = self.live().await?;
+        if let Some(statement) = live.statements.get(sql) {
+            return Ok((live.client.clone(), statement.clone()));
+        }
+        let statement = live.client.prepare(sql).await.map_err(db(context))?;
+        live.statements.insert(sql.to_string(), statement.clone());
+        Ok((live.client.clone(), statement))
+    }
+
+    /// Runs `sql` (prepared once per connection) and returns its rows.
+    async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        context: &str,
+    ) -> Result<Vec<tokio_postgres::Row>> {
+        let (client, statement) = self.prepared(sql, context).await?;
+        client.query(&statement, params).await.map_err(db(context))
+    }
+
+    /// Runs `sql` (prepared once per connection), which returns exactly one row.
+    async fn query_one(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        context: &str,
+    ) -> Result<tokio_postgres::Row> {
+        let (client, statement) = self.prepared(sql, context).await?;
+        client
+            .query_one(&statement, params)
+            .await
+            .map_err(db(context))
+    }
+
+    /// Runs `sql` as a simple query (statements that cannot be prepared or run in a
+    /// transaction, such as VACUUM).
+    async fn simple(&self, sql: &str, context: &str) -> Result<()> {
+        let client = self.get().await?;
+        client.batch_execute(sql).await.map_err(db(context))
+    }
+
+    /// Runs `sql` (prepared once per connection) for its effect.
+    async fn execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        context: &str,
+    ) -> Result<()> {
+        let (client, statement) = self.prepared(sql, context).await?;
+        client
+            .execute(&statement, params)
+            .await
+            .map_err(db(context))?;
+        Ok(())
     }
 }
 
@@ -136,8 +215,6 @@ impl Link {
 pub struct Postgres {
     config: PostgresConfig,
     link: Link,
-    /// The multi-row insert, prepared once per connection (keyed by its address).
-    insert: tokio::sync::Mutex<Option<(usize, tokio_postgres::Statement)>>,
 }
 
 impl Postgres {
@@ -154,32 +231,14 @@ impl Postgres {
             )));
         }
         let client = connect(&config, None).await?;
-        let p = &config.table_prefix;
         client
-            .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {p}_messages (
-                    id BIGSERIAL PRIMARY KEY, topic TEXT NOT NULL, payload BYTEA NOT NULL,
-                    content_type TEXT, metadata TEXT NOT NULL, partition_key TEXT,
-                    published_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
-                    visible_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp());
-                 CREATE INDEX IF NOT EXISTS {p}_messages_topic ON {p}_messages (topic, id);
-                 CREATE TABLE IF NOT EXISTS {p}_deliveries (
-                    grp TEXT NOT NULL, message_id BIGINT NOT NULL, topic TEXT NOT NULL,
-                    attempts INT NOT NULL, visible_at TIMESTAMPTZ NOT NULL, acked BOOLEAN NOT NULL,
-                    owner TEXT, PRIMARY KEY (grp, message_id));
-                 CREATE INDEX IF NOT EXISTS {p}_deliveries_due ON {p}_deliveries (grp, acked, visible_at);
-                 CREATE TABLE IF NOT EXISTS {p}_groups (
-                    grp TEXT NOT NULL, topic TEXT NOT NULL, floor BIGINT NOT NULL, PRIMARY KEY (grp, topic));
-                 CREATE TABLE IF NOT EXISTS {p}_partitions (
-                    topic TEXT PRIMARY KEY, version BIGINT NOT NULL, partitions INT NOT NULL);"
-            ))
+            .batch_execute(&schema::setup(&config.table_prefix))
             .await
-            .map_err(db("creating the queue tables"))?;
+            .map_err(db("creating the queue tables and functions"))?;
         drop(client);
         Ok(Postgres {
             link: Link::open(&config, None, None).await?,
             config,
-            insert: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -285,10 +344,9 @@ impl Component for Postgres {
             max_message_bytes: Some(self.config.max_message_bytes),
             delivery_bound: Duration::from_secs(5),
             redelivery_bound: Duration::from_secs(2),
-            // Due rows are found by a recheck every 50 ms, and a batch of due messages is
-            // handed over one ack round trip after another: under a loaded server (CI
-            // runs every component at once) the last of six came 665 ms late.
-            delay_precision: Duration::from_secs(1),
+            // An idle member wakes at the next due time it reads from the server (or
+            // within 50 ms when another member may have released rows).
+            delay_precision: Duration::from_millis(300),
             clock_tolerance: Duration::from_millis(50),
             durable: true,
             recovery_bound: Duration::from_secs(10),
@@ -337,16 +395,11 @@ impl Component for Postgres {
             let metadata: Vec<&str> = rows.iter().map(|r| r.metadata.as_str()).collect();
             let keys: Vec<Option<&str>> = rows.iter().map(|r| r.partition_key.as_deref()).collect();
             let visible: Vec<i64> = rows.iter().map(|r| r.visible_at).collect();
-            let client = self.link.get().await?;
-            let insert = {
-                let mut cached = self.insert.lock().await;
-                let address = Arc::as_ptr(&client) as usize;
-                match cached.as_ref() {
-                    Some((on, statement)) if *on == address => statement.clone(),
-                    _ => {
-                        let statement = client
-                            .prepare(&format!(
-                                "WITH inserted AS (
+            let (client, insert) = self
+                .link
+                .prepared(
+                    &format!(
+                        "WITH inserted AS (
                            INSERT INTO {p}_messages (topic, payload, content_type, metadata, partition_key, visible_at)
                            SELECT t, b, c, m, k, CASE WHEN v = 0 THEN clock_timestamp() ELSE to_timestamp(v::float8 / 1e6) END
                            FROM UNNEST($1::text[], $2::bytea[], $3::text[], $4::text[], $5::text[], $6::int8[])
@@ -355,14 +408,10 @@ impl Component for Postgres {
                            RETURNING id),
                          woken AS (SELECT pg_notify('{p}_new', ''))
                          SELECT id FROM inserted, woken ORDER BY id"
-                            ))
-                            .await
-                            .map_err(db("preparing the multi-row insert"))?;
-                        *cached = Some((address, statement.clone()));
-                        statement
-                    }
-                }
-            };
+                    ),
+                    "preparing the multi-row insert",
+                )
+                .await?;
             let inserted = client
                 .query(
                     &insert,
@@ -421,348 +470,16 @@ impl Component for Postgres {
             notify,
             prefix: self.config.table_prefix.clone(),
             visibility: self.config.visibility_timeout,
+            retention: self.config.retention,
             name: format!("c-{}", uuid::Uuid::new_v4().simple()),
             spec,
             closed: AtomicBool::new(false),
+            trimmed: std::sync::Mutex::new(Instant::now()),
+            acked: std::sync::atomic::AtomicU64::new(0),
+            vacuumed: std::sync::Mutex::new(Instant::now()),
         };
         consumer.register_topics().await?;
         Ok(Box::new(consumer))
-    }
-}
-
-struct PostgresConsumer {
-    link: Link,
-    notify: Arc<Notify>,
-    prefix: String,
-    visibility: Duration,
-    name: String,
-    spec: ConsumerSpec,
-    closed: AtomicBool,
-}
-
-fn like_pattern(glob: &str) -> String {
-    glob.chars()
-        .flat_map(|c| match c {
-            '*' => vec!['%'],
-            '%' | '_' | '\\' => vec!['\\', c],
-            c => vec![c],
-        })
-        .collect()
-}
-
-impl PostgresConsumer {
-    fn ensure_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(PubSubError::Closed(format!(
-                "consumer {} was closed",
-                self.name
-            )));
-        }
-        Ok(())
-    }
-
-    /// The topics covered now.
-    async fn topics(&self) -> Result<Vec<String>> {
-        match &self.spec.topics {
-            TopicSelector::Single(t) => Ok(vec![t.clone()]),
-            TopicSelector::List(ts) => Ok(ts.clone()),
-            TopicSelector::Pattern(p) => {
-                let rows = self
-                    .link
-                    .get()
-                    .await?
-                    .query(
-                        &format!(
-                            "SELECT DISTINCT topic FROM {}_messages WHERE topic LIKE $1",
-                            self.prefix
-                        ),
-                        &[&like_pattern(p)],
-                    )
-                    .await
-                    .map_err(db("listing topics for a pattern"))?;
-                Ok(rows.iter().map(|r| r.get(0)).collect())
-            }
-        }
-    }
-
-    /// Records where the group starts on each covered topic (kept if it exists).
-    async fn register_topics(&self) -> Result<()> {
-        let topics = self.topics().await?;
-        let latest = self.spec.start == StartPosition::Latest;
-        self.link.get().await?
-            .execute(
-                &format!(
-                    "INSERT INTO {p}_groups (grp, topic, floor)
-                     SELECT $1, t, CASE WHEN $3 THEN COALESCE((SELECT max(id) FROM {p}_messages WHERE topic = t), 0) ELSE 0 END
-                     FROM UNNEST($2::text[]) AS t
-                     ON CONFLICT DO NOTHING",
-                    p = self.prefix
-                ),
-                &[&self.spec.group, &topics, &latest],
-            )
-            .await
-            .map_err(db("registering the group"))?;
-        Ok(())
-    }
-
-    async fn take(&self, max: usize, only: Option<&str>) -> Result<Vec<ReceivedMessage>> {
-        self.ensure_open()?;
-        if matches!(self.spec.topics, TopicSelector::Pattern(_)) {
-            self.register_topics().await?;
-        }
-        let topics: Vec<String> = self
-            .topics()
-            .await?
-            .into_iter()
-            .filter(|t| only.is_none_or(|o| o == t))
-            .collect();
-        let p = &self.prefix;
-        let max = max as i64;
-        let visibility = self.visibility.as_millis() as i64;
-        // Redeliveries that are due, claimed without blocking other members.
-        let mut claimed = self
-            .link
-            .get()
-            .await?
-            .query(
-                &format!(
-                    "UPDATE {p}_deliveries d SET attempts = d.attempts + 1, owner = $3,
-                        visible_at = clock_timestamp() + ($5::int8::float8 * interval '1 millisecond')
-                     WHERE (d.grp, d.message_id) IN (
-                        SELECT grp, message_id FROM {p}_deliveries
-                        WHERE grp = $1 AND topic = ANY($2) AND NOT acked AND visible_at <= clock_timestamp()
-                        ORDER BY message_id LIMIT $4 FOR UPDATE SKIP LOCKED)
-                     RETURNING d.message_id, d.attempts"
-                ),
-                &[&self.spec.group, &topics, &self.name, &max, &visibility],
-            )
-            .await
-            .map_err(db("claiming due redeliveries"))?
-            .iter()
-            .map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1)))
-            .collect::<Vec<_>>();
-        if claimed.is_empty() {
-            let receiver_delay = self.spec.receiver_delay.map_or(0, |d| d.as_millis() as i64);
-            claimed = self
-                .link
-                .get()
-                .await?
-                .query(
-                    &format!(
-                        "INSERT INTO {p}_deliveries (grp, message_id, topic, attempts, visible_at, acked, owner)
-                         SELECT $1, m.id, m.topic, 1, clock_timestamp() + ($5::int8::float8 * interval '1 millisecond'), false, $3
-                         FROM {p}_messages m JOIN {p}_groups g ON g.grp = $1 AND g.topic = m.topic
-                         WHERE m.topic = ANY($2) AND m.id > g.floor
-                           AND m.visible_at <= clock_timestamp()
-                           AND m.published_at + ($6::int8::float8 * interval '1 millisecond') <= clock_timestamp()
-                           AND NOT EXISTS (SELECT 1 FROM {p}_deliveries d WHERE d.grp = $1 AND d.message_id = m.id)
-                         ORDER BY m.id LIMIT $4
-                         ON CONFLICT DO NOTHING
-                         RETURNING message_id, attempts"
-                    ),
-                    &[&self.spec.group, &topics, &self.name, &max, &visibility, &receiver_delay],
-                )
-                .await
-                .map_err(db("claiming new messages"))?
-                .iter()
-                .map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1)))
-                .collect();
-        }
-        if claimed.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ids: Vec<i64> = claimed.iter().map(|(id, _)| *id).collect();
-        let rows = self
-            .link
-            .get()
-            .await?
-            .query(
-                &format!(
-                    "SELECT id, topic, payload, content_type, metadata, partition_key,
-                            (extract(epoch FROM published_at) * 1000000)::int8
-                     FROM {p}_messages WHERE id = ANY($1) ORDER BY id"
-                ),
-                &[&ids],
-            )
-            .await
-            .map_err(db("reading claimed messages"))?;
-        Ok(rows
-            .iter()
-            .map(|row| {
-                let id: i64 = row.get(0);
-                let attempt = claimed
-                    .iter()
-                    .find(|(c, _)| *c == id)
-                    .map_or(1, |(_, a)| *a as u32);
-                ReceivedMessage {
-                    id: MessageId::new(row.get::<_, String>(1), None, id as u64),
-                    payload: row.get(2),
-                    content_type: row.get(3),
-                    metadata: serde_json::from_str::<Metadata>(row.get::<_, &str>(4))
-                        .unwrap_or_default(),
-                    partition_key: row.get(5),
-                    attempt,
-                    publish_time: UNIX_EPOCH
-                        + Duration::from_micros(row.get::<_, i64>(6).max(0) as u64),
-                }
-            })
-            .collect())
-    }
-
-    /// Waits for a notification (or a short poll interval, for due redeliveries).
-    async fn take_until(
-        &self,
-        max: usize,
-        deadline: Instant,
-        only: Option<&str>,
-    ) -> Result<Vec<ReceivedMessage>> {
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let got = self.take(max, only).await?;
-            let now = Instant::now();
-            if !got.is_empty() || now >= deadline {
-                return Ok(got);
-            }
-            let wake = deadline.min(now + Duration::from_millis(50));
-            let _ = tokio::time::timeout_at(wake, notified).await;
-        }
-    }
-
-    fn owned(&self, id: &MessageId) -> Result<()> {
-        owner_topic(id, &self.spec.topics).map(drop)
-    }
-}
-
-#[async_trait]
-impl Consumer for PostgresConsumer {
-    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
-        self.take_until(max.max(1), Instant::now() + wait, None)
-            .await
-    }
-
-    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
-        crate::component::ack_each(self, ids, &self.spec.topics).await
-    }
-
-    async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
-        self.ensure_open()?;
-        let topic = owner_topic(id, &self.spec.topics)?;
-        self.link.get().await?
-            .execute(
-                &format!(
-                    "UPDATE {}_deliveries SET acked = true, owner = NULL
-                     WHERE grp = $1 AND topic = $2 AND message_id <= $3 AND owner = $4 AND NOT acked",
-                    self.prefix
-                ),
-                &[&self.spec.group, &topic, &(id.position as i64), &self.name],
-            )
-            .await
-            .map_err(db("acknowledging cumulatively"))?;
-        Ok(())
-    }
-
-    async fn ack(&self, id: &MessageId) -> Result<()> {
-        self.ensure_open()?;
-        self.owned(id)?;
-        self.link.get().await?
-            .execute(
-                &format!("UPDATE {}_deliveries SET acked = true, owner = NULL WHERE grp = $1 AND message_id = $2", self.prefix),
-                &[&self.spec.group, &(id.position as i64)],
-            )
-            .await
-            .map_err(db("acknowledging"))?;
-        Ok(())
-    }
-
-    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
-        self.ensure_open()?;
-        self.owned(id)?;
-        self.link.get().await?
-            .execute(
-                &format!(
-                    "UPDATE {}_deliveries SET owner = NULL, visible_at = clock_timestamp() + ($3::int8::float8 * interval '1 millisecond')
-                     WHERE grp = $1 AND message_id = $2 AND NOT acked",
-                    self.prefix
-                ),
-                &[&self.spec.group, &(id.position as i64), &(delay.as_millis() as i64)],
-            )
-            .await
-            .map_err(db("scheduling a redelivery"))?;
-        Ok(())
-    }
-
-    async fn seek(&self, id: &MessageId) -> Result<()> {
-        self.ensure_open()?;
-        let topic = owner_topic(id, &self.spec.topics)?;
-        // Forward or back: what is below `id` is passed (the floor), what is at or
-        // above it is new again (its deliveries forgotten).
-        self.link
-            .get()
-            .await?
-            .execute(
-                &format!(
-                    "UPDATE {}_groups SET floor = $3::int8 - 1 WHERE grp = $1 AND topic = $2",
-                    self.prefix
-                ),
-                &[&self.spec.group, &topic, &(id.position as i64)],
-            )
-            .await
-            .map_err(db("moving the group's floor"))?;
-        self.link
-            .get()
-            .await?
-            .execute(
-                &format!(
-                    "DELETE FROM {}_deliveries WHERE grp = $1 AND topic = $2 AND message_id >= $3",
-                    self.prefix
-                ),
-                &[&self.spec.group, &topic, &(id.position as i64)],
-            )
-            .await
-            .map_err(db("seeking"))?;
-        self.notify.notify_waiters();
-        Ok(())
-    }
-
-    async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
-        self.ensure_open()?;
-        let topics = self.topics().await?;
-        let rows = self
-            .link
-            .get()
-            .await?
-            .query(
-                &format!("SELECT topic, max(id) FROM {}_messages WHERE topic = ANY($1) GROUP BY topic ORDER BY topic", self.prefix),
-                &[&topics],
-            )
-            .await
-            .map_err(db("reading the last messages"))?;
-        Ok(rows
-            .iter()
-            .map(|r| MessageId::new(r.get::<_, String>(0), None, r.get::<_, i64>(1) as u64))
-            .collect())
-    }
-
-    async fn close(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        self.link
-            .get()
-            .await?
-            .execute(
-                &format!(
-                    "UPDATE {}_deliveries SET owner = NULL, visible_at = clock_timestamp()
-                     WHERE grp = $1 AND owner = $2 AND NOT acked",
-                    self.prefix
-                ),
-                &[&self.spec.group, &self.name],
-            )
-            .await
-            .map_err(db("releasing held messages"))?;
-        Ok(())
     }
 }
 

@@ -12,16 +12,20 @@ use std::time::Duration;
 use super::Postgres;
 
 /// Settings (YAML metadata `connectionString`, `tablePrefix`, `visibilityTimeoutMs`,
-/// `maxMessageBytes`).
+/// `maxMessageBytes`, `retentionMs`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PostgresConfig {
     /// A libpq-style connection string, e.g. `host=127.0.0.1 port=5432 user=postgres dbname=test`.
     pub connection_string: String,
-    /// Tables are `<prefix>_messages`, `<prefix>_deliveries`, `<prefix>_groups`.
+    /// Tables are `<prefix>_messages`, `<prefix>_pending`, `<prefix>_cursors`,
+    /// `<prefix>_partitions`; functions `<prefix>_take` and the like.
     pub table_prefix: String,
     /// A delivered, unacknowledged message becomes deliverable again after this.
     pub visibility_timeout: Duration,
     pub max_message_bytes: usize,
+    /// How long a message that every group of its topic has read and acknowledged
+    /// is kept (for a seek back) before it is deleted.
+    pub retention: Duration,
 }
 
 impl Default for PostgresConfig {
@@ -31,6 +35,7 @@ impl Default for PostgresConfig {
             table_prefix: "pubsub".into(),
             visibility_timeout: Duration::from_secs(30),
             max_message_bytes: 1024 * 1024,
+            retention: Duration::from_secs(60),
         }
     }
 }
@@ -77,6 +82,7 @@ impl TypedSettings for PostgresConfig {
             "tablePrefix",
             "visibilityTimeoutMs",
             "maxMessageBytes",
+            "retentionMs",
         ])?;
         let defaults = Self::default();
         let table_prefix = definition
@@ -115,6 +121,10 @@ impl TypedSettings for PostgresConfig {
             max_message_bytes: definition
                 .value::<usize>("maxMessageBytes", "a number of bytes")?
                 .unwrap_or(defaults.max_message_bytes),
+            retention: definition
+                .value::<u64>("retentionMs", "milliseconds")?
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.retention),
         })
     }
 

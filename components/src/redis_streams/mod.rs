@@ -722,7 +722,33 @@ impl Consumer for RedisConsumer {
     }
 
     async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
-        crate::component::ack_each(self, ids, &self.spec.topics).await
+        self.ensure_open()?;
+        // One XACK per stream, all in one pipeline; every id is checked first.
+        let mut by_stream: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for id in ids {
+            by_stream
+                .entry(self.owned(id)?)
+                .or_default()
+                .push(stream_id(id.position));
+        }
+        if by_stream.is_empty() {
+            return Ok(());
+        }
+        let mut pipeline = redis::pipe();
+        for (key, entries) in &by_stream {
+            pipeline
+                .cmd("XACK")
+                .arg(key)
+                .arg(&self.spec.group)
+                .arg(entries)
+                .ignore();
+        }
+        let mut conn = self.connection.clone();
+        pipeline
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(broker("acknowledging with XACK"))?;
+        Ok(())
     }
 
     async fn ack(&self, id: &MessageId) -> Result<()> {

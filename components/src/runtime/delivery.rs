@@ -176,6 +176,11 @@ impl Delivery {
             self.consumer
                 .receive_batch(self.bulk.max_messages_count, max_await)
                 .await
+        } else if self.is_bulk() {
+            // An emulated batch fills from one receive where the broker has that many.
+            self.consumer
+                .receive(self.bulk.max_messages_count.max(1), wait)
+                .await
         } else {
             self.consumer.receive(FETCH_MAX, wait).await
         }
@@ -412,12 +417,24 @@ impl Delivery {
                     HashMap::new()
                 }
             };
+        // The entries that succeeded are acknowledged together (one request where the
+        // component acknowledges several ids at once); the others one by one.
+        let mut succeeded = Vec::new();
         for (message, _) in &entries {
             let status = statuses
                 .get(&message.id.to_string())
                 .copied()
                 .unwrap_or(Status::Retry);
-            self.settle(message, status).await;
+            if status == Status::Success {
+                succeeded.push(message.id.clone());
+            } else {
+                self.settle(message, status).await;
+            }
+        }
+        if !succeeded.is_empty() {
+            if let Err(e) = self.consumer.ack_many(&succeeded).await {
+                warn!(count = succeeded.len(), error = %e, "acknowledging a batch failed");
+            }
         }
     }
 

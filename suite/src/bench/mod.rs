@@ -34,6 +34,11 @@ pub struct BenchOptions {
     pub min_seconds: f64,
     /// The most messages a time-sized run publishes.
     pub max_messages: usize,
+    /// Messages in the topic each consume measurement drains.
+    pub consume_messages: usize,
+    /// Groups per consume measurement (single and bulk), each draining the topic once:
+    /// the median and the spread are over them.
+    pub consume_repeats: usize,
 }
 
 impl Default for BenchOptions {
@@ -45,6 +50,8 @@ impl Default for BenchOptions {
             repeats: 5,
             min_seconds: 1.0,
             max_messages: 500_000,
+            consume_messages: 20_000,
+            consume_repeats: 3,
         }
     }
 }
@@ -126,21 +133,71 @@ fn measurement(label: &str, timed: &Timed, baseline: Option<&Measurement>) -> Me
     }
 }
 
-/// A measurement of one run (the consume side: its topic is filled once).
-fn single_run(
-    label: &str,
+/// The topic sizes the consume side is measured on: PostgreSQL keeps topics in a
+/// table, so a second topic ten times larger shows whether a read costs more as the
+/// topic grows.
+fn consume_sizes(kind: &str, options: &BenchOptions) -> Vec<usize> {
+    let base = options.consume_messages.max(1);
+    if kind == "postgres" {
+        vec![base, base * 10]
+    } else {
+        vec![base]
+    }
+}
+
+/// Single and bulk subscribe throughput on one topic of `messages` messages: its
+/// groups exist before it is filled (queue and session brokers keep messages only for
+/// groups that exist), and each drains it once, single and bulk groups alternately.
+async fn consume_measurements(
+    runtime: &Runtime,
+    prefix: &str,
+    options: &BenchOptions,
     messages: usize,
-    elapsed: Duration,
-    baseline: Option<&Measurement>,
-) -> Measurement {
-    measurement(
-        label,
+    label_suffix: &str,
+) -> anyhow::Result<Vec<Measurement>> {
+    let topic = format!("{prefix}-consume-{messages}");
+    let repeats = options.consume_repeats.max(1);
+    let readers: Vec<(Subscription, Subscription)> = (0..repeats)
+        .map(|_| {
+            (
+                bench_subscription(&topic, false),
+                bench_subscription(&topic, true),
+            )
+        })
+        .collect();
+    for (single, bulk) in &readers {
+        runtime.create_group(single).await?;
+        runtime.create_group(bulk).await?;
+    }
+    let fill = BenchOptions {
+        messages,
+        // The bound on a drain grows with the topic.
+        receive_timeout: options.receive_timeout * (messages / 20_000).max(1) as u32,
+        ..options.clone()
+    };
+    publish_bulk(runtime, &topic, 100, false, &fill).await?;
+    let (mut single_times, mut bulk_times) = (Vec::new(), Vec::new());
+    for (single, bulk) in readers {
+        single_times.push(consume(runtime, single, &fill).await?);
+        bulk_times.push(consume(runtime, bulk, &fill).await?);
+    }
+    let single = measurement(
+        &format!("single subscribe{label_suffix}"),
         &Timed {
             messages,
-            times: vec![elapsed],
+            times: single_times,
         },
-        baseline,
-    )
+        None,
+    );
+    let bulk = measurement(
+        &format!("bulk subscribe x100{label_suffix}"),
+        &Timed {
+            messages,
+            times: bulk_times,
+        },
+        Some(&single),
+    );
+    Ok(vec![single, bulk])
 }
 
 async fn publish_single(
@@ -482,38 +539,30 @@ pub async fn bench_component(
         }
     }
 
-    // Both subscriptions read a topic filled (unmeasured) after their groups exist,
-    // so queue and session brokers keep the messages for them.
-    let topic = format!("{prefix}-consume");
-    let (single_reader, bulk_reader) = (
-        bench_subscription(&topic, false),
-        bench_subscription(&topic, true),
-    );
-    runtime.create_group(&single_reader).await?;
-    runtime.create_group(&bulk_reader).await?;
-    publish_bulk(&runtime, &topic, 100, false, options).await?;
-    let single_consume = single_run(
-        "single subscribe",
-        n,
-        consume(&runtime, single_reader, options).await?,
-        None,
-    );
-    let bulk_consume = single_run(
-        "bulk subscribe x100",
-        n,
-        consume(&runtime, bulk_reader, options).await?,
-        Some(&single_consume),
-    );
-    measurements.push(single_consume);
-    measurements.push(bulk_consume);
+    let sizes = consume_sizes(component.kind(), options);
+    for (i, messages) in sizes.iter().enumerate() {
+        let suffix = if i == 0 {
+            String::new()
+        } else {
+            format!(", {messages}-message topic")
+        };
+        measurements
+            .extend(consume_measurements(&runtime, &prefix, options, *messages, &suffix).await?);
+    }
 
     let latency = latency(&runtime, options).await?;
     Ok(BenchReport {
         component: name.to_string(),
         settings: format!(
-            "publish measurements sized to last at least {} s a run (the messages column; at least {n}), the median of {} runs with the spread over them; subscribe measurements read {n} messages once; {} byte payloads in the CloudEvents envelope, sequential publishers; a publish counts once the broker accepted it; raw clients send the same payload, metadata and trace context; handlers answer SUCCESS; bulk publish {}; latency: publish call to handler, {} messages, one at a time",
+            "publish measurements sized to last at least {} s a run (the messages column; at least {n}), the median of {} runs with the spread over them; subscribe measurements drain a topic of {} messages once per group, the median of {} groups with the spread; {} byte payloads in the CloudEvents envelope, sequential publishers; a publish counts once the broker accepted it; raw clients send the same payload, metadata and trace context; handlers answer SUCCESS; bulk publish {}; latency: publish call to handler, {} messages, one at a time",
             options.min_seconds,
             options.repeats.max(1),
+            sizes
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(" and "),
+            options.consume_repeats.max(1),
             options.payload_bytes,
             if native_bulk { "native" } else { "emulated by the runtime" },
             n.min(1000)

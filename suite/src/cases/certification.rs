@@ -1,13 +1,28 @@
-//! Certification under faults and load: members leaving a group, concurrent publishers.
+//! Certification under faults and load: members leaving a group, concurrent
+//! publishers, a long drain whose rate must stay flat.
 
+use super::keyed_entry;
 use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::KEY;
 use crate::outcome::{CaseRun, Context, Outcome};
-use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest};
-use pubsub_components::{ConsumerSpec, Metadata, TopicSelector};
-use std::collections::BTreeSet;
+use async_trait::async_trait;
+use pubsub_components::runtime::{
+    BulkPublishEntry, BulkPublishRequest, Event, Handler, MessageHandler, Status, Subscription,
+};
+use pubsub_components::{ConsumerSpec, Feature, Metadata, TopicSelector};
+use std::collections::{BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
 use tokio::time::Instant;
+
+/// Messages `certification.long-drain` publishes and drains.
+const DRAIN_MESSAGES: usize = 100_000;
+/// What a tenth of the drain may take beyond twice the first tenth's time before it
+/// counts as a slowdown: scheduling noise on a loaded machine, which on a fast broker
+/// (a tenth in tens of milliseconds) would otherwise decide the verdict.
+const DRAIN_NOISE: Duration = Duration::from_millis(250);
 
 pub fn cases() -> Vec<Case> {
     vec![
@@ -29,7 +44,149 @@ pub fn cases() -> Vec<Case> {
             bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
             run: |ctx| Box::pin(concurrent_publishers(ctx)),
         },
+        Case {
+            id: "certification.long-drain",
+            must: "A group draining a topic of 100000 messages MUST receive every one, and reading MUST NOT cost more as the group advances: the last tenth of the drain takes at most twice as long as the first (plus 250 ms of scheduling noise).",
+            requires: &[Feature::BulkPublish],
+            level: Level::Certification,
+            injects: &[],
+            bound: Bound::new("2 x delivery bound + 240 s", |c| {
+                c.delivery_bound * 2 + Duration::from_secs(240)
+            }),
+            run: |ctx| Box::pin(long_drain(ctx)),
+        },
     ]
+}
+
+/// When each distinct message was first delivered, in delivery order.
+struct Timeline {
+    state: Mutex<TimelineState>,
+    changed: Notify,
+}
+
+struct TimelineState {
+    seen: HashSet<String>,
+    firsts: Vec<Instant>,
+    repeats: usize,
+}
+
+impl Timeline {
+    fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(Timeline {
+            state: Mutex::new(TimelineState {
+                seen: HashSet::with_capacity(capacity),
+                firsts: Vec::with_capacity(capacity),
+                repeats: 0,
+            }),
+            changed: Notify::new(),
+        })
+    }
+
+    fn distinct(&self) -> usize {
+        self.state.lock().unwrap().seen.len()
+    }
+}
+
+#[async_trait]
+impl MessageHandler for Timeline {
+    async fn handle(&self, event: Event) -> Result<Status, String> {
+        let key = event.metadata.get(KEY).cloned().unwrap_or_default();
+        {
+            let mut state = self.state.lock().unwrap();
+            if state.seen.insert(key) {
+                state.firsts.push(Instant::now());
+            } else {
+                state.repeats += 1;
+            }
+        }
+        self.changed.notify_waiters();
+        Ok(Status::Success)
+    }
+}
+
+async fn long_drain(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = Subscription::new(topic.clone(), ctx.group("g"));
+    ctx.create_group(&subscription).await?;
+    let started = Instant::now();
+    let mut refused = 0;
+    for chunk in 0..DRAIN_MESSAGES / 100 {
+        let keys: Vec<String> = (0..100).map(|i| format!("m{}", chunk * 100 + i)).collect();
+        let response = ctx
+            .runtime
+            .bulk_publish(BulkPublishRequest {
+                topic: topic.clone(),
+                entries: keys.iter().map(|k| keyed_entry(k)).collect(),
+                metadata: Metadata::new(),
+            })
+            .await
+            .doing("bulk publishing the topic to drain")?;
+        refused += keys.iter().filter(|k| response.failed(k)).count();
+    }
+    let publish_time = started.elapsed();
+    let expected = DRAIN_MESSAGES - refused;
+    let timeline = Timeline::new(DRAIN_MESSAGES);
+    let drain_started = Instant::now();
+    let handle = ctx
+        .subscribe(subscription, Handler::Single(timeline.clone()))
+        .await?;
+    let deadline = ctx.deadline();
+    loop {
+        let notified = timeline.changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if timeline.distinct() >= expected
+            || tokio::time::timeout_at(deadline, notified).await.is_err()
+        {
+            break;
+        }
+    }
+    let drain_time = drain_started.elapsed();
+    handle.stop().await;
+    let state = timeline.state.lock().unwrap();
+    let mut outcome = Outcome::new();
+    outcome.note(format!(
+        "published {expected} messages in {} ms (bulk x100); one group read {} of them in {} ms, {} delivered again",
+        publish_time.as_millis(),
+        state.seen.len(),
+        drain_time.as_millis(),
+        state.repeats
+    ));
+    outcome.expect(refused == 0, || {
+        format!("{refused} of {DRAIN_MESSAGES} entries were refused at publish")
+    });
+    outcome.expect(state.seen.len() >= expected, || {
+        format!(
+            "lost: {} of {expected} messages were not delivered within the bound",
+            expected - state.seen.len().min(expected)
+        )
+    });
+    let tenth = state.firsts.len() / 10;
+    if tenth >= 2 {
+        let span = |from: usize| state.firsts[from + tenth - 1] - state.firsts[from];
+        let spans: Vec<Duration> = (0..10).map(|k| span(k * tenth)).collect();
+        let rate = |d: Duration| tenth as f64 / d.as_secs_f64().max(1e-6);
+        outcome.note(format!(
+            "consume rate per tenth of the drain (msg/s): {}",
+            spans
+                .iter()
+                .map(|d| format!("{:.0}", rate(*d)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        let (first, last) = (spans[0], spans[9]);
+        outcome.expect(last <= first * 2 + DRAIN_NOISE, || {
+            format!(
+                "reading slowed down as the group advanced: the last tenth took {} ms ({:.0} msg/s), the first {} ms ({:.0} msg/s), {:.1}x slower (at most 2x allowed)",
+                last.as_millis(),
+                rate(last),
+                first.as_millis(),
+                rate(first),
+                last.as_secs_f64() / first.as_secs_f64().max(1e-6)
+            )
+        });
+    }
+    Ok(outcome)
 }
 
 async fn consumer_leaves(ctx: CaseContext) -> CaseRun {

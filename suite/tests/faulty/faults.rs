@@ -109,6 +109,9 @@ pub enum Fault {
     RenamesDeadLetters,
     /// A cumulative ack acknowledges up to the position on every subscribed topic.
     AcksCumulativeEverywhere,
+    /// Every read rechecks what the group read before (as a queue table read from its
+    /// start would): a read costs 50 ns per message already read.
+    RescansWhatItRead,
     /// No violation: declares exactly-once, which the in-memory component keeps
     /// (for the test that exactly-once is judged by what is declared).
     DeclaresExactlyOnce,
@@ -577,6 +580,12 @@ impl FaultyConsumer {
 impl Consumer for FaultyConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
         let messages = self.inner.receive(max, wait).await?;
+        if self.fault == Fault::RescansWhatItRead && !messages.is_empty() {
+            let read = self
+                .received
+                .fetch_add(messages.len() as u64, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_nanos(read * 50)).await;
+        }
         self.distort(messages).await
     }
 
