@@ -2,7 +2,7 @@
 //! server-side functions of [`super::schema`] (one round trip hands over a batch),
 //! acknowledges by deleting its pending rows, and trims what every group is done with.
 
-use super::Link;
+use super::{Link, PostgresConfig};
 use crate::component::{owner_topic, Consumer, ConsumerSpec, StartPosition, TopicSelector};
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, ReceivedMessage};
@@ -27,21 +27,82 @@ const VACUUM_AFTER: u64 = 2_000;
 const VACUUM_EVERY: Duration = Duration::from_millis(500);
 
 pub(super) struct PostgresConsumer {
-    pub(super) link: Link,
-    pub(super) notify: Arc<Notify>,
-    pub(super) prefix: String,
-    pub(super) visibility: Duration,
+    link: Arc<Link>,
+    notify: Arc<Notify>,
+    prefix: String,
+    visibility: Duration,
     /// How long a message every group acknowledged is kept.
-    pub(super) retention: Duration,
-    pub(super) name: String,
-    pub(super) spec: ConsumerSpec,
-    pub(super) closed: AtomicBool,
+    retention: Duration,
+    name: String,
+    spec: ConsumerSpec,
+    closed: AtomicBool,
     /// When this member last trimmed.
-    pub(super) trimmed: Mutex<Instant>,
+    trimmed: Mutex<Instant>,
     /// Rows acknowledged (deleted) since this member last vacuumed.
-    pub(super) acked: AtomicU64,
+    acked: AtomicU64,
     /// When this member last vacuumed.
-    pub(super) vacuumed: Mutex<Instant>,
+    vacuumed: Mutex<Instant>,
+    /// Acknowledgements on their way to the server.
+    acks: Arc<AckQueue>,
+    /// The task that sends them.
+    flusher: tokio::task::JoinHandle<()>,
+}
+
+/// Acknowledgements on their way: `ack` returns once its ids are queued here (as
+/// RabbitMQ and NATS acknowledgements are sent without waiting for the server), and a
+/// task deletes every queued row in one statement, so a member handling one message at
+/// a time does not wait a round trip per message. `close` and `seek` send what is
+/// queued first. A crash loses only queued acknowledgements: those messages are
+/// delivered again (at least once).
+struct AckQueue {
+    link: Arc<Link>,
+    /// The DELETE of a group's pending rows by id.
+    sql: String,
+    group: String,
+    ids: Mutex<Vec<i64>>,
+    wake: Notify,
+    /// Held while a batch is sent, so that `flush` returns after every earlier one.
+    sending: tokio::sync::Mutex<()>,
+}
+
+impl AckQueue {
+    fn push(&self, ids: impl IntoIterator<Item = i64>) {
+        self.ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(ids);
+        self.wake.notify_one();
+    }
+
+    /// Sends what is queued; returns once every acknowledgement queued before the call
+    /// reached the server.
+    async fn flush(&self) -> Result<()> {
+        let _sending = self.sending.lock().await;
+        let ids = std::mem::take(&mut *self.ids.lock().unwrap_or_else(|p| p.into_inner()));
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.link
+            .execute(&self.sql, &[&self.group, &ids], "acknowledging")
+            .await
+    }
+
+    /// Sends acknowledgements as they are queued, until the consumer ends.
+    async fn run(self: Arc<Self>) {
+        loop {
+            self.wake.notified().await;
+            if let Err(e) = self.flush().await {
+                // The rows stay pending and are delivered again after their lease.
+                tracing::warn!(error = %e, "sending acknowledgements failed");
+            }
+        }
+    }
+}
+
+impl Drop for PostgresConsumer {
+    fn drop(&mut self) {
+        self.flusher.abort();
+    }
 }
 
 fn like_pattern(glob: &str) -> String {
@@ -59,6 +120,44 @@ fn millis(duration: Duration) -> i64 {
 }
 
 impl PostgresConsumer {
+    /// Opens a member of `spec`'s group on its own connection, which LISTENs for new
+    /// messages.
+    pub(super) async fn open(config: &PostgresConfig, spec: ConsumerSpec) -> Result<Self> {
+        let notify = Arc::new(Notify::new());
+        let prefix = config.table_prefix.clone();
+        let link = Arc::new(
+            Link::open(
+                config,
+                Some(notify.clone()),
+                Some(format!("LISTEN {prefix}_new")),
+            )
+            .await?,
+        );
+        let acks = Arc::new(AckQueue {
+            link: link.clone(),
+            sql: format!("DELETE FROM {prefix}_pending WHERE grp = $1 AND message_id = ANY($2)"),
+            group: spec.group.clone(),
+            ids: Mutex::new(Vec::new()),
+            wake: Notify::new(),
+            sending: tokio::sync::Mutex::new(()),
+        });
+        Ok(PostgresConsumer {
+            flusher: tokio::spawn(acks.clone().run()),
+            acks,
+            link,
+            notify,
+            prefix,
+            visibility: config.visibility_timeout,
+            retention: config.retention,
+            name: format!("c-{}", uuid::Uuid::new_v4().simple()),
+            spec,
+            closed: AtomicBool::new(false),
+            trimmed: Mutex::new(Instant::now()),
+            acked: AtomicU64::new(0),
+            vacuumed: Mutex::new(Instant::now()),
+        })
+    }
+
     fn ensure_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(PubSubError::Closed(format!(
@@ -276,23 +375,15 @@ impl Consumer for PostgresConsumer {
         for id in ids {
             self.owned(id)?;
         }
-        let positions: Vec<i64> = ids.iter().map(|id| id.position as i64).collect();
         self.acked.fetch_add(ids.len() as u64, Ordering::Relaxed);
-        self.link
-            .execute(
-                &format!(
-                    "DELETE FROM {}_pending WHERE grp = $1 AND message_id = ANY($2)",
-                    self.prefix
-                ),
-                &[&self.spec.group, &positions],
-                "acknowledging",
-            )
-            .await
+        self.acks.push(ids.iter().map(|id| id.position as i64));
+        Ok(())
     }
 
     async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
         let topic = owner_topic(id, &self.spec.topics)?;
+        self.acks.flush().await?;
         self.link
             .execute(
                 &format!(
@@ -330,6 +421,8 @@ impl Consumer for PostgresConsumer {
     async fn seek(&self, id: &MessageId) -> Result<()> {
         self.ensure_open()?;
         let topic = owner_topic(id, &self.spec.topics)?;
+        // An acknowledgement still queued would delete the row the seek brings back.
+        self.acks.flush().await?;
         self.link
             .query(
                 &format!("SELECT {}_seek($1, $2, $3)", self.prefix),
@@ -366,6 +459,8 @@ impl Consumer for PostgresConsumer {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.acks.flush().await?;
+        self.flusher.abort();
         self.link
             .execute(
                 &format!(

@@ -20,11 +20,9 @@ use async_trait::async_trait;
 use consumer::PostgresConsumer;
 use futures::StreamExt;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
-use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
@@ -458,26 +456,7 @@ impl Component for Postgres {
                 "consumer group name is empty".into(),
             ));
         }
-        let notify = Arc::new(Notify::new());
-        let link = Link::open(
-            &self.config,
-            Some(notify.clone()),
-            Some(format!("LISTEN {}_new", self.config.table_prefix)),
-        )
-        .await?;
-        let consumer = PostgresConsumer {
-            link,
-            notify,
-            prefix: self.config.table_prefix.clone(),
-            visibility: self.config.visibility_timeout,
-            retention: self.config.retention,
-            name: format!("c-{}", uuid::Uuid::new_v4().simple()),
-            spec,
-            closed: AtomicBool::new(false),
-            trimmed: std::sync::Mutex::new(Instant::now()),
-            acked: std::sync::atomic::AtomicU64::new(0),
-            vacuumed: std::sync::Mutex::new(Instant::now()),
-        };
+        let consumer = PostgresConsumer::open(&self.config, spec).await?;
         consumer.register_topics().await?;
         Ok(Box::new(consumer))
     }

@@ -395,16 +395,22 @@ impl Delivery {
             )
             .in_scope(|| tracing::trace!("entry handed to bulk handler"));
         }
+        // The events move into the batch (no copy of payloads and envelopes); the
+        // messages stay here to be settled, each with its entry id.
+        let mut messages = Vec::with_capacity(entries.len());
+        let mut batch_entries = Vec::with_capacity(entries.len());
+        for (message, event) in entries {
+            let entry_id = message.id.to_string();
+            batch_entries.push(BatchEntry {
+                entry_id: entry_id.clone(),
+                event,
+            });
+            messages.push((message, entry_id));
+        }
         let batch = Batch {
             id: batch_id,
             topic,
-            entries: entries
-                .iter()
-                .map(|(message, event)| BatchEntry {
-                    entry_id: message.id.to_string(),
-                    event: event.clone(),
-                })
-                .collect(),
+            entries: batch_entries,
         };
         let statuses: HashMap<String, Status> =
             match handler.handle(batch).instrument(batch_span).await {
@@ -420,11 +426,8 @@ impl Delivery {
         // The entries that succeeded are acknowledged together (one request where the
         // component acknowledges several ids at once); the others one by one.
         let mut succeeded = Vec::new();
-        for (message, _) in &entries {
-            let status = statuses
-                .get(&message.id.to_string())
-                .copied()
-                .unwrap_or(Status::Retry);
+        for (message, entry_id) in &messages {
+            let status = statuses.get(entry_id).copied().unwrap_or(Status::Retry);
             if status == Status::Success {
                 succeeded.push(message.id.clone());
             } else {
