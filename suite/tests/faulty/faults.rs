@@ -110,7 +110,7 @@ pub enum Fault {
     /// A cumulative ack acknowledges up to the position on every subscribed topic.
     AcksCumulativeEverywhere,
     /// Every read rechecks what the group read before (as a queue table read from its
-    /// start would): a read costs 50 ns per message already read.
+    /// start would): a read costs 150 ns per message already read.
     RescansWhatItRead,
     /// No violation: declares exactly-once, which the in-memory component keeps
     /// (for the test that exactly-once is judged by what is declared).
@@ -584,7 +584,7 @@ impl Consumer for FaultyConsumer {
             let read = self
                 .received
                 .fetch_add(messages.len() as u64, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_nanos(read * 50)).await;
+            tokio::time::sleep(Duration::from_nanos(read * 150)).await;
         }
         self.distort(messages).await
     }
