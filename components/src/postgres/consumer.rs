@@ -32,7 +32,7 @@ pub(super) struct PostgresConsumer {
     prefix: String,
     visibility: Duration,
     /// How long a message every group acknowledged is kept.
-    retention: Duration,
+    retention: Option<Duration>,
     name: String,
     spec: ConsumerSpec,
     closed: AtomicBool,
@@ -285,7 +285,10 @@ impl PostgresConsumer {
     /// retention (and once a second at most often). A failed trim is tried again
     /// later; it never fails a read.
     async fn trim_now_and_then(&self, topics: &[String]) {
-        let every = (self.retention / 10).max(Duration::from_secs(1));
+        let Some(retention) = self.retention else {
+            return;
+        };
+        let every = (retention / 10).max(Duration::from_secs(1));
         {
             let mut last = self.trimmed.lock().unwrap_or_else(|p| p.into_inner());
             if last.elapsed() < every {
@@ -327,10 +330,13 @@ impl PostgresConsumer {
     }
 
     async fn trim(&self, topics: &[String]) -> Result<()> {
+        let Some(retention) = self.retention else {
+            return Ok(());
+        };
         self.link
             .query(
                 &format!("SELECT {}_trim($1, $2, $3)", self.prefix),
-                &[&topics, &millis(self.retention), &TRIM_BATCH],
+                &[&topics, &millis(retention), &TRIM_BATCH],
                 "deleting acknowledged messages",
             )
             .await?;

@@ -24,8 +24,9 @@ pub struct PostgresConfig {
     pub visibility_timeout: Duration,
     pub max_message_bytes: usize,
     /// How long a message that every group of its topic has read and acknowledged
-    /// is kept (for a seek back) before it is deleted.
-    pub retention: Duration,
+    /// is kept (for a seek back) before it is deleted; `None` (the default) keeps
+    /// every message.
+    pub retention: Option<Duration>,
 }
 
 impl Default for PostgresConfig {
@@ -35,7 +36,7 @@ impl Default for PostgresConfig {
             table_prefix: "pubsub".into(),
             visibility_timeout: Duration::from_secs(30),
             max_message_bytes: 1024 * 1024,
-            retention: Duration::from_secs(60),
+            retention: None,
         }
     }
 }
@@ -124,7 +125,7 @@ impl TypedSettings for PostgresConfig {
             retention: definition
                 .value::<u64>("retentionMs", "milliseconds")?
                 .map(Duration::from_millis)
-                .unwrap_or(defaults.retention),
+                .or(defaults.retention),
         })
     }
 
