@@ -462,6 +462,22 @@ pub async fn ack_each(
     Ok(())
 }
 
+/// Acknowledges each id after checking them all, the acknowledgements sent together
+/// rather than one round trip after another: for clients whose ack is a message of
+/// its own (AMQP basic.ack, a JetStream ack).
+pub async fn ack_together(
+    consumer: &dyn Consumer,
+    ids: &[MessageId],
+    topics: &TopicSelector,
+) -> Result<()> {
+    for id in ids {
+        owner_topic(id, topics)?;
+    }
+    futures::future::try_join_all(ids.iter().map(|id| consumer.ack(id)))
+        .await
+        .map(drop)
+}
+
 /// A stable 64-bit FNV-1a hash (the same on every run and platform), for key routing
 /// and for short names derived from longer ones.
 pub fn stable_hash(bytes: &[u8]) -> u64 {

@@ -484,14 +484,7 @@ impl Consumer for NatsConsumer {
     }
 
     async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
-        // Every id is checked first; the acks then go out together, not one round
-        // trip after another.
-        for id in ids {
-            crate::component::owner_topic(id, &self.spec.topics)?;
-        }
-        futures::future::try_join_all(ids.iter().map(|id| self.ack(id)))
-            .await
-            .map(drop)
+        crate::component::ack_together(self, ids, &self.spec.topics).await
     }
 
     async fn ack(&self, id: &MessageId) -> Result<()> {

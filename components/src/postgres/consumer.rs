@@ -190,6 +190,13 @@ impl PostgresConsumer {
         }
     }
 
+    /// The topics covered now, or only `only` among them.
+    async fn covered(&self, only: Option<&str>) -> Result<Vec<String>> {
+        let mut topics = self.topics().await?;
+        topics.retain(|t| only.is_none_or(|o| o == t));
+        Ok(topics)
+    }
+
     /// Records where the group starts on each covered topic (kept if it exists).
     pub(super) async fn register_topics(&self) -> Result<()> {
         let topics = self.topics().await?;
@@ -209,12 +216,7 @@ impl PostgresConsumer {
         if matches!(self.spec.topics, TopicSelector::Pattern(_)) {
             self.register_topics().await?;
         }
-        let topics: Vec<String> = self
-            .topics()
-            .await?
-            .into_iter()
-            .filter(|t| only.is_none_or(|o| o == t))
-            .collect();
+        let topics = self.covered(only).await?;
         let receiver_delay = self.spec.receiver_delay.map_or(0, millis);
         let rows = self
             .link
@@ -255,12 +257,7 @@ impl PostgresConsumer {
 
     /// How long an idle member may wait before looking again.
     async fn idle_wait(&self, only: Option<&str>) -> Result<Duration> {
-        let topics: Vec<String> = self
-            .topics()
-            .await?
-            .into_iter()
-            .filter(|t| only.is_none_or(|o| o == t))
-            .collect();
+        let topics = self.covered(only).await?;
         let row = self
             .link
             .query_one(

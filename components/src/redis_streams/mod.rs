@@ -656,6 +656,21 @@ impl RedisConsumer {
         owner_topic(id, &self.spec.topics).map(|topic| self.key(&topic))
     }
 
+    /// The stream entry ids of `ids` by stream key; refused whole if one is not owned.
+    fn by_stream(
+        &self,
+        ids: &[MessageId],
+    ) -> Result<std::collections::BTreeMap<String, Vec<String>>> {
+        let mut by_stream: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for id in ids {
+            by_stream
+                .entry(self.owned(id)?)
+                .or_default()
+                .push(stream_id(id.position));
+        }
+        Ok(by_stream)
+    }
+
     /// Makes pending entries claimable after `after` by setting their idle time.
     async fn release(&self, key: &str, ids: &[String], after: Duration) -> Result<()> {
         if ids.is_empty() {
@@ -724,13 +739,7 @@ impl Consumer for RedisConsumer {
     async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
         self.ensure_open()?;
         // One XACK per stream, all in one pipeline; every id is checked first.
-        let mut by_stream: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-        for id in ids {
-            by_stream
-                .entry(self.owned(id)?)
-                .or_default()
-                .push(stream_id(id.position));
-        }
+        let by_stream = self.by_stream(ids)?;
         if by_stream.is_empty() {
             return Ok(());
         }
@@ -806,13 +815,7 @@ impl Consumer for RedisConsumer {
 
     async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
         self.ensure_open()?;
-        let mut by_stream: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-        for id in ids {
-            by_stream
-                .entry(self.owned(id)?)
-                .or_default()
-                .push(stream_id(id.position));
-        }
+        let by_stream = self.by_stream(ids)?;
         for (key, entries) in by_stream {
             // Idle time back to zero: no member may claim them for another lease.
             self.release(&key, &entries, self.claim_idle).await?;
