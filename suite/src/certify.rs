@@ -435,12 +435,24 @@ async fn run_cases(
     results.extend(run.run_lane(in_lane(cases, Lane::Timed), timed_jobs).await);
 
     // Fault cases of a component whose broker the suite cannot fault (the auto order
-    // chose a running server) run on a second broker the suite controls.
+    // chose a running server), or whose spawned broker keeps its data in memory (its
+    // spec names other arguments for a broker that is killed), run on a second broker
+    // the suite controls.
+    let why_control = match &provisioned.broker {
+        Some(broker) if !broker.can_fault() => Some("the run's broker cannot be faulted"),
+        Some(_)
+            if provisioned.kind == ProvisionKind::LocalProcess
+                && provision::broker_spec(&definition.component_type)
+                    .is_some_and(|spec| spec.durable_args.is_some()) =>
+        {
+            Some("the run's broker keeps its data in memory, the fault cases' keeps it across a kill")
+        }
+        _ => None,
+    };
     let mut controlled: Option<Result<Controlled, String>> = None;
     for (index, case) in in_lane(cases, Lane::Exclusive) {
-        let wants_control = !case.injects.is_empty()
-            && options.provision.is_none()
-            && provisioned.broker.as_ref().is_some_and(|b| !b.can_fault());
+        let wants_control =
+            !case.injects.is_empty() && options.provision.is_none() && why_control.is_some();
         if wants_control {
             if controlled.is_none() {
                 progress(
@@ -466,8 +478,9 @@ async fn run_cases(
                     run.expectations.apply(&mut result, version);
                 }
                 result.evidence.notes.push(format!(
-                    "run on a broker the suite controls, {}, since the run's broker cannot be faulted",
-                    side.describe()
+                    "run on a broker the suite controls, {}, since {}",
+                    side.describe(),
+                    why_control.unwrap_or_default()
                 ));
                 run.finished(case, &result);
                 results.push((index, result));
@@ -570,10 +583,7 @@ struct Controlled {
 
 impl Controlled {
     async fn provision(definition: &ComponentDefinition) -> Result<Self, String> {
-        let order = provision::order_for(
-            &definition.component_type,
-            Some(&[ProvisionKind::LocalProcess, ProvisionKind::Container]),
-        );
+        let order = provision::faults_order(&definition.component_type);
         let provisioned = provision::provision(definition, &order)
             .await
             .map_err(|reasons| {

@@ -317,13 +317,12 @@ fn fixture_builder(
         let definition = definition.clone();
         let order = order.clone();
         Box::pin(async move {
-            const CONTROLLED: &[ProvisionKind] =
-                &[ProvisionKind::LocalProcess, ProvisionKind::Container];
             let order = match order.as_deref() {
-                None if !case.injects.is_empty() => Some(CONTROLLED),
-                given => given,
+                None if !case.injects.is_empty() => {
+                    crate::provision::faults_order(&definition.component_type)
+                }
+                given => crate::provision::order_for(&definition.component_type, given),
             };
-            let order = crate::provision::order_for(&definition.component_type, order);
             match crate::provision::provision(&definition, &order).await {
                 Ok(provisioned) => Ok((
                     provisioned.component,

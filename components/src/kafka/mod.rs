@@ -113,6 +113,23 @@ impl Kafka {
         .map_err(broker("reading the cluster's metadata"))?
     }
 
+    /// Forgets a topic the broker no longer knows (a broker that keeps nothing across
+    /// a restart), so that the next publish creates it again.
+    fn forget_if_unknown(
+        &self,
+        topic: &str,
+        result: &rdkafka::producer::future_producer::OwnedDeliveryResult,
+    ) {
+        if let Err((KafkaError::MessageProduction(code), _)) = result {
+            if matches!(
+                code,
+                RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic
+            ) {
+                self.topics().remove(topic);
+            }
+        }
+    }
+
     fn topics(&self) -> MutexGuard<'_, HashSet<String>> {
         self.topics.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -287,7 +304,9 @@ impl Component for Kafka {
             // A new member is handed records once it has joined its group.
             delay_precision: Duration::from_millis(750),
             clock_tolerance: Duration::from_millis(50),
-            durable: true,
+            // What the broker acknowledged survives a crash only on a durable broker
+            // with every in-sync replica acknowledging.
+            durable: self.config.durable_broker && self.config.acks == Acks::All,
             recovery_bound: Duration::from_secs(20),
             // A closing member hands on what it holds at once; a crashed one's records
             // wait for its session to time out.
@@ -312,6 +331,7 @@ impl Component for Kafka {
             .producer
             .send(record(&message, None, None), REQUEST_TIMEOUT)
             .await;
+        self.forget_if_unknown(&message.topic, &result);
         delivered(&message.topic, result)
     }
 
@@ -340,7 +360,10 @@ impl Component for Kafka {
             results.push(match pending {
                 Err(e) => Err(e),
                 Ok(delivery) => match delivery.await {
-                    Ok(result) => delivered(&message.topic, result),
+                    Ok(result) => {
+                        self.forget_if_unknown(&message.topic, &result);
+                        delivered(&message.topic, result)
+                    }
                     Err(_) => Err(PubSubError::broker(
                         "producing a record",
                         "the producer dropped the delivery report",

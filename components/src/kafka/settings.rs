@@ -12,7 +12,8 @@ use std::time::Duration;
 use super::Kafka;
 
 /// Settings (YAML metadata `brokers`, `consumerGroup`, `initialOffset`,
-/// `metadataRefreshIntervalMs`, `acks`, `maxMessageBytes`, `partitions`).
+/// `metadataRefreshIntervalMs`, `acks`, `maxMessageBytes`, `partitions`,
+/// `durableBroker`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KafkaConfig {
     /// Bootstrap brokers, `host:port[,host:port...]`.
@@ -30,6 +31,11 @@ pub struct KafkaConfig {
     pub max_message_bytes: usize,
     /// Partitions of the topics the component creates.
     pub partitions: u32,
+    /// Whether the broker keeps what it acknowledged across a crash (Kafka does; a
+    /// broker on in-memory storage, such as tansu with `memory://`, does not). With
+    /// `acks: 1` a crash may lose records too, so durability is declared only for
+    /// `acks: all` on a durable broker.
+    pub durable_broker: bool,
 }
 
 /// How many replicas acknowledge a record before it counts as published.
@@ -59,6 +65,7 @@ impl Default for KafkaConfig {
             acks: Acks::All,
             max_message_bytes: 1024 * 1024,
             partitions: 1,
+            durable_broker: true,
         }
     }
 }
@@ -86,6 +93,7 @@ impl TypedSettings for KafkaConfig {
             "acks",
             "maxMessageBytes",
             "partitions",
+            "durableBroker",
         ])?;
         let defaults = Self::default();
         let brokers = definition
@@ -172,6 +180,9 @@ impl TypedSettings for KafkaConfig {
         if partitions == 0 {
             return Err(definition.error("spec.metadata (partitions)", "must be at least 1"));
         }
+        let durable_broker = definition
+            .value::<bool>("durableBroker", "true or false")?
+            .unwrap_or(defaults.durable_broker);
         Ok(Self {
             brokers,
             consumer_group,
@@ -180,6 +191,7 @@ impl TypedSettings for KafkaConfig {
             acks,
             max_message_bytes,
             partitions,
+            durable_broker,
         })
     }
 
@@ -223,6 +235,7 @@ mod tests {
             ("acks", "1"),
             ("maxMessageBytes", "2000000"),
             ("partitions", "3"),
+            ("durableBroker", "false"),
         ])
         .unwrap();
         assert_eq!(config.endpoint().as_deref(), Some("10.0.0.1:9092"));
@@ -234,6 +247,7 @@ mod tests {
             (config.max_message_bytes, config.partitions),
             (2_000_000, 3)
         );
+        assert!(!config.durable_broker);
         assert_eq!(settings(&[]).unwrap(), KafkaConfig::default());
     }
 
@@ -250,6 +264,7 @@ mod tests {
             ("acks", "most", "expected 'all' or '1'"),
             ("maxMessageBytes", "10", "from 1000 to 1000000000"),
             ("partitions", "0", "at least 1"),
+            ("durableBroker", "maybe", "true or false"),
             ("nonsense", "1", "nonsense"),
         ] {
             let error = settings(&[(field, value)]).unwrap_err().to_string();

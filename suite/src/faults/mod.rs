@@ -130,8 +130,7 @@ mod tests {
         let proxy = FaultProxy::start_with(&broker.endpoint(), spec.proxy_wire)
             .await
             .unwrap();
-        let root =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/next/kafka.yaml");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/kafka.yaml");
         let definition = ComponentDefinition::from_file(&root).unwrap();
         let component = pubsub_components::registry::build(&definition, Some(&proxy.endpoint()))
             .await

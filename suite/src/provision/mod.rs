@@ -176,7 +176,12 @@ impl Provisioner for InProcess {
 }
 
 /// Spawns the installed broker binary on a free loopback port with a fresh data dir.
-pub struct LocalProcess;
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LocalProcess {
+    /// For the fault cases, which kill and restart it: the broker keeps its data
+    /// ([`BrokerSpec::keeping_data`]).
+    pub faulted: bool,
+}
 
 #[async_trait]
 impl Provisioner for LocalProcess {
@@ -195,6 +200,11 @@ impl Provisioner for LocalProcess {
                 "use in-process",
             )
         })?;
+        let spec = if self.faulted {
+            spec.keeping_data()
+        } else {
+            spec
+        };
         let process = BrokerProcess::spawn(&spec)
             .await
             .map_err(|e| not(self.kind(), e, spec.install_hint()))?;
@@ -461,7 +471,7 @@ impl Provisioner for Container {
 fn provisioner(kind: ProvisionKind) -> Box<dyn Provisioner> {
     match kind {
         ProvisionKind::Container => Box::new(Container::default()),
-        ProvisionKind::LocalProcess => Box::new(LocalProcess),
+        ProvisionKind::LocalProcess => Box::new(LocalProcess::default()),
         ProvisionKind::External => Box::new(External),
         ProvisionKind::InProcess => Box::new(InProcess),
     }
@@ -482,11 +492,11 @@ pub fn auto_order(component_type: &str) -> Vec<Box<dyn Provisioner>> {
         None => vec![Box::new(External), Box::new(Container::default())],
         Some(spec) if spec.prefer_external => vec![
             Box::new(External),
-            Box::new(LocalProcess),
+            Box::new(LocalProcess::default()),
             Box::new(Container::default()),
         ],
         Some(_) => vec![
-            Box::new(LocalProcess),
+            Box::new(LocalProcess::default()),
             Box::new(External),
             Box::new(Container::default()),
         ],
@@ -526,6 +536,21 @@ pub fn order_for(
             .map(|k| provisioner(*k))
             .collect(),
     }
+}
+
+/// The brokers the fault cases get, which the suite must control (kill, restart,
+/// pause, cut off): a local process keeping its data across a kill, else a container.
+pub fn faults_order(component_type: &str) -> Vec<Box<dyn Provisioner>> {
+    let mut order = order_for(
+        component_type,
+        Some(&[ProvisionKind::LocalProcess, ProvisionKind::Container]),
+    );
+    for provisioner in order.iter_mut() {
+        if provisioner.kind() == ProvisionKind::LocalProcess {
+            *provisioner = Box::new(LocalProcess { faulted: true });
+        }
+    }
+    order
 }
 
 /// The order named by `PUBSUB_PROVISION`, if set (an error names a bad value).
@@ -639,7 +664,8 @@ mod tests {
     /// Spawns the broker of `component_type`, checks it answers, kills it, checks it
     /// is gone, restarts it on the same port and checks it answers again.
     async fn spawn_kill_restart(component_type: &str) {
-        let spec = broker_spec(component_type).unwrap();
+        // As the fault cases spawn it: its data kept across the kill.
+        let spec = broker_spec(component_type).unwrap().keeping_data();
         let process = BrokerProcess::spawn(&spec)
             .await
             .unwrap_or_else(|e| panic!("spawning {}: {e}", spec.name));
