@@ -79,6 +79,22 @@ pub fn needs_broker(component_type: &str) -> bool {
     pubsub_components::registry::broker_type(component_type) != "in-memory"
 }
 
+/// tansu's arguments: a broker listening on (and advertising) the suite's port,
+/// with the given storage engine.
+macro_rules! tansu_args {
+    ($storage:literal) => {
+        &[
+            "broker",
+            "--listener-url",
+            "tcp://127.0.0.1:{port}",
+            "--advertised-listener-url",
+            "tcp://127.0.0.1:{port}",
+            "--storage-engine",
+            $storage,
+        ]
+    };
+}
+
 const NO_FILES: &[(&str, &str)] = &[];
 const NO_ENV: &[(&str, &str)] = &[];
 const NO_COMMANDS: &[CommandLine] = &[];
@@ -152,17 +168,9 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
             source: Source::Built(
                 "build tansu, the Kafka-protocol broker (scripts/install.sh --broker kafka; about 15 minutes once, then cached)",
             ),
-            args: &[
-                "broker",
-                "--listener-url",
-                "tcp://127.0.0.1:{port}",
-                "--advertised-listener-url",
-                "tcp://127.0.0.1:{port}",
-                "--storage-engine",
-                // In memory: tansu 0.6.0's SQLite storage stalls under load (README,
-                // "Kafka"); the fault cases' broker keeps its data (durable_args).
-                "memory://tansu/",
-            ],
+            // In memory: tansu 0.6.0's SQLite storage stalls under load (README,
+            // "Kafka"); the fault cases' broker keeps its data (durable_args).
+            args: tansu_args!("memory://tansu/"),
             env: &[("NO_COLOR", "1")],
             files: NO_FILES,
             init: NO_COMMANDS,
@@ -171,15 +179,12 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
             ready_within: quick,
             prefer_external: false,
             container: ContainerSpec {
-                upstream: ContainerImage::new("ghcr.io/tansu-io/tansu", "0.6.0", &[
-                    "broker",
-                    "--listener-url",
-                    "tcp://127.0.0.1:{port}",
-                    "--advertised-listener-url",
-                    "tcp://127.0.0.1:{port}",
-                    "--storage-engine",
-                    "memory://tansu/",
-                ], NO_ENV),
+                upstream: ContainerImage::new(
+                    "ghcr.io/tansu-io/tansu",
+                    "0.6.0",
+                    tansu_args!("memory://tansu/"),
+                    NO_ENV,
+                ),
                 local: ContainerImage::local("tansu"),
             },
             proxy_wire: Wire::Kafka,
@@ -189,17 +194,9 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
             // storage a restarted tansu hands librdkafka Fetch replies that crash it
             // (leader-change tags with a zero topic id: a NULL topic name
             // dereferenced in rd_kafka_metadata_update_op).
-            durable_args: Some(&[
-                "broker",
-                "--listener-url",
-                "tcp://127.0.0.1:{port}",
-                "--advertised-listener-url",
-                "tcp://127.0.0.1:{port}",
-                "--storage-engine",
-                // Relative to the working directory, which is the data directory (an
-                // absolute path would be taken as relative too).
-                "sqlite://tansu.db",
-            ]),
+            // The data directory is the working directory: tansu takes an absolute
+            // path as relative too.
+            durable_args: Some(tansu_args!("sqlite://tansu.db")),
         }),
         "mqtt5" => Some(BrokerSpec {
             name: "mosquitto",
