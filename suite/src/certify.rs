@@ -583,7 +583,7 @@ struct Controlled {
 
 impl Controlled {
     async fn provision(definition: &ComponentDefinition) -> Result<Self, String> {
-        let order = provision::faults_order(&definition.component_type);
+        let order = provision::faults_order(&definition.component_type, None);
         let provisioned = provision::provision(definition, &order)
             .await
             .map_err(|reasons| {

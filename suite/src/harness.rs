@@ -317,11 +317,10 @@ fn fixture_builder(
         let definition = definition.clone();
         let order = order.clone();
         Box::pin(async move {
-            let order = match order.as_deref() {
-                None if !case.injects.is_empty() => {
-                    crate::provision::faults_order(&definition.component_type)
-                }
-                given => crate::provision::order_for(&definition.component_type, given),
+            let order = if case.injects.is_empty() {
+                crate::provision::order_for(&definition.component_type, order.as_deref())
+            } else {
+                crate::provision::faults_order(&definition.component_type, order.as_deref())
             };
             match crate::provision::provision(&definition, &order).await {
                 Ok(provisioned) => Ok((

@@ -538,13 +538,15 @@ pub fn order_for(
     }
 }
 
-/// The brokers the fault cases get, which the suite must control (kill, restart,
-/// pause, cut off): a local process keeping its data across a kill, else a container.
-pub fn faults_order(component_type: &str) -> Vec<Box<dyn Provisioner>> {
-    let mut order = order_for(
-        component_type,
-        Some(&[ProvisionKind::LocalProcess, ProvisionKind::Container]),
-    );
+/// The brokers the fault cases get, in `kinds` order (default: a local process, else
+/// a container, which the suite controls: kill, restart, pause, cut off); a local
+/// process keeps its data across a kill.
+pub fn faults_order(
+    component_type: &str,
+    kinds: Option<&[ProvisionKind]>,
+) -> Vec<Box<dyn Provisioner>> {
+    let kinds = kinds.unwrap_or(&[ProvisionKind::LocalProcess, ProvisionKind::Container]);
+    let mut order = order_for(component_type, Some(kinds));
     for provisioner in order.iter_mut() {
         if provisioner.kind() == ProvisionKind::LocalProcess {
             *provisioner = Box::new(LocalProcess { faulted: true });
