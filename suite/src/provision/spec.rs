@@ -122,6 +122,12 @@ pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
                 "yes",
                 "--appendfsync",
                 "no",
+                // No background rewrite of that file: the suite's brokers live for one
+                // run, and a rewrite forks a child that compresses the whole dataset,
+                // which on a small machine takes a core from the run (in `bench`, a
+                // third of the samples went to it, and to no measured path).
+                "--auto-aof-rewrite-percentage",
+                "0",
                 "--dir",
                 "{dir}",
             ],
