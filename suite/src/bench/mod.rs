@@ -108,6 +108,50 @@ fn resized(options: &BenchOptions, messages: usize, elapsed: Duration) -> Option
     (short && again > messages).then_some(again)
 }
 
+/// Runs rounds of measurements that share one message count, starting from
+/// `messages`: each round runs every path once (`measure` returns their times, in
+/// order, each on fresh names) until there are `options.repeats` rounds. When the
+/// fastest path of a round ends well short of the minimum, the count is sized again
+/// from it and the rounds start over, so every run of a path has the same count.
+/// Returns the count and each path's times.
+async fn timed_rounds<F, Fut>(
+    options: &BenchOptions,
+    mut messages: usize,
+    mut measure: F,
+) -> anyhow::Result<(usize, Vec<Vec<Duration>>)>
+where
+    F: FnMut(String, BenchOptions) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Vec<Duration>>>,
+{
+    let mut paths: Vec<Vec<Duration>> = Vec::new();
+    let (mut rounds, mut run, mut resizes) = (0, 0, 0);
+    while rounds < options.repeats.max(1) {
+        let sized = BenchOptions {
+            messages,
+            ..options.clone()
+        };
+        let times = measure(run.to_string(), sized).await?;
+        run += 1;
+        let fastest = times.iter().min().copied().unwrap_or_default();
+        match resized(options, messages, fastest) {
+            Some(again) if resizes < MAX_RESIZES => {
+                messages = again;
+                resizes += 1;
+                rounds = 0;
+                paths.clear();
+            }
+            _ => {
+                paths.resize_with(times.len(), Vec::new);
+                for (path, time) in paths.iter_mut().zip(times) {
+                    path.push(time);
+                }
+                rounds += 1;
+            }
+        }
+    }
+    Ok((messages, paths))
+}
+
 /// Runs a measurement sized by time: a probe run of `options.messages` (not kept)
 /// sets how many messages make a run last `options.min_seconds`, then
 /// `options.repeats` runs of that many, each on fresh names, so one disturbed run
@@ -120,27 +164,16 @@ where
     Fut: std::future::Future<Output = anyhow::Result<Duration>>,
 {
     let probe = measure("probe".into(), options.clone()).await?;
-    let mut messages = sized_messages(options, probe);
-    let mut times = Vec::with_capacity(options.repeats.max(1));
-    let mut resizes = 0;
-    let mut run = 0;
-    while times.len() < options.repeats.max(1) {
-        let sized = BenchOptions {
-            messages,
-            ..options.clone()
-        };
-        let elapsed = measure(run.to_string(), sized).await?;
-        run += 1;
-        match resized(options, messages, elapsed) {
-            Some(again) if resizes < MAX_RESIZES => {
-                messages = again;
-                resizes += 1;
-                times.clear();
-            }
-            _ => times.push(elapsed),
-        }
-    }
-    Ok(Timed { messages, times })
+    let (messages, mut paths) =
+        timed_rounds(options, sized_messages(options, probe), |run, sized| {
+            let one = measure(run, sized);
+            async move { Ok(vec![one.await?]) }
+        })
+        .await?;
+    Ok(Timed {
+        messages,
+        times: paths.pop().unwrap_or_default(),
+    })
 }
 
 fn run_id() -> String {
@@ -513,72 +546,89 @@ pub async fn bench_component(
         options,
     )
     .await?;
-    let mut sized = BenchOptions {
-        messages: sized_messages(options, probe),
-        ..options.clone()
-    };
-    let mut enveloped_runs = Vec::new();
-    let mut raw_payload_runs = Vec::new();
-    let mut raw_100_runs = Vec::new();
-    let (mut run, mut resizes) = (0, 0);
-    while raw_payload_runs.len() < options.repeats.max(1) {
-        run += 1;
-        let enveloped = publish_bulk(
-            &runtime,
-            &format!("{prefix}-beside-raw-100-{run}"),
-            100,
-            false,
-            &sized,
-        )
-        .await?;
-        let raw_payload = publish_bulk(
-            &runtime,
-            &format!("{prefix}-raw-100-{run}"),
-            100,
-            true,
-            &sized,
-        )
-        .await?;
-        let raw = match endpoint {
-            Some(endpoint) => raw::raw_publish(component.kind(), endpoint, 100, &sized).await?,
-            None => None,
-        };
-        let fastest = raw
-            .as_ref()
-            .map_or(raw_payload, |(_, elapsed)| raw_payload.min(*elapsed));
-        if let Some(again) = resized(options, sized.messages, fastest) {
-            if resizes < MAX_RESIZES {
-                // Too short to compare on: all three start over on the new count.
-                sized.messages = again;
-                resizes += 1;
-                enveloped_runs.clear();
-                raw_payload_runs.clear();
-                raw_100_runs.clear();
-                continue;
+    // The enveloped path runs in turn only where a raw client is there to compare
+    // with; the raw client's label comes with its runs.
+    let raw_100_label = Mutex::new(None::<String>);
+    let (messages, mut paths) =
+        timed_rounds(options, sized_messages(options, probe), |run, sized| {
+            let (runtime, prefix, raw_100_label) = (&runtime, &prefix, &raw_100_label);
+            let kind = component.kind();
+            async move {
+                let mut times = Vec::with_capacity(3);
+                times.push(
+                    publish_bulk(
+                        runtime,
+                        &format!("{prefix}-raw-100-{run}"),
+                        100,
+                        true,
+                        &sized,
+                    )
+                    .await?,
+                );
+                if let Some(endpoint) = endpoint {
+                    if let Some((label, elapsed)) =
+                        raw::raw_publish(kind, endpoint, 100, &sized).await?
+                    {
+                        times.push(
+                            publish_bulk(
+                                runtime,
+                                &format!("{prefix}-beside-raw-100-{run}"),
+                                100,
+                                false,
+                                &sized,
+                            )
+                            .await?,
+                        );
+                        times.push(elapsed);
+                        *raw_100_label.lock().unwrap_or_else(|p| p.into_inner()) = Some(label);
+                    }
+                }
+                Ok(times)
             }
-        }
-        enveloped_runs.push(enveloped);
-        raw_payload_runs.push(raw_payload);
-        raw_100_runs.extend(raw);
-    }
+        })
+        .await?;
+    let timed_path = |path: Vec<Duration>| Timed {
+        messages,
+        times: path,
+    };
+    let raw_100_runs = paths.get_mut(2).map(std::mem::take);
+    let enveloped_runs = paths.get_mut(1).map(std::mem::take);
     let raw_payload = measurement(
         "bulk publish x100, rawPayload (no envelope)",
-        &Timed {
-            messages: sized.messages,
-            times: raw_payload_runs,
-        },
+        &timed_path(std::mem::take(&mut paths[0])),
         bulk_100.as_ref(),
-    );
-    let enveloped_beside_raw = measurement(
-        "bulk publish x100, in turn with the raw client",
-        &Timed {
-            messages: sized.messages,
-            times: enveloped_runs,
-        },
-        None,
     );
     measurements.push(raw_payload.clone());
     measurements.insert(0, single.clone());
+    // How many times the raw client's time the component takes for the same work.
+    let against_raw = |raw: &Measurement, component: &Measurement, label: &str| Measurement {
+        ratio: Some(raw.rate / component.rate),
+        baseline: Some(format!("{label} (component time / raw time)")),
+        ..raw.clone()
+    };
+    let mut beside_raw = Vec::new();
+    if let (Some(raw_runs), Some(enveloped_runs), Some(label)) = (
+        raw_100_runs,
+        enveloped_runs,
+        raw_100_label
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(),
+    ) {
+        let raw = measurement(&label, &timed_path(raw_runs), None);
+        let enveloped = measurement(
+            "bulk publish x100, in turn with the raw client",
+            &timed_path(enveloped_runs),
+            None,
+        );
+        // The envelope's cost against the raw client run beside it.
+        beside_raw.push(Measurement {
+            ratio: Some(raw.rate / enveloped.rate),
+            baseline: Some(format!("{label} (component time / raw time)")),
+            ..enveloped
+        });
+        beside_raw.push(against_raw(&raw, &raw_payload, &raw_payload.label));
+    }
     if let Some(endpoint) = endpoint {
         // The raw client one at a time, on as many messages as the component's single
         // publish took.
@@ -590,43 +640,19 @@ pub async fn bench_component(
         for _ in 0..options.repeats.max(1) {
             raw_1_runs.extend(raw::raw_publish(component.kind(), endpoint, 1, &sized_1).await?);
         }
-        for (runs, baselines, messages) in [
-            (raw_1_runs, vec![single], sized_1.messages),
-            (
-                raw_100_runs,
-                vec![enveloped_beside_raw, raw_payload],
-                sized.messages,
-            ),
-        ] {
-            let Some((label, _)) = runs.first().cloned() else {
-                continue;
-            };
+        if let Some((label, _)) = raw_1_runs.first().cloned() {
             let raw = measurement(
                 &label,
                 &Timed {
-                    messages,
-                    times: runs.into_iter().map(|(_, elapsed)| elapsed).collect(),
+                    messages: sized_1.messages,
+                    times: raw_1_runs.into_iter().map(|(_, elapsed)| elapsed).collect(),
                 },
                 None,
             );
-            // How many times the raw client's time the component takes for the same
-            // work: the enveloped path's row gives it against the raw client run in
-            // turn with it, the raw client's row against the rawPayload path.
-            let (last, first) = baselines.split_last().expect("a baseline");
-            for baseline in first {
-                measurements.push(Measurement {
-                    ratio: Some(raw.rate / baseline.rate),
-                    baseline: Some(format!("{label} (component time / raw time)")),
-                    ..baseline.clone()
-                });
-            }
-            measurements.push(Measurement {
-                ratio: Some(raw.rate / last.rate),
-                baseline: Some(format!("{} (component time / raw time)", last.label)),
-                ..raw
-            });
+            measurements.push(against_raw(&raw, &single, &single.label));
         }
     }
+    measurements.extend(beside_raw);
 
     let sizes = consume_sizes(component.kind(), options);
     for (i, messages) in sizes.iter().enumerate() {
