@@ -5,6 +5,7 @@ mod raw;
 
 use crate::history::KEY;
 use async_trait::async_trait;
+use futures::future::LocalBoxFuture;
 use hdrhistogram::Histogram;
 use pubsub_components::runtime::{
     Batch, BulkHandler, BulkPublishEntry, BulkPublishRequest, BulkSubscribeOptions, EntryStatus,
@@ -12,6 +13,7 @@ use pubsub_components::runtime::{
 };
 use pubsub_components::{Component, Feature, Metadata, Support};
 use pubsub_reports::{BenchReport, LatencySummary, Measurement};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -270,14 +272,16 @@ async fn publish_single(
     options: &BenchOptions,
 ) -> anyhow::Result<Duration> {
     let payload = vec![b'x'; options.payload_bytes];
-    let started = Instant::now();
+    let mut elapsed = Duration::ZERO;
     for i in 0..options.messages {
         let request = PublishRequest::new(topic, payload.clone())
             .with_content_type("application/octet-stream")
             .with_metadata(KEY, i.to_string());
+        let started = Instant::now();
         runtime.publish(request).await?;
+        elapsed += started.elapsed();
     }
-    Ok(started.elapsed())
+    Ok(elapsed)
 }
 
 async fn publish_bulk(
@@ -288,40 +292,62 @@ async fn publish_bulk(
     options: &BenchOptions,
 ) -> anyhow::Result<Duration> {
     let payload = vec![b'x'; options.payload_bytes];
-    let requests: Vec<BulkPublishRequest> = (0..options.messages)
-        .collect::<Vec<_>>()
-        .chunks(batch)
-        .map(|chunk| BulkPublishRequest {
-            topic: topic.to_string(),
-            entries: chunk
-                .iter()
-                .map(|i| BulkPublishEntry {
-                    entry_id: i.to_string(),
-                    event: payload.clone(),
-                    content_type: Some("application/octet-stream".into()),
-                    metadata: if raw_payload {
-                        Metadata::from([
-                            (KEY.to_string(), i.to_string()),
-                            ("rawPayload".to_string(), "true".to_string()),
-                        ])
-                    } else {
-                        Metadata::from([(KEY.to_string(), i.to_string())])
-                    },
-                })
-                .collect(),
-            metadata: Metadata::new(),
-        })
-        .collect();
-    let started = Instant::now();
-    for request in requests {
-        let response = runtime.bulk_publish(request).await?;
-        anyhow::ensure!(
-            response.failed_entries.is_empty(),
-            "bulk publish failed entries: {:?}",
-            response.failed_entries
-        );
+    let ids: Vec<usize> = (0..options.messages).collect();
+    let mut elapsed = Duration::ZERO;
+    for chunk in ids.chunks(batch) {
+        elapsed += publish_chunk(runtime, topic, chunk, &payload, raw_payload).await?;
     }
-    Ok(started.elapsed())
+    Ok(elapsed)
+}
+
+/// One bulk publish of the messages `ids`, and the time of its call.
+async fn publish_chunk(
+    runtime: &Runtime,
+    topic: &str,
+    ids: &[usize],
+    payload: &[u8],
+    raw_payload: bool,
+) -> anyhow::Result<Duration> {
+    let request = bulk_request(topic, ids, payload, raw_payload);
+    let started = Instant::now();
+    let response = runtime.bulk_publish(request).await?;
+    let elapsed = started.elapsed();
+    anyhow::ensure!(
+        response.failed_entries.is_empty(),
+        "bulk publish failed entries: {:?}",
+        response.failed_entries
+    );
+    Ok(elapsed)
+}
+
+/// The app's request for the messages `ids`, built just before its call (as an app
+/// builds it) and outside the timer: the time is the runtime's and the broker's.
+fn bulk_request(
+    topic: &str,
+    ids: &[usize],
+    payload: &[u8],
+    raw_payload: bool,
+) -> BulkPublishRequest {
+    BulkPublishRequest {
+        topic: topic.to_string(),
+        entries: ids
+            .iter()
+            .map(|i| BulkPublishEntry {
+                entry_id: i.to_string(),
+                event: payload.to_vec(),
+                content_type: Some("application/octet-stream".into()),
+                metadata: if raw_payload {
+                    Metadata::from([
+                        (KEY.to_string(), i.to_string()),
+                        ("rawPayload".to_string(), "true".to_string()),
+                    ])
+                } else {
+                    Metadata::from([(KEY.to_string(), i.to_string())])
+                },
+            })
+            .collect(),
+        metadata: Metadata::new(),
+    }
 }
 
 /// Counts deliveries and records end-to-end latency.
@@ -535,9 +561,11 @@ pub async fn bench_component(
         .find(|m| m.label == "bulk publish x100")
         .cloned();
     // The component's bulk paths (enveloped and rawPayload) and the raw client's x100
-    // run in turn on the same number of messages, so all three see the same broker
-    // conditions (a broker slows as it fills); each keeps its median. The count is
-    // sized so that the fastest of the three lasts the minimum.
+    // run in turn, batch by batch, on the same messages: each raw batch is followed by
+    // the component's enveloped and rawPayload batches of the same ids, so all three
+    // meet the broker in the same state (a shared machine's load drifts, a broker slows
+    // as it fills). The count is sized so that the fastest of the three lasts the
+    // minimum.
     let probe = publish_bulk(
         &runtime,
         &format!("{prefix}-raw-100-probe"),
@@ -554,36 +582,46 @@ pub async fn bench_component(
             let (runtime, prefix, raw_100_label) = (&runtime, &prefix, &raw_100_label);
             let kind = component.kind();
             async move {
-                let mut times = Vec::with_capacity(3);
-                times.push(
-                    publish_bulk(
-                        runtime,
-                        &format!("{prefix}-raw-100-{run}"),
-                        100,
-                        true,
-                        &sized,
-                    )
-                    .await?,
-                );
-                if let Some(endpoint) = endpoint {
-                    if let Some((label, elapsed)) =
-                        raw::raw_publish(kind, endpoint, 100, &sized).await?
-                    {
-                        times.push(
-                            publish_bulk(
-                                runtime,
-                                &format!("{prefix}-beside-raw-100-{run}"),
-                                100,
-                                false,
-                                &sized,
-                            )
-                            .await?,
-                        );
-                        times.push(elapsed);
+                let raw_payload_topic = format!("{prefix}-raw-100-{run}");
+                let Some(endpoint) = endpoint else {
+                    return Ok(vec![
+                        publish_bulk(runtime, &raw_payload_topic, 100, true, &sized).await?,
+                    ]);
+                };
+                let enveloped_topic = format!("{prefix}-beside-raw-100-{run}");
+                let payload = vec![b'x'; sized.payload_bytes];
+                let (raw_payload_time, enveloped_time) =
+                    (Cell::new(Duration::ZERO), Cell::new(Duration::ZERO));
+                let raw = {
+                    let (rp_topic, env_topic, rp_time, env_time, payload) = (
+                        &raw_payload_topic,
+                        &enveloped_topic,
+                        &raw_payload_time,
+                        &enveloped_time,
+                        &payload,
+                    );
+                    let mut beside = move |ids: Vec<usize>| -> LocalBoxFuture<'_, _> {
+                        Box::pin(async move {
+                            let enveloped =
+                                publish_chunk(runtime, env_topic, &ids, payload, false).await?;
+                            env_time.set(env_time.get() + enveloped);
+                            let raw_payload =
+                                publish_chunk(runtime, rp_topic, &ids, payload, true).await?;
+                            rp_time.set(rp_time.get() + raw_payload);
+                            Ok(())
+                        })
+                    };
+                    raw::raw_publish(kind, endpoint, 100, &sized, &mut beside).await?
+                };
+                match raw {
+                    Some((label, elapsed)) => {
                         *raw_100_label.lock().unwrap_or_else(|p| p.into_inner()) = Some(label);
+                        Ok(vec![raw_payload_time.get(), enveloped_time.get(), elapsed])
                     }
+                    None => Ok(vec![
+                        publish_bulk(runtime, &raw_payload_topic, 100, true, &sized).await?,
+                    ]),
                 }
-                Ok(times)
             }
         })
         .await?;
@@ -638,7 +676,16 @@ pub async fn bench_component(
         };
         let mut raw_1_runs = Vec::new();
         for _ in 0..options.repeats.max(1) {
-            raw_1_runs.extend(raw::raw_publish(component.kind(), endpoint, 1, &sized_1).await?);
+            raw_1_runs.extend(
+                raw::raw_publish(
+                    component.kind(),
+                    endpoint,
+                    1,
+                    &sized_1,
+                    &mut raw::nothing_beside(),
+                )
+                .await?,
+            );
         }
         if let Some((label, _)) = raw_1_runs.first().cloned() {
             let raw = measurement(

@@ -17,7 +17,19 @@
 
 use super::{run_id, BenchOptions};
 use crate::history::KEY;
+use futures::future::LocalBoxFuture;
 use std::time::{Duration, Instant};
+
+/// What runs after each of the raw client's batches, on the same message ids and
+/// outside the raw client's time: the component's own paths, so that the component
+/// and the raw client meet the broker in the same state, batch by batch.
+pub(super) type Beside<'a> = dyn FnMut(Vec<usize>) -> LocalBoxFuture<'a, anyhow::Result<()>> + 'a;
+
+/// Nothing beside the raw client.
+pub(super) fn nothing_beside<'a>(
+) -> impl FnMut(Vec<usize>) -> LocalBoxFuture<'a, anyhow::Result<()>> {
+    |_| Box::pin(async { Ok(()) })
+}
 
 /// The metadata a raw client sends with message `i`: what the component sends for a
 /// rawPayload message (the bench's key and a fresh trace context), as JSON.
@@ -32,28 +44,39 @@ fn metadata_json(i: usize) -> String {
 }
 
 /// The same publishing work done with the broker's client library directly: the
-/// measurement's label and elapsed time, or `None` for types without a raw client here.
+/// measurement's label and the raw client's time (its batches only, not `beside`'s),
+/// or `None` for types without a raw client here.
 pub(super) async fn raw_publish(
     component_type: &str,
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    beside: &mut Beside<'_>,
 ) -> anyhow::Result<Option<(String, Duration)>> {
     Ok(match component_type {
         #[cfg(feature = "redis")]
-        "redis-streams" => Some(redis(endpoint, batch, options).await?),
+        "redis-streams" => Some(redis(endpoint, batch, options, beside).await?),
         #[cfg(feature = "nats")]
-        "nats-jetstream" => Some(nats(endpoint, batch, options).await?),
+        "nats-jetstream" => Some(nats(endpoint, batch, options, beside).await?),
         #[cfg(feature = "postgres")]
-        "postgres" => Some(postgres(endpoint, batch, options).await?),
+        "postgres" => Some(postgres(endpoint, batch, options, beside).await?),
         #[cfg(feature = "rabbitmq")]
-        "rabbitmq" => Some(rabbitmq(endpoint, batch, options).await?),
+        "rabbitmq" => Some(rabbitmq(endpoint, batch, options, beside).await?),
         #[cfg(feature = "mqtt")]
-        "mqtt5" => Some(mqtt(endpoint, batch, options).await?),
+        "mqtt5" => Some(mqtt(endpoint, batch, options, beside).await?),
         #[cfg(feature = "kafka")]
-        "kafka" => Some(kafka(endpoint, batch, options).await?),
+        "kafka" => Some(kafka(endpoint, batch, options, beside).await?),
         _ => None,
     })
+}
+
+/// The message ids of a measurement, in batches.
+fn batches(options: &BenchOptions, batch: usize) -> Vec<Vec<usize>> {
+    (0..options.messages)
+        .collect::<Vec<_>>()
+        .chunks(batch)
+        .map(<[usize]>::to_vec)
+        .collect()
 }
 
 /// Redis: pipelined XADDs, the same work without the component.
@@ -62,15 +85,17 @@ async fn redis(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    beside: &mut Beside<'_>,
 ) -> anyhow::Result<(String, Duration)> {
     let client = redis::Client::open(format!("redis://{endpoint}/"))?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let key = format!("pcs-bench-raw-{}", run_id());
     let payload = vec![b'x'; options.payload_bytes];
-    let started = Instant::now();
-    for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
+    let mut elapsed = Duration::ZERO;
+    for chunk in batches(options, batch) {
+        let started = Instant::now();
         let mut pipe = redis::pipe();
-        for i in chunk {
+        for i in &chunk {
             pipe.cmd("XADD")
                 .arg(&key)
                 .arg("*")
@@ -80,8 +105,9 @@ async fn redis(
                 .arg(metadata_json(*i));
         }
         let _: Vec<String> = pipe.query_async(&mut conn).await?;
+        elapsed += started.elapsed();
+        beside(chunk).await?;
     }
-    let elapsed = started.elapsed();
     let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
     let label = if batch == 1 {
         "raw client: XADD one at a time".to_string()
@@ -97,6 +123,7 @@ async fn nats(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    beside: &mut Beside<'_>,
 ) -> anyhow::Result<(String, Duration)> {
     let client = async_nats::connect(endpoint).await?;
     let context = async_nats::jetstream::new(client);
@@ -109,10 +136,11 @@ async fn nats(
         })
         .await?;
     let payload = bytes::Bytes::from(vec![b'x'; options.payload_bytes]);
-    let started = Instant::now();
-    for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
+    let mut elapsed = Duration::ZERO;
+    for chunk in batches(options, batch) {
+        let started = Instant::now();
         let mut acks = Vec::with_capacity(chunk.len());
-        for i in chunk {
+        for i in &chunk {
             let mut headers = async_nats::HeaderMap::new();
             headers.insert("Pcs-Metadata", metadata_json(*i).as_str());
             acks.push(
@@ -124,8 +152,9 @@ async fn nats(
         for ack in acks {
             ack.await?;
         }
+        elapsed += started.elapsed();
+        beside(chunk).await?;
     }
-    let elapsed = started.elapsed();
     context.delete_stream(&stream).await?;
     let label = if batch == 1 {
         "raw client: publish, await ack, one at a time".to_string()
@@ -141,6 +170,7 @@ async fn postgres(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    beside: &mut Beside<'_>,
 ) -> anyhow::Result<(String, Duration)> {
     let (host, port) = endpoint.rsplit_once(':').unwrap_or((endpoint, "5432"));
     let (client, connection) = tokio_postgres::connect(
@@ -157,8 +187,9 @@ async fn postgres(
                                  CREATE INDEX ON {table} (topic, id)"))
         .await?;
     let payload = vec![b'x'; options.payload_bytes];
-    let started = Instant::now();
-    for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
+    let mut elapsed = Duration::ZERO;
+    for chunk in batches(options, batch) {
+        let started = Instant::now();
         let topics: Vec<&str> = chunk.iter().map(|_| "raw").collect();
         let payloads: Vec<&[u8]> = chunk.iter().map(|_| payload.as_slice()).collect();
         let metadata: Vec<String> = chunk.iter().map(|i| metadata_json(*i)).collect();
@@ -170,8 +201,9 @@ async fn postgres(
                 &[&topics, &payloads, &metadata],
             )
             .await?;
+        elapsed += started.elapsed();
+        beside(chunk).await?;
     }
-    let elapsed = started.elapsed();
     client.batch_execute(&format!("DROP TABLE {table}")).await?;
     let label = if batch == 1 {
         "raw client: INSERT one at a time".to_string()
@@ -187,6 +219,7 @@ async fn rabbitmq(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    beside: &mut Beside<'_>,
 ) -> anyhow::Result<(String, Duration)> {
     let connection = lapin::Connection::connect(
         &format!("amqp://guest:guest@{endpoint}/%2f"),
@@ -214,8 +247,9 @@ async fn rabbitmq(
         .collect::<Vec<_>>()
         .join(".");
     let payload = vec![b'x'; options.payload_bytes];
-    let started = Instant::now();
-    for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
+    let mut elapsed = Duration::ZERO;
+    for chunk in batches(options, batch) {
+        let started = Instant::now();
         let sends = chunk.iter().map(|i| {
             let mut headers = lapin::types::FieldTable::default();
             headers.insert(
@@ -243,8 +277,9 @@ async fn rabbitmq(
         });
         let confirms = futures::future::try_join_all(sends).await?;
         futures::future::try_join_all(confirms).await?;
+        elapsed += started.elapsed();
+        beside(chunk).await?;
     }
-    let elapsed = started.elapsed();
     channel
         .exchange_delete(
             exchange.as_str().into(),
@@ -267,6 +302,7 @@ async fn mqtt(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    beside: &mut Beside<'_>,
 ) -> anyhow::Result<(String, Duration)> {
     use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
     use rumqttc::v5::mqttbytes::QoS;
@@ -289,9 +325,10 @@ async fn mqtt(
     });
     let topic = format!("pcs/bench-raw-{}", run_id());
     let payload = vec![b'x'; options.payload_bytes];
-    let started = Instant::now();
-    for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
-        for i in chunk {
+    let mut elapsed = Duration::ZERO;
+    for chunk in batches(options, batch) {
+        let started = Instant::now();
+        for i in &chunk {
             let properties = PublishProperties {
                 user_properties: vec![("md".into(), metadata_json(*i))],
                 ..Default::default()
@@ -306,13 +343,14 @@ async fn mqtt(
                 )
                 .await?;
         }
-        for _ in chunk {
+        for _ in &chunk {
             acks.recv()
                 .await
                 .ok_or_else(|| anyhow::anyhow!("the MQTT connection closed"))?;
         }
+        elapsed += started.elapsed();
+        beside(chunk).await?;
     }
-    let elapsed = started.elapsed();
     poller.abort();
     let label = if batch == 1 {
         "raw client: QoS 1 publish, await PUBACK, one at a time".to_string()
@@ -330,6 +368,7 @@ async fn kafka(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    beside: &mut Beside<'_>,
 ) -> anyhow::Result<(String, Duration)> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
@@ -358,10 +397,11 @@ async fn kafka(
         .set("linger.ms", "1")
         .create()?;
     let payload = vec![b'x'; options.payload_bytes];
-    let started = Instant::now();
-    for chunk in (0..options.messages).collect::<Vec<_>>().chunks(batch) {
+    let mut elapsed = Duration::ZERO;
+    for chunk in batches(options, batch) {
+        let started = Instant::now();
         let mut reports = Vec::with_capacity(chunk.len());
-        for i in chunk {
+        for i in &chunk {
             let metadata = metadata_json(*i);
             let headers = OwnedHeaders::new().insert(Header {
                 key: "pcs-md",
@@ -381,8 +421,9 @@ async fn kafka(
                 .await?
                 .map_err(|(e, _)| anyhow::anyhow!("producing a record: {e}"))?;
         }
+        elapsed += started.elapsed();
+        beside(chunk).await?;
     }
-    let elapsed = started.elapsed();
     admin
         .delete_topics(&[topic.as_str()], &AdminOptions::new())
         .await?;

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Checks the README's first command on a fresh machine: a minimal Debian container
+# with only Rust in it (the host's toolchain, mounted read-only, and the C linker it
+# needs) and none of the brokers. It clones this checkout, builds the suite with
+# network (crates.io), then runs `cargo run --release -- certify` with no network
+# and checks what the README promises: exit 0, the in-memory component certified,
+# every other component NOT PROVISIONED with a hint naming the script to run.
+#
+# Usage: scripts/fresh-machine.sh [--rebuild]
+# Needs a Docker engine and debootstrap (scripts/install.sh); the image
+# pcs/fresh:<suite> is built once (about a minute) and kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD"
+
+suite="${PCS_SUITE:-bookworm}"
+image="pcs/fresh:$suite"
+cache="${PCS_IMAGE_CACHE:-/var/cache/pcs-images}"
+mirror="${PCS_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+[ "${1:-}" = "--rebuild" ] && docker image rm -f "$image" >/dev/null 2>&1 || true
+
+docker info >/dev/null 2>&1 || { echo "fresh-machine.sh: no Docker engine answers (scripts/install.sh starts one)" >&2; exit 1; }
+rustc_bin="$(rustc --print sysroot)/bin"
+toolchain="$(rustc --print sysroot)"
+[ -x "$rustc_bin/cargo" ] || { echo "fresh-machine.sh: no cargo beside rustc in $rustc_bin" >&2; exit 1; }
+
+if ! docker image inspect "$image" >/dev/null 2>&1; then
+    root="$(mktemp -d /tmp/pcs-rootfs-fresh-XXXX)"
+    trap 'rm -rf "$root" "$root.log"' EXIT
+    echo "fresh-machine.sh: building $image (debootstrap $suite with a C linker, git, ca-certificates)"
+    mkdir -p "$cache"
+    if ! debootstrap --variant=minbase --cache-dir="$cache" --include=gcc,libc6-dev,git,ca-certificates \
+        "$suite" "$root" "$mirror" >"$root.log" 2>&1; then
+        echo "fresh-machine.sh: debootstrap failed; its log:" >&2
+        tail -n 20 "$root.log" >&2
+        exit 1
+    fi
+    rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"*
+    tar -C "$root" -c . | docker import - "$image" >/dev/null
+    rm -rf "$root" "$root.log"
+    trap - EXIT
+fi
+
+# The clone and the build live in a volume of this run, so the certify step (no
+# network) uses what the build step fetched and compiled.
+volume="pcs-fresh-$$"
+docker volume create "$volume" >/dev/null
+trap 'docker volume rm -f "$volume" >/dev/null' EXIT
+run() {
+    docker run --rm "$@"
+}
+common=(-v "$toolchain:/opt/rust:ro" -v "$volume:/work" -e PATH=/opt/rust/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    -e CARGO_HOME=/work/cargo-home -w /work/suite)
+
+echo "fresh-machine.sh: cloning and building in $image (with network, for crates.io)"
+run -v "$repo:/src:ro" "${common[@]}" -w /work "$image" sh -c \
+    'git clone -q /src /work/suite && cd /work/suite && cargo build --release --locked -q'
+
+echo "fresh-machine.sh: the README's certify command, with no network and no brokers"
+status=0
+output="$(run --network none "${common[@]}" "$image" cargo run --release --locked -q -- certify 2>&1)" || status=$?
+printf '%s\n' "$output"
+fail() { echo "fresh-machine.sh: FAILED: $1" >&2; exit 1; }
+[ "$status" = 0 ] || fail "certify exited with $status, not 0"
+printf '%s\n' "$output" | grep -Eq '^ *memory\b.*\b(PASS|passed)' ||
+    printf '%s\n' "$output" | grep -Eiq 'memory.*certified' || fail "no certified in-memory component in the output"
+for component in redis nats postgres rabbitmq mqtt kafka; do
+    printf '%s\n' "$output" | grep -E "\b$component\b" | grep -q 'NOT PROVISIONED' ||
+        fail "$component is not reported NOT PROVISIONED"
+done
+printf '%s\n' "$output" | grep -q 'scripts/install.sh' || fail "no hint naming scripts/install.sh"
+echo "fresh-machine.sh: OK: exit 0, memory certified, every broker component NOT PROVISIONED with a hint"
