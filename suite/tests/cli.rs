@@ -285,6 +285,70 @@ fn bench_prints_ratios_and_stores_them_in_the_report() {
         .contains("<svg class=\"chart compare\""));
 }
 
+/// On a broker with a raw client, the component's bulk paths and the raw client run in
+/// turn on the same messages, and the native bulk path in turn with its emulation:
+/// each pair shares its message count and carries a ratio.
+#[test]
+fn bench_runs_the_raw_client_and_the_emulation_in_turn_with_the_component() {
+    let out = temp_dir("bench-redis");
+    let output = cli()
+        .args([
+            "bench",
+            "--component",
+            "redis",
+            "--messages",
+            "300",
+            "--repeats",
+            "2",
+            "--min-seconds",
+            "0.05",
+            "--consume-messages",
+            "200",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = read(&out.join("report.json"));
+    let rows = &report.bench[0].measurements;
+    let row = |label: &str| {
+        rows.iter()
+            .find(|m| m.label == label)
+            .unwrap_or_else(|| panic!("no row '{label}' in {rows:#?}"))
+    };
+    let pairs = [
+        (
+            "bulk publish x100, in turn with the raw client",
+            "raw client: pipelined XADD x100",
+        ),
+        (
+            "bulk publish x100, rawPayload (no envelope)",
+            "raw client: pipelined XADD x100",
+        ),
+        (
+            "bulk publish x100, runtime emulation",
+            "bulk publish x100, in turn with the runtime emulation",
+        ),
+    ];
+    for (component, beside) in pairs {
+        let (component, beside) = (row(component), row(beside));
+        assert_eq!(component.messages, beside.messages, "{component:?} {beside:?}");
+        assert_eq!(component.runs.len(), 2, "{component:?}");
+        assert!(component.rate > 0.0 && beside.rate > 0.0);
+    }
+    let enveloped = row("bulk publish x100, in turn with the raw client");
+    let raw = row("raw client: pipelined XADD x100");
+    let ratio = enveloped.ratio.expect("the envelope's cost against the raw client");
+    assert!((ratio - raw.rate / enveloped.rate).abs() < 1e-9, "{enveloped:?}");
+    assert!(row("bulk publish x100, runtime emulation").ratio.is_some());
+}
+
 /// A component whose broker cannot be had is reported NOT PROVISIONED with its hint,
 /// and the run still succeeds; `--fail-not-provisioned` makes it a failure (for CI).
 #[test]
