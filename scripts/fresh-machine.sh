@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Checks the README's first command on a fresh machine: a minimal Debian container
-# with only Rust in it (the host's toolchain, mounted read-only, and the C linker it
-# needs) and none of the brokers. It clones this checkout, builds the suite with
-# network (crates.io), then runs `cargo run --release -- certify` with no network
-# and checks what the README promises: exit 0, the in-memory component certified,
-# every other component NOT PROVISIONED with a hint naming the script to run.
+# with only Rust in it (the host's toolchain, mounted read-only, and the C toolchain
+# that Rust's linker and the bundled librdkafka build need: Debian's build-essential)
+# and none of the brokers. It clones this checkout, builds the suite with network
+# (crates.io), then runs `cargo run --release -- certify` with no network and checks
+# what the README promises: exit 0, the in-memory component certified, every other
+# component NOT PROVISIONED with a hint naming the script to run.
 #
 # Usage: scripts/fresh-machine.sh [--rebuild]
 # Needs a Docker engine and debootstrap (scripts/install.sh); the image
@@ -27,9 +28,9 @@ toolchain="$(rustc --print sysroot)"
 if ! docker image inspect "$image" >/dev/null 2>&1; then
     root="$(mktemp -d /tmp/pcs-rootfs-fresh-XXXX)"
     trap 'rm -rf "$root" "$root.log"' EXIT
-    echo "fresh-machine.sh: building $image (debootstrap $suite with a C linker, git, ca-certificates)"
+    echo "fresh-machine.sh: building $image (debootstrap $suite with build-essential, git, ca-certificates)"
     mkdir -p "$cache"
-    if ! debootstrap --variant=minbase --cache-dir="$cache" --include=gcc,libc6-dev,git,ca-certificates \
+    if ! debootstrap --variant=minbase --cache-dir="$cache" --include=build-essential,git,ca-certificates \
         "$suite" "$root" "$mirror" >"$root.log" 2>&1; then
         echo "fresh-machine.sh: debootstrap failed; its log:" >&2
         tail -n 20 "$root.log" >&2

@@ -200,6 +200,11 @@ impl BrokerProcess {
     /// Writes the config files, hands the directory to the broker's user and runs the
     /// one-time init.
     async fn prepare(&self) -> Result<(), String> {
+        // A broker that is not installed says so, before a step fails for that reason
+        // (on a machine without PostgreSQL there is no user postgres to hand the
+        // directory to).
+        resolve_program(self.spec.program)
+            .ok_or_else(|| format!("{} is not installed", self.spec.program))?;
         for (name, template) in self.spec.files {
             let path = self.data_dir.path().join(name);
             std::fs::write(&path, self.fill(template))
