@@ -338,14 +338,22 @@ fn bench_runs_the_raw_client_and_the_emulation_in_turn_with_the_component() {
     ];
     for (component, beside) in pairs {
         let (component, beside) = (row(component), row(beside));
-        assert_eq!(component.messages, beside.messages, "{component:?} {beside:?}");
+        assert_eq!(
+            component.messages, beside.messages,
+            "{component:?} {beside:?}"
+        );
         assert_eq!(component.runs.len(), 2, "{component:?}");
         assert!(component.rate > 0.0 && beside.rate > 0.0);
     }
     let enveloped = row("bulk publish x100, in turn with the raw client");
     let raw = row("raw client: pipelined XADD x100");
-    let ratio = enveloped.ratio.expect("the envelope's cost against the raw client");
-    assert!((ratio - raw.rate / enveloped.rate).abs() < 1e-9, "{enveloped:?}");
+    let ratio = enveloped
+        .ratio
+        .expect("the envelope's cost against the raw client");
+    assert!(
+        (ratio - raw.rate / enveloped.rate).abs() < 1e-9,
+        "{enveloped:?}"
+    );
     assert!(row("bulk publish x100, runtime emulation").ratio.is_some());
 }
 
