@@ -224,31 +224,29 @@ fn certify_writes_every_report_format() {
     );
 }
 
-#[test]
-fn bench_prints_ratios_and_stores_them_in_the_report() {
-    let out = temp_dir("bench");
+/// A short `bench` run (300 messages, runs of at least 0.05 s) with `args`, into a
+/// new directory named after `name`: the directory and what it printed; it must succeed.
+fn bench(name: &str, args: &[&str]) -> (std::path::PathBuf, String) {
+    let out = temp_dir(name);
     let output = cli()
-        .args([
-            "bench",
-            "--component",
-            "memory",
-            "--messages",
-            "300",
-            "--repeats",
-            "3",
-            "--min-seconds",
-            "0.05",
-            "--out",
-        ])
+        .args(["bench", "--messages", "300", "--min-seconds", "0.05"])
+        .args(args)
+        .arg("--out")
         .arg(&out)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
         "{stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    (out, stdout)
+}
+
+#[test]
+fn bench_prints_ratios_and_stores_them_in_the_report() {
+    let (out, stdout) = bench("bench", &["--component", "memory", "--repeats", "3"]);
     for line in [
         "single publish",
         "bulk publish x100",
@@ -290,30 +288,16 @@ fn bench_prints_ratios_and_stores_them_in_the_report() {
 /// each pair shares its message count and carries a ratio.
 #[test]
 fn bench_runs_the_raw_client_and_the_emulation_in_turn_with_the_component() {
-    let out = temp_dir("bench-redis");
-    let output = cli()
-        .args([
-            "bench",
+    let (out, _) = bench(
+        "bench-redis",
+        &[
             "--component",
             "redis",
-            "--messages",
-            "300",
             "--repeats",
             "2",
-            "--min-seconds",
-            "0.05",
             "--consume-messages",
             "200",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
+        ],
     );
     let report = read(&out.join("report.json"));
     let rows = &report.bench[0].measurements;

@@ -291,30 +291,42 @@ async fn publish_bulk(
     raw_payload: bool,
     options: &BenchOptions,
 ) -> anyhow::Result<Duration> {
-    let payload = vec![b'x'; options.payload_bytes];
-    let ids: Vec<usize> = (0..options.messages).collect();
-    let mut elapsed = Duration::ZERO;
-    for chunk in ids.chunks(batch) {
-        elapsed += publish_chunk(runtime, topic, chunk, &payload, raw_payload).await?;
-    }
-    Ok(elapsed)
+    let times = publish_in_turn(&[(runtime, topic, raw_payload)], batch, options).await?;
+    Ok(times[0])
 }
 
-/// Enveloped bulk publishes of x100 through each runtime of `paths` to its topic,
-/// batch by batch in turn on the same messages: each path's time.
-async fn publish_bulk_in_turn(
-    paths: &[(&Runtime, &str)],
+/// A bulk path of the component: the runtime it goes through, its topic, and whether
+/// its entries are sent rawPayload.
+type BulkPath<'a> = (&'a Runtime, &'a str, bool);
+
+/// Bulk publishes of `options.messages` through each path, batch by batch in turn on
+/// the same messages: each path's time.
+async fn publish_in_turn(
+    paths: &[BulkPath<'_>],
+    batch: usize,
     options: &BenchOptions,
 ) -> anyhow::Result<Vec<Duration>> {
     let payload = vec![b'x'; options.payload_bytes];
     let ids: Vec<usize> = (0..options.messages).collect();
-    let mut times = vec![Duration::ZERO; paths.len()];
-    for chunk in ids.chunks(100) {
-        for ((runtime, topic), time) in paths.iter().zip(&mut times) {
-            *time += publish_chunk(runtime, topic, chunk, &payload, false).await?;
-        }
+    let times = vec![Cell::new(Duration::ZERO); paths.len()];
+    for chunk in ids.chunks(batch) {
+        publish_batch_in_turn(paths, chunk, &payload, &times).await?;
     }
-    Ok(times)
+    Ok(times.into_iter().map(Cell::into_inner).collect())
+}
+
+/// One batch of the messages `ids` through each path in turn, each call's time added
+/// to its path's slot in `times`.
+async fn publish_batch_in_turn(
+    paths: &[BulkPath<'_>],
+    ids: &[usize],
+    payload: &[u8],
+    times: &[Cell<Duration>],
+) -> anyhow::Result<()> {
+    for ((runtime, topic, raw_payload), time) in paths.iter().zip(times) {
+        time.set(time.get() + publish_chunk(runtime, topic, ids, payload, *raw_payload).await?);
+    }
+    Ok(())
 }
 
 /// One bulk publish of the messages `ids`, and the time of its call.
@@ -577,8 +589,11 @@ pub async fn bench_component(
                 async move {
                     let native = format!("{prefix}-native-100-{run}");
                     let emulation = format!("{prefix}-emulated-100-{run}");
-                    publish_bulk_in_turn(&[(runtime, &native), (emulated, &emulation)], &sized)
-                        .await
+                    let paths = [
+                        (runtime, native.as_str(), false),
+                        (emulated, &emulation, false),
+                    ];
+                    publish_in_turn(&paths, 100, &sized).await
                 }
             })
             .await?;
@@ -625,41 +640,33 @@ pub async fn bench_component(
             let (runtime, prefix, raw_100_label) = (&runtime, &prefix, &raw_100_label);
             let kind = component.kind();
             async move {
+                // After each raw batch: the enveloped batch, then the rawPayload one.
                 let raw_payload_topic = format!("{prefix}-raw-100-{run}");
-                let Some(endpoint) = endpoint else {
-                    return Ok(vec![
-                        publish_bulk(runtime, &raw_payload_topic, 100, true, &sized).await?,
-                    ]);
-                };
                 let enveloped_topic = format!("{prefix}-beside-raw-100-{run}");
+                let beside_paths = [
+                    (runtime, enveloped_topic.as_str(), false),
+                    (runtime, &raw_payload_topic, true),
+                ];
                 let payload = vec![b'x'; sized.payload_bytes];
-                let (raw_payload_time, enveloped_time) =
-                    (Cell::new(Duration::ZERO), Cell::new(Duration::ZERO));
-                let raw = {
-                    let (rp_topic, env_topic, rp_time, env_time, payload) = (
-                        &raw_payload_topic,
-                        &enveloped_topic,
-                        &raw_payload_time,
-                        &enveloped_time,
-                        &payload,
-                    );
-                    let mut beside = move |ids: Vec<usize>| -> LocalBoxFuture<'_, _> {
-                        Box::pin(async move {
-                            let enveloped =
-                                publish_chunk(runtime, env_topic, &ids, payload, false).await?;
-                            env_time.set(env_time.get() + enveloped);
-                            let raw_payload =
-                                publish_chunk(runtime, rp_topic, &ids, payload, true).await?;
-                            rp_time.set(rp_time.get() + raw_payload);
-                            Ok(())
-                        })
-                    };
-                    raw::raw_publish(kind, endpoint, 100, &sized, &mut beside).await?
+                let times = [Cell::new(Duration::ZERO), Cell::new(Duration::ZERO)];
+                let (paths, payload, times_ref) = (&beside_paths, &payload, &times);
+                let mut beside = move |ids: Vec<usize>| -> LocalBoxFuture<'_, _> {
+                    Box::pin(
+                        async move { publish_batch_in_turn(paths, &ids, payload, times_ref).await },
+                    )
+                };
+                let raw = match endpoint {
+                    Some(endpoint) => {
+                        raw::raw_publish(kind, endpoint, 100, &sized, &mut beside).await?
+                    }
+                    None => None,
                 };
                 match raw {
                     Some((label, elapsed)) => {
                         *raw_100_label.lock().unwrap_or_else(|p| p.into_inner()) = Some(label);
-                        Ok(vec![raw_payload_time.get(), enveloped_time.get(), elapsed])
+                        // In the order of the rows: rawPayload, enveloped, raw client.
+                        let [enveloped, raw_payload] = times.map(Cell::into_inner);
+                        Ok(vec![raw_payload, enveloped, elapsed])
                     }
                     None => Ok(vec![
                         publish_bulk(runtime, &raw_payload_topic, 100, true, &sized).await?,
