@@ -253,6 +253,7 @@ fn bench_prints_ratios_and_stores_them_in_the_report() {
         "x vs single publish",
         "runtime emulation",
         "bulk subscribe x100",
+        "component consumer x100, no runtime",
         "p99",
         "spread (min..max)",
         "publish throughput, msg/s, log scale",

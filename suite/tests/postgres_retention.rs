@@ -249,3 +249,42 @@ async fn a_retention_keeps_acknowledged_messages_for_a_seek_back() {
     );
     drop_tables(&client, &prefix).await;
 }
+
+/// A group created (`create_group`) before the messages came and not yet reading is
+/// owed them: another group reading and acknowledging everything under `retentionMs: 0`
+/// must not trim them away (a bench with a 60 s retention once stalled so: its groups
+/// were created first and drained one after another, and create_group registered
+/// nothing, so the last groups found the topic trimmed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_group_keeps_its_messages_while_another_group_acknowledges_them() {
+    let prefix = unique_prefix();
+    let component = component(&prefix, 0).await;
+    let spec = |group: &str| ConsumerSpec::new(TopicSelector::Single("t".into()), group);
+    for group in ["first", "later"] {
+        component.create_group(&spec(group)).await.unwrap();
+    }
+    let published = publish(component.as_ref(), &["t"], 30).await;
+    let first = read(component.as_ref(), &spec("first"), 30, |_| true).await;
+    assert_eq!(first.len(), 30, "group 'first' must read all 30 messages");
+    let client = inspect().await;
+    let (messages, _) = tables(&client, &prefix).await;
+    assert_eq!(
+        messages.len(),
+        30,
+        "group 'later' has read nothing yet, so none of its messages may be trimmed"
+    );
+    let later = read(component.as_ref(), &spec("later"), 30, |_| true).await;
+    assert_eq!(
+        later.iter().map(|id| id.position).collect::<BTreeSet<_>>(),
+        published.iter().map(|id| id.position).collect(),
+        "group 'later' must get every message published after it was created"
+    );
+    let (messages, pending) = tables(&client, &prefix).await;
+    assert!(
+        messages.is_empty() && pending.is_empty(),
+        "once both groups acknowledged everything the tables must be empty: {} messages, {} pending rows left",
+        messages.len(),
+        pending.len()
+    );
+    drop_tables(&client, &prefix).await;
+}

@@ -50,7 +50,7 @@ const HEADER_PUBLISHED: &str = "pcs-published-ms";
 /// How long a member may go silent before the group hands its partitions on.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 /// How long the broker may hold a fetch that has nothing to return.
-const FETCH_WAIT: Duration = Duration::from_millis(20);
+const FETCH_WAIT: Duration = Duration::from_millis(5);
 /// How long a broker request may take before it counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 

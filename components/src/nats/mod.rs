@@ -396,6 +396,43 @@ impl NatsConsumer {
         }
     }
 
+    /// Pulls up to `max` messages of `topic` into `out`: what is there now (`wait`
+    /// `None`: the server answers at once), or waiting up to `wait` until `max` came.
+    async fn pull(
+        &self,
+        topic: &str,
+        consumer: &PullConsumer,
+        max: usize,
+        wait: Option<Duration>,
+        out: &mut Vec<ReceivedMessage>,
+    ) -> Result<()> {
+        if max == 0 {
+            return Ok(());
+        }
+        let mut batch = match wait {
+            Some(expires) => {
+                consumer
+                    .batch()
+                    .max_messages(max)
+                    .expires(expires)
+                    .messages()
+                    .await
+            }
+            None => consumer.fetch().max_messages(max).messages().await,
+        }
+        .map_err(nats("fetching a batch"))?;
+        // The batch ends with the server's status; when that status does not come
+        // (seen under load), async-nats waits 5 s more, holding what it already
+        // received past its ack wait (then redelivered to another member: a
+        // duplicate). Stop waiting soon after the expiry.
+        let batch_ends = Instant::now() + wait.unwrap_or_default() + BATCH_STATUS_SLACK;
+        while let Ok(Some(message)) = tokio::time::timeout_at(batch_ends, batch.next()).await {
+            let message = message.map_err(nats("fetching a batch"))?;
+            out.push(self.convert(topic, message)?);
+        }
+        Ok(())
+    }
+
     fn convert(&self, topic: &str, message: jetstream::Message) -> Result<ReceivedMessage> {
         let info = message.info().map_err(nats("reading message info"))?;
         let (sequence, attempt, published) = (info.stream_sequence, info.delivered, info.published);
@@ -443,35 +480,34 @@ impl Consumer for NatsConsumer {
         let max = max.max(1);
         loop {
             let mut out = Vec::new();
-            let left = deadline.saturating_duration_since(Instant::now());
-            // With one topic, wait on it; with several, poll each briefly in turn.
-            let expires = if consumers.len() == 1 {
-                left
-            } else {
-                left.min(Duration::from_millis(20))
-            }
-            .max(Duration::from_millis(10));
+            // What each topic holds now, without waiting.
             for (topic, consumer) in &consumers {
                 if out.len() >= max {
                     break;
                 }
-                let mut batch = consumer
-                    .batch()
-                    .max_messages(max - out.len())
-                    .expires(expires)
-                    .messages()
-                    .await
-                    .map_err(nats("fetching a batch"))?;
-                // The batch ends with the server's timeout status; when that status
-                // does not come (seen under load), async-nats waits 5 s more, holding
-                // what it already received past its ack wait (then redelivered to
-                // another member: a duplicate). Stop waiting soon after the expiry.
-                let batch_ends = Instant::now() + expires + BATCH_STATUS_SLACK;
-                while let Ok(Some(message)) =
-                    tokio::time::timeout_at(batch_ends, batch.next()).await
-                {
-                    let message = message.map_err(nats("fetching a batch"))?;
-                    out.push(self.convert(topic, message)?);
+                self.pull(topic, consumer, max - out.len(), None, &mut out)
+                    .await?;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if out.is_empty() && !left.is_zero() && !consumers.is_empty() {
+                // Nothing yet: wait for one message (a request for one ends as it
+                // arrives, so a trickle is not held until the wait ends), then take
+                // what came with it. With several topics, each is waited on briefly
+                // in turn.
+                let expires = if consumers.len() == 1 {
+                    left
+                } else {
+                    left.min(Duration::from_millis(20))
+                }
+                .max(Duration::from_millis(10));
+                for (topic, consumer) in &consumers {
+                    self.pull(topic, consumer, 1, Some(expires), &mut out)
+                        .await?;
+                    if !out.is_empty() {
+                        self.pull(topic, consumer, max - out.len(), None, &mut out)
+                            .await?;
+                        break;
+                    }
                 }
             }
             if !out.is_empty() || Instant::now() >= deadline || consumers.is_empty() {

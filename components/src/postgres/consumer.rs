@@ -119,6 +119,38 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// The topics `selector` covers now (a pattern: the topics with messages that match).
+async fn topics_of(link: &Link, prefix: &str, selector: &TopicSelector) -> Result<Vec<String>> {
+    match selector {
+        TopicSelector::Single(t) => Ok(vec![t.clone()]),
+        TopicSelector::List(ts) => Ok(ts.clone()),
+        TopicSelector::Pattern(p) => {
+            let rows = link
+                .query(
+                    &format!("SELECT DISTINCT topic FROM {prefix}_messages WHERE topic LIKE $1"),
+                    &[&like_pattern(p)],
+                    "listing topics for a pattern",
+                )
+                .await?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        }
+    }
+}
+
+/// Records where `spec`'s group starts on each topic it covers (kept where it exists):
+/// from then on, what the group has not read and acknowledged is never trimmed.
+pub(super) async fn register(link: &Link, prefix: &str, spec: &ConsumerSpec) -> Result<()> {
+    let topics = topics_of(link, prefix, &spec.topics).await?;
+    let latest = spec.start == StartPosition::Latest;
+    link.query(
+        &format!("SELECT {prefix}_register($1, $2, $3)"),
+        &[&spec.group, &topics, &latest],
+        "registering the group",
+    )
+    .await?;
+    Ok(())
+}
+
 impl PostgresConsumer {
     /// Opens a member of `spec`'s group on its own connection, which LISTENs for new
     /// messages.
@@ -170,24 +202,7 @@ impl PostgresConsumer {
 
     /// The topics covered now.
     async fn topics(&self) -> Result<Vec<String>> {
-        match &self.spec.topics {
-            TopicSelector::Single(t) => Ok(vec![t.clone()]),
-            TopicSelector::List(ts) => Ok(ts.clone()),
-            TopicSelector::Pattern(p) => {
-                let rows = self
-                    .link
-                    .query(
-                        &format!(
-                            "SELECT DISTINCT topic FROM {}_messages WHERE topic LIKE $1",
-                            self.prefix
-                        ),
-                        &[&like_pattern(p)],
-                        "listing topics for a pattern",
-                    )
-                    .await?;
-                Ok(rows.iter().map(|r| r.get(0)).collect())
-            }
-        }
+        topics_of(&self.link, &self.prefix, &self.spec.topics).await
     }
 
     /// The topics covered now, or only `only` among them.
@@ -199,16 +214,7 @@ impl PostgresConsumer {
 
     /// Records where the group starts on each covered topic (kept if it exists).
     pub(super) async fn register_topics(&self) -> Result<()> {
-        let topics = self.topics().await?;
-        let latest = self.spec.start == StartPosition::Latest;
-        self.link
-            .query(
-                &format!("SELECT {}_register($1, $2, $3)", self.prefix),
-                &[&self.spec.group, &topics, &latest],
-                "registering the group",
-            )
-            .await?;
-        Ok(())
+        register(&self.link, &self.prefix, &self.spec).await
     }
 
     async fn take(&self, max: usize, only: Option<&str>) -> Result<Vec<ReceivedMessage>> {

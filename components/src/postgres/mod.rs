@@ -450,6 +450,17 @@ impl Component for Postgres {
             .collect())
     }
 
+    /// Registers the group on its topics, so that what it has not read is kept for it
+    /// (a retention trims only what every registered group acknowledged).
+    async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
+        if spec.group.is_empty() {
+            return Err(PubSubError::InvalidRequest(
+                "consumer group name is empty".into(),
+            ));
+        }
+        consumer::register(&self.link, &self.config.table_prefix, spec).await
+    }
+
     async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
         if spec.group.is_empty() {
             return Err(PubSubError::InvalidRequest(

@@ -11,7 +11,9 @@ use pubsub_components::runtime::{
     Batch, BulkHandler, BulkPublishEntry, BulkPublishRequest, BulkSubscribeOptions, EntryStatus,
     Event, Handler, MessageHandler, PublishRequest, Runtime, RuntimeOptions, Status, Subscription,
 };
-use pubsub_components::{Component, Feature, Metadata, Support};
+use pubsub_components::{
+    Component, ConsumerSpec, Feature, MessageId, Metadata, Support, TopicSelector,
+};
 use pubsub_reports::{BenchReport, LatencySummary, Measurement};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -223,17 +225,22 @@ async fn consume_measurements(
 ) -> anyhow::Result<Vec<Measurement>> {
     let topic = format!("{prefix}-consume-{messages}");
     let repeats = options.consume_repeats.max(1);
-    let readers: Vec<(Subscription, Subscription)> = (0..repeats)
+    let readers: Vec<(Subscription, Subscription, ConsumerSpec)> = (0..repeats)
         .map(|_| {
             (
                 bench_subscription(&topic, false),
                 bench_subscription(&topic, true),
+                ConsumerSpec::new(
+                    TopicSelector::Single(topic.clone()),
+                    format!("bench-{}", run_id()),
+                ),
             )
         })
         .collect();
-    for (single, bulk) in &readers {
+    for (single, bulk, own) in &readers {
         runtime.create_group(single).await?;
         runtime.create_group(bulk).await?;
+        runtime.component().create_group(own).await?;
     }
     let fill = BenchOptions {
         messages,
@@ -242,28 +249,67 @@ async fn consume_measurements(
         ..options.clone()
     };
     publish_bulk(runtime, &topic, 100, false, &fill).await?;
-    let (mut single_times, mut bulk_times) = (Vec::new(), Vec::new());
-    for (single, bulk) in readers {
+    let (mut single_times, mut bulk_times, mut own_times) = (Vec::new(), Vec::new(), Vec::new());
+    for (single, bulk, own) in readers {
         single_times.push(consume(runtime, single, &fill).await?);
         bulk_times.push(consume(runtime, bulk, &fill).await?);
+        own_times.push(drain_consumer(runtime.component().as_ref(), own, &fill).await?);
     }
+    let timed = |times| Timed { messages, times };
     let single = measurement(
         &format!("single subscribe{label_suffix}"),
-        &Timed {
-            messages,
-            times: single_times,
-        },
+        &timed(single_times),
         None,
     );
     let bulk = measurement(
         &format!("bulk subscribe x100{label_suffix}"),
-        &Timed {
-            messages,
-            times: bulk_times,
-        },
+        &timed(bulk_times),
         Some(&single),
     );
-    Ok(vec![single, bulk])
+    let own = measurement(
+        &format!("component consumer x100, no runtime{label_suffix}"),
+        &timed(own_times),
+        Some(&single),
+    );
+    Ok(vec![single, bulk, own])
+}
+
+/// How many messages [`drain_consumer`] asks for at once, as bulk subscribe x100 does.
+const DRAIN_BATCH: usize = 100;
+
+/// Times the component's own consumer (no runtime: no envelope decoding, no handler,
+/// no spans) draining `options.messages` messages of its group in receives of
+/// [`DRAIN_BATCH`], each acknowledged together: what the broker and the component can
+/// hand over at most, the ceiling of any subscription through the runtime.
+async fn drain_consumer(
+    component: &dyn Component,
+    spec: ConsumerSpec,
+    options: &BenchOptions,
+) -> anyhow::Result<Duration> {
+    let consumer = component.consumer(spec).await?;
+    let started = Instant::now();
+    let mut received = 0;
+    while received < options.messages {
+        let left = options.receive_timeout.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            anyhow::bail!(
+                "the component's consumer received {received} of {} messages within {:?}",
+                options.messages,
+                options.receive_timeout
+            );
+        }
+        let batch = consumer
+            .receive(DRAIN_BATCH, left.min(Duration::from_millis(100)))
+            .await?;
+        received += batch.len();
+        let ids: Vec<MessageId> = batch.into_iter().map(|m| m.id).collect();
+        if !ids.is_empty() {
+            consumer.ack_many(&ids).await?;
+        }
+    }
+    let elapsed = started.elapsed();
+    consumer.close().await?;
+    Ok(elapsed)
 }
 
 async fn publish_single(
@@ -413,26 +459,32 @@ impl Counter {
                 .unwrap_or_else(|p| p.into_inner())
                 .record(now.saturating_sub(sent).max(1));
         }
-        if self.received.fetch_add(1, Ordering::SeqCst) + 1 >= self.target {
-            self.done.notify_one();
-        }
+        self.received.fetch_add(1, Ordering::SeqCst);
+        self.done.notify_waiters();
     }
 
+    /// Waits (bounded) until every expected message arrived.
     async fn wait(&self, timeout: Duration) -> anyhow::Result<()> {
+        self.wait_for(self.target, timeout).await
+    }
+
+    /// Waits (bounded) until `count` messages arrived.
+    async fn wait_for(&self, count: u64, timeout: Duration) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + timeout;
-        while self.received.load(Ordering::SeqCst) < self.target {
-            if tokio::time::timeout_at(deadline, self.done.notified())
-                .await
-                .is_err()
-            {
+        loop {
+            let done = self.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.received.load(Ordering::SeqCst) >= count {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
                 anyhow::bail!(
-                    "received {} of {} messages within {timeout:?}",
-                    self.received.load(Ordering::SeqCst),
-                    self.target
+                    "received {} of {count} messages within {timeout:?}",
+                    self.received.load(Ordering::SeqCst)
                 );
             }
         }
-        Ok(())
     }
 }
 
@@ -496,7 +548,9 @@ async fn consume(
 async fn latency(runtime: &Runtime, options: &BenchOptions) -> anyhow::Result<LatencySummary> {
     let topic = format!("bench-{}-latency", run_id());
     let samples = options.messages.min(1000);
-    let counter = Counter::new(samples);
+    // One warm-up message first, not sampled: the samples measure a subscriber that
+    // is receiving, not how long a group takes to join (a Kafka rebalance).
+    let counter = Counter::new(samples + 1);
     let handle = runtime
         .subscribe(
             Subscription::new(&topic, format!("bench-{}", run_id())),
@@ -504,6 +558,13 @@ async fn latency(runtime: &Runtime, options: &BenchOptions) -> anyhow::Result<La
         )
         .await?;
     let payload = vec![b'x'; options.payload_bytes];
+    runtime
+        .publish(PublishRequest::new(&topic, payload.clone()).with_metadata(KEY, "warm-up"))
+        .await?;
+    if let Err(e) = counter.wait_for(1, options.receive_timeout).await {
+        handle.stop().await;
+        return Err(e.context("waiting for the latency subscriber's warm-up message"));
+    }
     for i in 0..samples {
         let sent = SystemTime::now()
             .duration_since(UNIX_EPOCH)
