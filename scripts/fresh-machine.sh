@@ -9,38 +9,19 @@
 #
 # Usage: scripts/fresh-machine.sh [--rebuild]
 # Needs a Docker engine and debootstrap (scripts/install.sh); the image
-# pcs/fresh:<suite> is built once (about a minute) and kept.
+# pcs/fresh:<suite> is built once by scripts/images.sh (about a minute) and kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
 
 suite="${PCS_SUITE:-bookworm}"
 image="pcs/fresh:$suite"
-cache="${PCS_IMAGE_CACHE:-/var/cache/pcs-images}"
-mirror="${PCS_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-[ "${1:-}" = "--rebuild" ] && docker image rm -f "$image" >/dev/null 2>&1 || true
 
 docker info >/dev/null 2>&1 || { echo "fresh-machine.sh: no Docker engine answers (scripts/install.sh starts one)" >&2; exit 1; }
 rustc_bin="$(rustc --print sysroot)/bin"
 toolchain="$(rustc --print sysroot)"
 [ -x "$rustc_bin/cargo" ] || { echo "fresh-machine.sh: no cargo beside rustc in $rustc_bin" >&2; exit 1; }
-
-if ! docker image inspect "$image" >/dev/null 2>&1; then
-    root="$(mktemp -d /tmp/pcs-rootfs-fresh-XXXX)"
-    trap 'rm -rf "$root" "$root.log"' EXIT
-    echo "fresh-machine.sh: building $image (debootstrap $suite with build-essential, git, ca-certificates)"
-    mkdir -p "$cache"
-    if ! debootstrap --variant=minbase --cache-dir="$cache" --include=build-essential,git,ca-certificates \
-        "$suite" "$root" "$mirror" >"$root.log" 2>&1; then
-        echo "fresh-machine.sh: debootstrap failed; its log:" >&2
-        tail -n 20 "$root.log" >&2
-        exit 1
-    fi
-    rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"*
-    tar -C "$root" -c . | docker import - "$image" >/dev/null
-    rm -rf "$root" "$root.log"
-    trap - EXIT
-fi
+scripts/images.sh ${1:+"$1"} fresh
 
 # The clone and the build live in a volume of this run, so the certify step (no
 # network) uses what the build step fetched and compiled.

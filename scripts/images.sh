@@ -6,6 +6,9 @@
 #
 # Usage: scripts/images.sh [--rebuild] [broker ...]
 #   brokers: redis nats mosquitto rabbitmq postgres tansu (default: all)
+#   fresh      (never built by default) pcs/fresh:<suite>, a machine with no broker:
+#              only the C toolchain Rust's linker and librdkafka need, git and CA
+#              certificates, no entrypoint (scripts/fresh-machine.sh runs it)
 #   --rebuild  removes and builds the named images again
 # Environment: PCS_DEBIAN_MIRROR (default: the machine's apt source), PCS_SUITE
 # (default: bookworm), PCS_IMAGE_CACHE (.deb cache, default /var/cache/pcs-images).
@@ -16,8 +19,8 @@ brokers=()
 for arg in "$@"; do
     case "$arg" in
         --rebuild) rebuild=yes ;;
-        redis | nats | mosquitto | rabbitmq | postgres | tansu) brokers+=("$arg") ;;
-        *) echo "images.sh: unknown argument '$arg' (brokers: redis nats mosquitto rabbitmq postgres tansu)" >&2; exit 2 ;;
+        redis | nats | mosquitto | rabbitmq | postgres | tansu | fresh) brokers+=("$arg") ;;
+        *) echo "images.sh: unknown argument '$arg' (brokers: redis nats mosquitto rabbitmq postgres tansu; or fresh)" >&2; exit 2 ;;
     esac
 done
 [ "${#brokers[@]}" -gt 0 ] || brokers=(redis nats mosquitto rabbitmq postgres tansu)
@@ -46,6 +49,8 @@ declare -A packages=(
     [postgres]="postgresql,postgresql-client"
     # Not a Debian package: the binary scripts/install.sh built is copied in.
     [tansu]="ca-certificates"
+    # No broker: what a fresh machine has besides Rust.
+    [fresh]="build-essential,git,ca-certificates"
 )
 
 # broker -> entrypoint script. Containers run with the host's network (the suite
@@ -150,15 +155,16 @@ for broker in "${brokers[@]}"; do
         [ -x "$tansu_bin" ] || { echo "images.sh: tansu is not built (scripts/install.sh --broker kafka)" >&2; exit 1; }
         install -m 755 "$tansu_bin" "$root/usr/local/bin/tansu"
     fi
-    entrypoint "$broker" >"$root/usr/local/bin/pcs-entrypoint"
-    chmod 755 "$root/usr/local/bin/pcs-entrypoint"
+    changes=(--change "LABEL org.pcs.broker=$broker org.pcs.suite=$suite")
+    if [ "$broker" != fresh ]; then
+        entrypoint "$broker" >"$root/usr/local/bin/pcs-entrypoint"
+        chmod 755 "$root/usr/local/bin/pcs-entrypoint"
+        changes+=(--change "ENTRYPOINT [\"/usr/local/bin/pcs-entrypoint\"]")
+    fi
     # Debian's package scripts may have started nothing (no init in a chroot); drop
     # what the image does not need.
     rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"* "$root/usr/share/doc" "$root/usr/share/man"
-    tar -C "$root" -c . | docker import \
-        --change "ENTRYPOINT [\"/usr/local/bin/pcs-entrypoint\"]" \
-        --change "LABEL org.pcs.broker=$broker org.pcs.suite=$suite" \
-        - "$image" >/dev/null
+    tar -C "$root" -c . | docker import "${changes[@]}" - "$image" >/dev/null
     rm -rf "$root" "$root.log"
     trap - EXIT
     echo "images.sh: built $image in $(($(date +%s) - started)) s"
