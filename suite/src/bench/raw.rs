@@ -88,7 +88,15 @@ async fn redis(
     beside: &mut Beside<'_>,
 ) -> anyhow::Result<(String, Duration)> {
     let client = redis::Client::open(format!("redis://{endpoint}/"))?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
+    // The client's default 500 ms response timeout failed a whole bench once, when
+    // an append-only-file write held a pipeline up on a loaded machine; the component
+    // waits as long as the broker needs, and so does its baseline (bounded by the
+    // bench's receive timeout).
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(options.receive_timeout));
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
     let key = format!("pcs-bench-raw-{}", run_id());
     let payload = vec![b'x'; options.payload_bytes];
     let mut elapsed = Duration::ZERO;
