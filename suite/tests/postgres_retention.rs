@@ -73,6 +73,17 @@ async fn tables(
     (messages, pending)
 }
 
+/// Asserts that `prefix`'s message and pending tables are empty, `when` saying after what.
+async fn assert_tables_empty(client: &tokio_postgres::Client, prefix: &str, when: &str) {
+    let (messages, pending) = tables(client, prefix).await;
+    assert!(
+        messages.is_empty() && pending.is_empty(),
+        "{when} the tables must be empty: {} messages, {} pending rows left",
+        messages.len(),
+        pending.len()
+    );
+}
+
 async fn drop_tables(client: &tokio_postgres::Client, prefix: &str) {
     client
         .batch_execute(&format!(
@@ -189,13 +200,12 @@ async fn acknowledged_rows_go_away_and_only_what_a_group_holds_stays() {
         held,
         "group 'half' must get exactly its unacknowledged messages again"
     );
-    let (messages, pending) = tables(&client, &prefix).await;
-    assert!(
-        messages.is_empty() && pending.is_empty(),
-        "after every group acknowledged everything the tables must be empty: {} messages, {} pending rows left",
-        messages.len(),
-        pending.len()
-    );
+    assert_tables_empty(
+        &client,
+        &prefix,
+        "after every group acknowledged everything",
+    )
+    .await;
     drop_tables(&client, &prefix).await;
 }
 
@@ -279,12 +289,6 @@ async fn a_created_group_keeps_its_messages_while_another_group_acknowledges_the
         published.iter().map(|id| id.position).collect(),
         "group 'later' must get every message published after it was created"
     );
-    let (messages, pending) = tables(&client, &prefix).await;
-    assert!(
-        messages.is_empty() && pending.is_empty(),
-        "once both groups acknowledged everything the tables must be empty: {} messages, {} pending rows left",
-        messages.len(),
-        pending.len()
-    );
+    assert_tables_empty(&client, &prefix, "once both groups acknowledged everything").await;
     drop_tables(&client, &prefix).await;
 }

@@ -267,6 +267,16 @@ impl Row {
     }
 }
 
+/// Refuses a consumer group without a name.
+fn check_group(spec: &ConsumerSpec) -> Result<()> {
+    if spec.group.is_empty() {
+        return Err(PubSubError::InvalidRequest(
+            "consumer group name is empty".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Partition records in rows of `<prefix>_partitions`.
 #[async_trait]
 impl crate::partitioned::PartitionStore for Postgres {
@@ -453,20 +463,12 @@ impl Component for Postgres {
     /// Registers the group on its topics, so that what it has not read is kept for it
     /// (a retention trims only what every registered group acknowledged).
     async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
-        if spec.group.is_empty() {
-            return Err(PubSubError::InvalidRequest(
-                "consumer group name is empty".into(),
-            ));
-        }
+        check_group(spec)?;
         consumer::register(&self.link, &self.config.table_prefix, spec).await
     }
 
     async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
-        if spec.group.is_empty() {
-            return Err(PubSubError::InvalidRequest(
-                "consumer group name is empty".into(),
-            ));
-        }
+        check_group(&spec)?;
         let consumer = PostgresConsumer::open(&self.config, spec).await?;
         consumer.register_topics().await?;
         Ok(Box::new(consumer))

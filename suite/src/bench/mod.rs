@@ -12,7 +12,7 @@ use pubsub_components::runtime::{
     Event, Handler, MessageHandler, PublishRequest, Runtime, RuntimeOptions, Status, Subscription,
 };
 use pubsub_components::{
-    Component, ConsumerSpec, Feature, MessageId, Metadata, Support, TopicSelector,
+    Component, Consumer, ConsumerSpec, Feature, MessageId, Metadata, Support, TopicSelector,
 };
 use pubsub_reports::{BenchReport, LatencySummary, Measurement};
 use std::cell::Cell;
@@ -288,6 +288,16 @@ async fn drain_consumer(
 ) -> anyhow::Result<Duration> {
     let consumer = component.consumer(spec).await?;
     let started = Instant::now();
+    let drained = drain(consumer.as_ref(), options).await;
+    let elapsed = started.elapsed();
+    consumer.close().await?;
+    drained.map(|()| elapsed)
+}
+
+/// Receives and acknowledges (in [`DRAIN_BATCH`]es) until `options.messages` came,
+/// within `options.receive_timeout`.
+async fn drain(consumer: &dyn Consumer, options: &BenchOptions) -> anyhow::Result<()> {
+    let started = Instant::now();
     let mut received = 0;
     while received < options.messages {
         let left = options.receive_timeout.saturating_sub(started.elapsed());
@@ -307,9 +317,7 @@ async fn drain_consumer(
             consumer.ack_many(&ids).await?;
         }
     }
-    let elapsed = started.elapsed();
-    consumer.close().await?;
-    Ok(elapsed)
+    Ok(())
 }
 
 async fn publish_single(
