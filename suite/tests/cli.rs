@@ -320,6 +320,10 @@ fn bench_runs_the_raw_client_and_the_emulation_in_turn_with_the_component() {
             "bulk publish x100, runtime emulation",
             "bulk publish x100, in turn with the runtime emulation",
         ),
+        (
+            "bulk publish x100, in turn with the raw client",
+            "raw client: pipelined XADD x100, the component's enveloped bytes",
+        ),
     ];
     for (component, beside) in pairs {
         let (component, beside) = (row(component), row(beside));
@@ -340,6 +344,16 @@ fn bench_runs_the_raw_client_and_the_emulation_in_turn_with_the_component() {
         "{enveloped:?}"
     );
     assert!(row("bulk publish x100, runtime emulation").ratio.is_some());
+    // The raw client sending the component's enveloped bytes: its ratio is the
+    // component's time over the raw client's for the same bytes.
+    let same_bytes = row("raw client: pipelined XADD x100, the component's enveloped bytes");
+    let ratio = same_bytes
+        .ratio
+        .expect("the component against the raw client with the same bytes");
+    assert!(
+        (ratio - same_bytes.rate / enveloped.rate).abs() < 1e-9,
+        "{same_bytes:?}"
+    );
 }
 
 /// A component whose broker cannot be had is reported NOT PROVISIONED with its hint,

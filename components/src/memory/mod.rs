@@ -549,8 +549,23 @@ impl Consumer for MemoryConsumer {
         }
     }
 
+    /// Every id checked before any is acknowledged, all under one lock of the broker.
     async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
-        crate::component::ack_each(self, ids, &self.spec.topics).await
+        self.ensure_open()?;
+        {
+            let mut state = self.broker.lock();
+            let keys = ids
+                .iter()
+                .map(|id| self.cursor_key(id, &state, false))
+                .collect::<Result<Vec<_>>>()?;
+            for (key, id) in keys.into_iter().zip(ids) {
+                let cursor = state.cursors.entry(key).or_default();
+                cursor.in_flight.remove(&id.position);
+                cursor.redeliver.remove(&id.position);
+            }
+        }
+        self.broker.changed.notify_waiters();
+        Ok(())
     }
 
     async fn ack(&self, id: &MessageId) -> Result<()> {

@@ -47,6 +47,9 @@ pub(super) async fn publish(
         .get(keys::TRACEPARENT)
         .map(|parent| super::trace::child_of(parent))
         .unwrap_or_else(super::trace::new_traceparent);
+    // Valid by construction (a child of a checked parent, or new): its entries' spans
+    // are made in its trace without checking it again.
+    let call_trace = super::trace::trace_id(&call_traceparent).unwrap_or_default();
     let call_span = tracing::info_span!(
         "pubsub.bulk_publish",
         topic = %request.topic,
@@ -69,7 +72,7 @@ pub(super) async fn publish(
         let entry_traceparent = metadata
             .get(keys::TRACEPARENT)
             .cloned()
-            .unwrap_or_else(|| super::trace::child_of(&call_traceparent));
+            .unwrap_or_else(|| super::trace::new_span_in(call_trace));
         tracing::info_span!(
             parent: &call_span,
             "pubsub.publish_entry",

@@ -510,12 +510,20 @@ impl Delivery {
     }
 }
 
-/// The application's view of a received message.
-pub(crate) fn to_event(message: &ReceivedMessage) -> Result<Event> {
-    let mut metadata = message.metadata.clone();
-    let trace_parent = metadata.remove(controls::HEADER_TRACEPARENT);
-    let enveloped = metadata.remove(controls::HEADER_ENVELOPE).is_some();
-    metadata.retain(|k, _| !k.starts_with(controls::RESERVED_PREFIX));
+/// The application's view of a received message: its envelope decoded (unless it was
+/// published `rawPayload`) and the runtime's own headers taken out of its metadata.
+/// Every delivery, single or bulk, does this once per message.
+pub fn to_event(message: &ReceivedMessage) -> Result<Event> {
+    let trace_parent = message.metadata.get(controls::HEADER_TRACEPARENT).cloned();
+    let enveloped = message.metadata.contains_key(controls::HEADER_ENVELOPE);
+    // The app's metadata: everything but the runtime's headers (built in key order,
+    // not cloned whole and then pruned).
+    let metadata: crate::Metadata = message
+        .metadata
+        .iter()
+        .filter(|(key, _)| !key.starts_with(controls::RESERVED_PREFIX))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
     let topic = message.topic().to_string();
     if enveloped {
         let decoded = envelope::decode(&message.payload)?;

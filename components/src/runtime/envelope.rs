@@ -49,7 +49,11 @@ pub fn check_declared_json(content_type: Option<&str>, data: &[u8]) -> Result<()
 /// Appends `text` as a JSON string, exactly as serde_json writes it: copied as it is
 /// when nothing needs escaping (the usual attribute or text payload), else escaped.
 fn push_json_str(out: &mut Vec<u8>, text: &str) {
-    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    // Checked without an early exit, so the check runs over whole vectors of bytes.
+    let needs_escape = text.bytes().fold(false, |any, b| {
+        any | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if !needs_escape {
         out.reserve(text.len() + 2);
         out.push(b'"');
         out.extend_from_slice(text.as_bytes());
@@ -67,11 +71,34 @@ fn push_attribute(out: &mut Vec<u8>, name: &str, value: &str) {
     push_json_str(out, value);
 }
 
+/// What [`encode`] writes at most when no text needs escaping: the frame, the
+/// attribute values, and the data as base64 (JSON or text data is shorter).
+fn envelope_capacity(fields: &EnvelopeFields<'_>, data: &[u8]) -> usize {
+    let values = [
+        fields.id,
+        fields.source,
+        EVENT_TYPE,
+        fields.topic,
+        fields.pubsub_name,
+        fields.traceparent,
+        fields.time,
+        fields.content_type.unwrap_or_default(),
+        fields.expiration.unwrap_or_default(),
+    ];
+    let data_bytes = base64::encoded_len(data.len(), true).unwrap_or(data.len());
+    ENVELOPE_FRAME_BYTES + values.iter().map(|v| v.len()).sum::<usize>() + data_bytes
+}
+
+/// The bytes of an envelope besides its attribute values and its data: the attribute
+/// names, quotes and separators (159 with every attribute), with room to spare.
+const ENVELOPE_FRAME_BYTES: usize = 192;
+
 /// Wraps `data`: JSON payloads go in `data` as JSON (byte for byte), UTF-8 text in
 /// `data` as a string, anything else base64 in `data_base64`. Written in one pass
-/// into one buffer sized up front (no intermediate map or string).
+/// into one buffer sized up front (no intermediate map or string; it grows only when
+/// text needs escaping).
 pub fn encode(fields: &EnvelopeFields<'_>, data: &[u8]) -> Result<Vec<u8>> {
-    let mut body = Vec::with_capacity(320 + data.len() * 4 / 3 + fields.topic.len());
+    let mut body = Vec::with_capacity(envelope_capacity(fields, data));
     body.extend_from_slice(b"{\"specversion\":\"1.0\"");
     push_attribute(&mut body, "id", fields.id);
     push_attribute(&mut body, "source", fields.source);
@@ -171,35 +198,82 @@ impl AppEvent {
 
 /// An envelope taken apart.
 pub struct Decoded {
+    /// The envelope's attributes (`id`, `source`, `type`, ...), without its data.
     pub envelope: Value,
     pub data: Vec<u8>,
     pub content_type: Option<String>,
     pub id: Option<String>,
 }
 
-/// Unwraps an envelope produced by [`encode`] (or any structured CloudEvent).
+/// A structured CloudEvent read in one pass: its attributes as JSON values, its data
+/// kept as the raw JSON it was written as (so its bytes come back exactly as
+/// published), or its base64 text.
+struct Structured<'a> {
+    attributes: serde_json::Map<String, Value>,
+    data: Option<&'a serde_json::value::RawValue>,
+    data_base64: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'de> serde::Deserialize<'de> for Structured<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Structured<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut event = Structured {
+                    attributes: serde_json::Map::new(),
+                    data: None,
+                    data_base64: None,
+                };
+                while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match name.as_ref() {
+                        "data" => event.data = Some(map.next_value()?),
+                        "data_base64" => {
+                            // Borrowed where the text has no escapes, as base64 has none.
+                            #[derive(serde::Deserialize)]
+                            struct Text<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
+                            event.data_base64 = Some(map.next_value::<Text<'de>>()?.0);
+                        }
+                        _ => {
+                            let value = map.next_value()?;
+                            event.attributes.insert(name.into_owned(), value);
+                        }
+                    }
+                }
+                Ok(event)
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+/// Unwraps an envelope produced by [`encode`] (or any structured CloudEvent), read in
+/// one pass.
 pub fn decode(payload: &[u8]) -> Result<Decoded> {
     let broken = |why: String| PubSubError::InvalidRequest(format!("malformed CloudEvent: {why}"));
-    // Keep `data` as raw JSON so its bytes come back exactly as published.
-    #[derive(serde::Deserialize)]
-    struct Raw<'a> {
-        #[serde(borrow)]
-        data: Option<&'a serde_json::value::RawValue>,
-        data_base64: Option<String>,
-    }
     let text = std::str::from_utf8(payload).map_err(|e| broken(e.to_string()))?;
-    let raw: Raw<'_> = serde_json::from_str(text).map_err(|e| broken(e.to_string()))?;
-    let envelope: Value = serde_json::from_str(text).map_err(|e| broken(e.to_string()))?;
-    if envelope.get("specversion").and_then(Value::as_str) != Some("1.0") {
+    let event: Structured<'_> = serde_json::from_str(text).map_err(|e| broken(e.to_string()))?;
+    let attributes = event.attributes;
+    if attributes.get("specversion").and_then(Value::as_str) != Some("1.0") {
         return Err(broken("specversion is not \"1.0\"".into()));
     }
-    let content_type = envelope
+    let content_type = attributes
         .get("datacontenttype")
         .and_then(Value::as_str)
         .map(str::to_string);
-    let data = match (raw.data, raw.data_base64) {
+    let data = match (event.data, event.data_base64) {
         (_, Some(b64)) => base64::engine::general_purpose::STANDARD
-            .decode(b64)
+            .decode(b64.as_bytes())
             .map_err(|e| broken(format!("data_base64: {e}")))?,
         (Some(raw), None) => match serde_json::from_str::<String>(raw.get()) {
             Ok(text) if !is_json(content_type.as_deref()) => text.into_bytes(),
@@ -208,11 +282,11 @@ pub fn decode(payload: &[u8]) -> Result<Decoded> {
         (None, None) => Vec::new(),
     };
     Ok(Decoded {
-        id: envelope
+        id: attributes
             .get("id")
             .and_then(Value::as_str)
             .map(str::to_string),
-        envelope,
+        envelope: Value::Object(attributes),
         data,
         content_type,
     })
@@ -259,6 +333,27 @@ mod tests {
     }
 
     #[test]
+    fn a_decoded_envelope_holds_the_attributes_and_its_data_apart() {
+        let body = encode(&fields(Some("application/json")), br#"{"a":1}"#).unwrap();
+        let decoded = decode(&body).unwrap();
+        assert_eq!(decoded.envelope["topic"], "t");
+        assert_eq!(decoded.envelope["traceparent"], fields(None).traceparent);
+        assert!(decoded.envelope.get("data").is_none());
+        assert_eq!(decoded.id.as_deref(), Some("id-1"));
+        // base64 written with an escaped slash (valid JSON) decodes as well.
+        let escaped = br#"{"specversion":"1.0","id":"x","data_base64":"AJ\/Slg=="}"#;
+        assert_eq!(decode(escaped).unwrap().data, [0, 159, 210, 150]);
+        for bad in [
+            &br#"[1]"#[..],
+            br#"{"specversion":"0.3"}"#,
+            br#"{"specversion":"1.0","data_base64":"%%"}"#,
+            b"{",
+        ] {
+            assert!(decode(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
     fn an_app_cloud_event_is_completed_not_wrapped() {
         let app = br#"{"specversion":"1.0","id":"app-1","source":"shop","type":"order.placed","datacontenttype":"application/json","data":{"n": 1}}"#;
         let event = AppEvent::parse(Some("application/cloudevents+json"), app).unwrap();
@@ -283,6 +378,26 @@ mod tests {
             let decoded = decode(&body).unwrap();
             prop_assert_eq!(decoded.data, data);
             prop_assert_eq!(decoded.content_type.as_deref(), ct);
+        }
+
+        /// The buffer sized up front holds the whole envelope (it never grows) for
+        /// every attribute set and any data that needs no escaping.
+        #[test]
+        fn the_envelope_fits_the_buffer_sized_for_it(
+            data in proptest::collection::vec(any::<u8>(), 0..5000),
+            topic in "[a-z0-9./-]{1,249}",
+            ct in proptest::option::of(prop_oneof![
+                Just("application/json"), Just("text/plain"), Just("application/octet-stream")]),
+            expiration in proptest::option::of(Just("2026-01-01T00:00:03.123456789Z")),
+        ) {
+            let mut every = fields(ct);
+            every.topic = &topic;
+            every.expiration = expiration;
+            let body = encode(&every, &data).unwrap();
+            let escapes = std::str::from_utf8(&data)
+                .is_ok_and(|t| t.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\'));
+            prop_assert!(escapes || body.len() <= envelope_capacity(&every, &data),
+                "{} bytes written, {} sized", body.len(), envelope_capacity(&every, &data));
         }
     }
 }

@@ -15,7 +15,7 @@ pub mod envelope;
 pub mod trace;
 mod types;
 
-pub use delivery::SubscriptionHandle;
+pub use delivery::{to_event, SubscriptionHandle};
 pub use types::*;
 
 use crate::capability::{Capabilities, Feature, Support};
@@ -136,16 +136,23 @@ impl Runtime {
 
     /// Publishes one message.
     pub async fn publish(&self, request: PublishRequest) -> Result<MessageId> {
+        let message = self.wire_message(request)?;
+        self.component.publish(message).await
+    }
+
+    /// The message [`Runtime::publish`] hands the component for `request`, without
+    /// sending it: its envelope, content type and wire metadata, as the broker gets
+    /// them (for tools that measure or inspect what goes on the wire).
+    pub fn wire_message(&self, request: PublishRequest) -> Result<OutgoingMessage> {
         controls::validate_topic(&request.topic)?;
-        let message = self.prepare(
+        self.prepare(
             &request.topic,
             request.data,
             request.content_type,
             request.metadata,
             None,
             &Stamp::now(),
-        )?;
-        self.component.publish(message).await
+        )
     }
 
     /// Turns application data and metadata into the wire message; `default_traceparent`

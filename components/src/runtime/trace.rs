@@ -40,6 +40,13 @@ pub fn child_of(parent: &str) -> String {
     }
 }
 
+/// A `traceparent` for a new span in the trace `trace` (32 hex digits, taken from a
+/// valid `traceparent`): [`child_of`] without checking its parent again, for the
+/// entries of one bulk call.
+pub fn new_span_in(trace: &str) -> String {
+    sampled(trace, rand::thread_rng().gen_range(1..=u64::MAX))
+}
+
 /// True for a version-00 `traceparent` with non-zero trace and span ids (checked
 /// byte by byte, without allocating: it runs for every published message).
 pub fn is_valid_traceparent(value: &str) -> bool {
@@ -82,6 +89,10 @@ mod tests {
         assert!(is_valid_traceparent(&child), "{child}");
         assert_eq!(trace_id(&child), trace_id(parent));
         assert_ne!(child, parent);
+        let sibling = new_span_in(trace_id(&child).unwrap());
+        assert!(is_valid_traceparent(&sibling), "{sibling}");
+        assert_eq!(trace_id(&sibling), trace_id(parent));
+        assert_ne!(sibling, child);
         let mut hex = String::new();
         push_hex(&mut hex, 0xab, 4);
         assert_eq!(hex, "00ab");

@@ -225,22 +225,28 @@ async fn consume_measurements(
 ) -> anyhow::Result<Vec<Measurement>> {
     let topic = format!("{prefix}-consume-{messages}");
     let repeats = options.consume_repeats.max(1);
-    let readers: Vec<(Subscription, Subscription, ConsumerSpec)> = (0..repeats)
-        .map(|_| {
-            (
-                bench_subscription(&topic, false),
-                bench_subscription(&topic, true),
-                ConsumerSpec::new(
-                    TopicSelector::Single(topic.clone()),
-                    format!("bench-{}", run_id()),
-                ),
-            )
+    let own_group = || {
+        ConsumerSpec::new(
+            TopicSelector::Single(topic.clone()),
+            format!("bench-{}", run_id()),
+        )
+    };
+    let readers: Vec<Readers> = (0..repeats)
+        .map(|_| Readers {
+            single: bench_subscription(&topic, false),
+            bulk: bench_subscription(&topic, true),
+            own: own_group(),
+            own_decoding: own_group(),
         })
         .collect();
-    for (single, bulk, own) in &readers {
-        runtime.create_group(single).await?;
-        runtime.create_group(bulk).await?;
-        runtime.component().create_group(own).await?;
+    for readers in &readers {
+        runtime.create_group(&readers.single).await?;
+        runtime.create_group(&readers.bulk).await?;
+        runtime.component().create_group(&readers.own).await?;
+        runtime
+            .component()
+            .create_group(&readers.own_decoding)
+            .await?;
     }
     let fill = BenchOptions {
         messages,
@@ -249,11 +255,15 @@ async fn consume_measurements(
         ..options.clone()
     };
     publish_bulk(runtime, &topic, 100, false, &fill).await?;
-    let (mut single_times, mut bulk_times, mut own_times) = (Vec::new(), Vec::new(), Vec::new());
-    for (single, bulk, own) in readers {
-        single_times.push(consume(runtime, single, &fill).await?);
-        bulk_times.push(consume(runtime, bulk, &fill).await?);
-        own_times.push(drain_consumer(runtime.component().as_ref(), own, &fill).await?);
+    let (mut single_times, mut bulk_times) = (Vec::new(), Vec::new());
+    let (mut own_times, mut own_decoding_times) = (Vec::new(), Vec::new());
+    let component = runtime.component().as_ref();
+    for readers in readers {
+        single_times.push(consume(runtime, readers.single, &fill).await?);
+        bulk_times.push(consume(runtime, readers.bulk, &fill).await?);
+        own_times.push(drain_consumer(component, readers.own, &fill, false).await?);
+        own_decoding_times
+            .push(drain_consumer(component, readers.own_decoding, &fill, true).await?);
     }
     let timed = |times| Timed { messages, times };
     let single = measurement(
@@ -271,32 +281,55 @@ async fn consume_measurements(
         &timed(own_times),
         Some(&single),
     );
-    Ok(vec![single, bulk, own])
+    let own_decoding = measurement(
+        &format!("component consumer x100, each message decoded to its event{label_suffix}"),
+        &timed(own_decoding_times),
+        Some(&single),
+    );
+    Ok(vec![single, bulk, own, own_decoding])
+}
+
+/// The groups that drain one consume topic once each.
+struct Readers {
+    single: Subscription,
+    bulk: Subscription,
+    /// The component's own consumer, without the runtime.
+    own: ConsumerSpec,
+    /// The component's own consumer, each message decoded to the event an app gets.
+    own_decoding: ConsumerSpec,
 }
 
 /// How many messages [`drain_consumer`] asks for at once, as bulk subscribe x100 does.
 const DRAIN_BATCH: usize = 100;
 
-/// Times the component's own consumer (no runtime: no envelope decoding, no handler,
-/// no spans) draining `options.messages` messages of its group in receives of
-/// [`DRAIN_BATCH`], each acknowledged together: what the broker and the component can
-/// hand over at most, the ceiling of any subscription through the runtime.
+/// Times the component's own consumer (no runtime: no handler, no spans, and no
+/// envelope decoding unless `decode`) draining `options.messages` messages of its
+/// group in receives of [`DRAIN_BATCH`], each acknowledged together: what the broker
+/// and the component can hand over at most, the ceiling of any subscription through
+/// the runtime. With `decode`, each message is also decoded to the event an app gets,
+/// the work every delivery does once per message whether single or bulk: the ceiling
+/// of any subscription that hands events over.
 async fn drain_consumer(
     component: &dyn Component,
     spec: ConsumerSpec,
     options: &BenchOptions,
+    decode: bool,
 ) -> anyhow::Result<Duration> {
     let consumer = component.consumer(spec).await?;
     let started = Instant::now();
-    let drained = drain(consumer.as_ref(), options).await;
+    let drained = drain(consumer.as_ref(), options, decode).await;
     let elapsed = started.elapsed();
     consumer.close().await?;
     drained.map(|()| elapsed)
 }
 
-/// Receives and acknowledges (in [`DRAIN_BATCH`]es) until `options.messages` came,
-/// within `options.receive_timeout`.
-async fn drain(consumer: &dyn Consumer, options: &BenchOptions) -> anyhow::Result<()> {
+/// Receives (decoding each message to its event when `decode`) and acknowledges, in
+/// [`DRAIN_BATCH`]es, until `options.messages` came, within `options.receive_timeout`.
+async fn drain(
+    consumer: &dyn Consumer,
+    options: &BenchOptions,
+    decode: bool,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut received = 0;
     while received < options.messages {
@@ -312,6 +345,11 @@ async fn drain(consumer: &dyn Consumer, options: &BenchOptions) -> anyhow::Resul
             .receive(DRAIN_BATCH, left.min(Duration::from_millis(100)))
             .await?;
         received += batch.len();
+        if decode {
+            for message in &batch {
+                std::hint::black_box(pubsub_components::runtime::to_event(message)?);
+            }
+        }
         let ids: Vec<MessageId> = batch.into_iter().map(|m| m.id).collect();
         if !ids.is_empty() {
             consumer.ack_many(&ids).await?;
@@ -451,7 +489,15 @@ impl Counter {
         })
     }
 
+    /// Counts one delivered event (its latency recorded when it carries a send time)
+    /// and wakes the waiter.
     fn count(&self, event: &Event) {
+        self.record(event);
+        self.done.notify_waiters();
+    }
+
+    /// Counts one delivered event without waking the waiter: a batch wakes it once.
+    fn record(&self, event: &Event) {
         if let Some(sent) = event
             .metadata
             .get("bench-sent-us")
@@ -468,7 +514,6 @@ impl Counter {
                 .record(now.saturating_sub(sent).max(1));
         }
         self.received.fetch_add(1, Ordering::SeqCst);
-        self.done.notify_waiters();
     }
 
     /// Waits (bounded) until every expected message arrived.
@@ -507,17 +552,19 @@ impl MessageHandler for Counter {
 #[async_trait]
 impl BulkHandler for Counter {
     async fn handle(&self, batch: Batch) -> Result<Vec<EntryStatus>, String> {
-        Ok(batch
+        let statuses = batch
             .entries
-            .iter()
+            .into_iter()
             .map(|entry| {
-                self.count(&entry.event);
+                self.record(&entry.event);
                 EntryStatus {
-                    entry_id: entry.entry_id.clone(),
+                    entry_id: entry.entry_id,
                     status: Status::Success,
                 }
             })
-            .collect())
+            .collect();
+        self.done.notify_waiters();
+        Ok(statuses)
     }
 }
 
@@ -724,18 +771,30 @@ pub async fn bench_component(
                         async move { publish_batch_in_turn(paths, &ids, payload, times_ref).await },
                     )
                 };
+                // The raw client sends the app's bytes, then exactly the component's
+                // enveloped bytes: what the envelope's size costs the broker alone.
+                let shapes = [
+                    raw::Shape::Plain,
+                    raw::Shape::Enveloped {
+                        runtime,
+                        topic: &enveloped_topic,
+                    },
+                ];
                 let raw = match endpoint {
                     Some(endpoint) => {
-                        raw::raw_publish(kind, endpoint, 100, &sized, &mut beside).await?
+                        raw::raw_publish(kind, endpoint, 100, &sized, &shapes, &mut beside).await?
                     }
                     None => None,
                 };
                 match raw {
-                    Some((label, elapsed)) => {
+                    Some((label, raw_times)) => {
                         *raw_100_label.lock().unwrap_or_else(|p| p.into_inner()) = Some(label);
-                        // In the order of the rows: rawPayload, enveloped, raw client.
+                        // In the order of the rows: rawPayload, enveloped, raw client,
+                        // raw client with the enveloped bytes.
                         let [enveloped, raw_payload] = times.map(Cell::into_inner);
-                        Ok(vec![raw_payload, enveloped, elapsed])
+                        let mut row_times = vec![raw_payload, enveloped];
+                        row_times.extend(raw_times);
+                        Ok(row_times)
                     }
                     None => Ok(vec![
                         publish_bulk(runtime, &raw_payload_topic, 100, true, &sized).await?,
@@ -749,6 +808,7 @@ pub async fn bench_component(
         times: path,
     };
     let raw_100_runs = paths.get_mut(2).map(std::mem::take);
+    let raw_100_enveloped_runs = paths.get_mut(3).map(std::mem::take);
     let enveloped_runs = paths.get_mut(1).map(std::mem::take);
     let raw_payload = measurement(
         "bulk publish x100, rawPayload (no envelope)",
@@ -782,9 +842,19 @@ pub async fn bench_component(
         beside_raw.push(Measurement {
             ratio: Some(raw.rate / enveloped.rate),
             baseline: Some(format!("{label} (component time / raw time)")),
-            ..enveloped
+            ..enveloped.clone()
         });
         beside_raw.push(against_raw(&raw, &raw_payload, &raw_payload.label));
+        // The same bytes sent by the raw client: what is left of the component's cost
+        // once the envelope's size is the broker's for both.
+        if let Some(runs) = raw_100_enveloped_runs {
+            let same_bytes = measurement(
+                &format!("{label}{}", raw::ENVELOPED_LABEL),
+                &timed_path(runs),
+                None,
+            );
+            beside_raw.push(against_raw(&same_bytes, &enveloped, &enveloped.label));
+        }
     }
     if let Some(endpoint) = endpoint {
         // The raw client one at a time, on as many messages as the component's single
@@ -801,9 +871,11 @@ pub async fn bench_component(
                     endpoint,
                     1,
                     &sized_1,
+                    &[raw::Shape::Plain],
                     &mut raw::nothing_beside(),
                 )
-                .await?,
+                .await?
+                .map(|(label, times)| (label, times.into_iter().sum::<Duration>())),
             );
         }
         if let Some((label, _)) = raw_1_runs.first().cloned() {

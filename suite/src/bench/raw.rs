@@ -18,6 +18,8 @@
 use super::{run_id, BenchOptions};
 use crate::history::KEY;
 use futures::future::LocalBoxFuture;
+use pubsub_components::runtime::{PublishRequest, Runtime};
+use pubsub_components::OutgoingMessage;
 use std::time::{Duration, Instant};
 
 /// What runs after each of the raw client's batches, on the same message ids and
@@ -43,29 +45,110 @@ fn metadata_json(i: usize) -> String {
     serde_json::to_string(&metadata).unwrap_or_default()
 }
 
-/// The same publishing work done with the broker's client library directly: the
-/// measurement's label and the raw client's time (its batches only, not `beside`'s),
-/// or `None` for types without a raw client here.
+/// What a raw client's messages carry.
+#[derive(Clone, Copy)]
+pub(super) enum Shape<'a> {
+    /// The app's payload, with the bench key and a fresh trace context as metadata
+    /// (built inside the raw client's time, as an app builds it): what the component
+    /// sends for a rawPayload message.
+    Plain,
+    /// Exactly what the component sends for an enveloped message of `topic` (the
+    /// runtime's CloudEvent, its content type and its wire metadata), built before the
+    /// raw client's time starts: what the broker costs for the envelope's bytes alone,
+    /// without the component's work.
+    Enveloped {
+        runtime: &'a Runtime,
+        topic: &'a str,
+    },
+}
+
+/// What a raw measurement of [`Shape::Enveloped`] adds to the raw client's label.
+pub(super) const ENVELOPED_LABEL: &str = ", the component's enveloped bytes";
+
+impl Shape<'_> {
+    /// The messages `ids` of this shape, with `payload` as the app's data.
+    fn prepare(&self, ids: &[usize], payload: &[u8]) -> anyhow::Result<Prepared> {
+        let enveloped = match self {
+            Shape::Plain => None,
+            Shape::Enveloped { runtime, topic } => Some(
+                ids.iter()
+                    .map(|i| {
+                        let request = PublishRequest::new(*topic, payload)
+                            .with_content_type("application/octet-stream")
+                            .with_metadata(KEY, i.to_string());
+                        runtime.wire_message(request)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
+        Ok(Prepared {
+            payload: payload.to_vec(),
+            enveloped,
+        })
+    }
+}
+
+/// One batch of a shape's messages, ready for a raw client.
+struct Prepared {
+    payload: Vec<u8>,
+    enveloped: Option<Vec<OutgoingMessage>>,
+}
+
+/// One message as a raw client sends it.
+struct RawMessage<'a> {
+    payload: &'a [u8],
+    content_type: Option<&'a str>,
+    /// The metadata as JSON.
+    metadata: String,
+}
+
+impl Prepared {
+    /// The `index`th message of the batch, whose bench id is `id`.
+    fn message(&self, index: usize, id: usize) -> RawMessage<'_> {
+        match self
+            .enveloped
+            .as_ref()
+            .and_then(|messages| messages.get(index))
+        {
+            Some(message) => RawMessage {
+                payload: &message.payload,
+                content_type: message.content_type.as_deref(),
+                metadata: serde_json::to_string(&message.metadata).unwrap_or_default(),
+            },
+            None => RawMessage {
+                payload: &self.payload,
+                content_type: None,
+                metadata: metadata_json(id),
+            },
+        }
+    }
+}
+
+/// The same publishing work done with the broker's client library directly, for each
+/// of `shapes` in turn batch by batch: the measurement's label and the raw client's
+/// time per shape (its batches only, not `beside`'s), or `None` for types without a
+/// raw client here.
 pub(super) async fn raw_publish(
     component_type: &str,
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    shapes: &[Shape<'_>],
     beside: &mut Beside<'_>,
-) -> anyhow::Result<Option<(String, Duration)>> {
+) -> anyhow::Result<Option<(String, Vec<Duration>)>> {
     Ok(match component_type {
         #[cfg(feature = "redis")]
-        "redis-streams" => Some(redis(endpoint, batch, options, beside).await?),
+        "redis-streams" => Some(redis(endpoint, batch, options, shapes, beside).await?),
         #[cfg(feature = "nats")]
-        "nats-jetstream" => Some(nats(endpoint, batch, options, beside).await?),
+        "nats-jetstream" => Some(nats(endpoint, batch, options, shapes, beside).await?),
         #[cfg(feature = "postgres")]
-        "postgres" => Some(postgres(endpoint, batch, options, beside).await?),
+        "postgres" => Some(postgres(endpoint, batch, options, shapes, beside).await?),
         #[cfg(feature = "rabbitmq")]
-        "rabbitmq" => Some(rabbitmq(endpoint, batch, options, beside).await?),
+        "rabbitmq" => Some(rabbitmq(endpoint, batch, options, shapes, beside).await?),
         #[cfg(feature = "mqtt")]
-        "mqtt5" => Some(mqtt(endpoint, batch, options, beside).await?),
+        "mqtt5" => Some(mqtt(endpoint, batch, options, shapes, beside).await?),
         #[cfg(feature = "kafka")]
-        "kafka" => Some(kafka(endpoint, batch, options, beside).await?),
+        "kafka" => Some(kafka(endpoint, batch, options, shapes, beside).await?),
         _ => None,
     })
 }
@@ -85,8 +168,9 @@ async fn redis(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    shapes: &[Shape<'_>],
     beside: &mut Beside<'_>,
-) -> anyhow::Result<(String, Duration)> {
+) -> anyhow::Result<(String, Vec<Duration>)> {
     let client = redis::Client::open(format!("redis://{endpoint}/"))?;
     // The client's default 500 ms response timeout failed a whole bench once, when
     // an append-only-file write held a pipeline up on a loaded machine; the component
@@ -99,21 +183,28 @@ async fn redis(
         .await?;
     let key = format!("pcs-bench-raw-{}", run_id());
     let payload = vec![b'x'; options.payload_bytes];
-    let mut elapsed = Duration::ZERO;
+    let mut elapsed = vec![Duration::ZERO; shapes.len()];
     for chunk in batches(options, batch) {
-        let started = Instant::now();
-        let mut pipe = redis::pipe();
-        for i in &chunk {
-            pipe.cmd("XADD")
-                .arg(&key)
-                .arg("*")
-                .arg("payload")
-                .arg(&payload)
-                .arg("md")
-                .arg(metadata_json(*i));
+        for (shape, time) in shapes.iter().zip(&mut elapsed) {
+            let prepared = shape.prepare(&chunk, &payload)?;
+            let started = Instant::now();
+            let mut pipe = redis::pipe();
+            for (index, i) in chunk.iter().enumerate() {
+                let message = prepared.message(index, *i);
+                let xadd = pipe
+                    .cmd("XADD")
+                    .arg(&key)
+                    .arg("*")
+                    .arg("payload")
+                    .arg(message.payload);
+                if let Some(content_type) = message.content_type {
+                    xadd.arg("ct").arg(content_type);
+                }
+                xadd.arg("md").arg(message.metadata);
+            }
+            let _: Vec<String> = pipe.query_async(&mut conn).await?;
+            *time += started.elapsed();
         }
-        let _: Vec<String> = pipe.query_async(&mut conn).await?;
-        elapsed += started.elapsed();
         beside(chunk).await?;
     }
     let _: i64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
@@ -131,8 +222,9 @@ async fn nats(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    shapes: &[Shape<'_>],
     beside: &mut Beside<'_>,
-) -> anyhow::Result<(String, Duration)> {
+) -> anyhow::Result<(String, Vec<Duration>)> {
     let client = async_nats::connect(endpoint).await?;
     let context = async_nats::jetstream::new(client);
     let stream = format!("PCS_BENCH_RAW_{}", run_id());
@@ -143,24 +235,35 @@ async fn nats(
             ..Default::default()
         })
         .await?;
-    let payload = bytes::Bytes::from(vec![b'x'; options.payload_bytes]);
-    let mut elapsed = Duration::ZERO;
+    let payload = vec![b'x'; options.payload_bytes];
+    let mut elapsed = vec![Duration::ZERO; shapes.len()];
     for chunk in batches(options, batch) {
-        let started = Instant::now();
-        let mut acks = Vec::with_capacity(chunk.len());
-        for i in &chunk {
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Pcs-Metadata", metadata_json(*i).as_str());
-            acks.push(
-                context
-                    .publish_with_headers(format!("{stream}.raw"), headers, payload.clone())
-                    .await?,
-            );
+        for (shape, time) in shapes.iter().zip(&mut elapsed) {
+            let prepared = shape.prepare(&chunk, &payload)?;
+            let started = Instant::now();
+            let mut acks = Vec::with_capacity(chunk.len());
+            for (index, i) in chunk.iter().enumerate() {
+                let message = prepared.message(index, *i);
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Pcs-Metadata", message.metadata.as_str());
+                if let Some(content_type) = message.content_type {
+                    headers.insert("Content-Type", content_type);
+                }
+                acks.push(
+                    context
+                        .publish_with_headers(
+                            format!("{stream}.raw"),
+                            headers,
+                            bytes::Bytes::copy_from_slice(message.payload),
+                        )
+                        .await?,
+                );
+            }
+            for ack in acks {
+                ack.await?;
+            }
+            *time += started.elapsed();
         }
-        for ack in acks {
-            ack.await?;
-        }
-        elapsed += started.elapsed();
         beside(chunk).await?;
     }
     context.delete_stream(&stream).await?;
@@ -178,8 +281,9 @@ async fn postgres(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    shapes: &[Shape<'_>],
     beside: &mut Beside<'_>,
-) -> anyhow::Result<(String, Duration)> {
+) -> anyhow::Result<(String, Vec<Duration>)> {
     let (host, port) = endpoint.rsplit_once(':').unwrap_or((endpoint, "5432"));
     let (client, connection) = tokio_postgres::connect(
         &format!("host={host} port={port} user=postgres dbname=test"),
@@ -191,25 +295,35 @@ async fn postgres(
     // The shape of a queue table readers can use: the topic index, a wake-up
     // notification per insert statement.
     client
-        .batch_execute(&format!("CREATE TABLE {table} (id BIGSERIAL PRIMARY KEY, topic TEXT, payload BYTEA, metadata TEXT);
+        .batch_execute(&format!("CREATE TABLE {table} (id BIGSERIAL PRIMARY KEY, topic TEXT, payload BYTEA, content_type TEXT, metadata TEXT);
                                  CREATE INDEX ON {table} (topic, id)"))
         .await?;
     let payload = vec![b'x'; options.payload_bytes];
-    let mut elapsed = Duration::ZERO;
+    let mut elapsed = vec![Duration::ZERO; shapes.len()];
     for chunk in batches(options, batch) {
-        let started = Instant::now();
-        let topics: Vec<&str> = chunk.iter().map(|_| "raw").collect();
-        let payloads: Vec<&[u8]> = chunk.iter().map(|_| payload.as_slice()).collect();
-        let metadata: Vec<String> = chunk.iter().map(|i| metadata_json(*i)).collect();
-        client
-            .query(
-                &format!("WITH inserted AS (INSERT INTO {table} (topic, payload, metadata) SELECT * FROM UNNEST($1::text[], $2::bytea[], $3::text[]) RETURNING id),
-                          woken AS (SELECT pg_notify('{table}', ''))
-                          SELECT id FROM inserted, woken ORDER BY id"),
-                &[&topics, &payloads, &metadata],
-            )
-            .await?;
-        elapsed += started.elapsed();
+        for (shape, time) in shapes.iter().zip(&mut elapsed) {
+            let prepared = shape.prepare(&chunk, &payload)?;
+            let started = Instant::now();
+            let messages: Vec<RawMessage<'_>> = chunk
+                .iter()
+                .enumerate()
+                .map(|(index, i)| prepared.message(index, *i))
+                .collect();
+            let topics: Vec<&str> = chunk.iter().map(|_| "raw").collect();
+            let payloads: Vec<&[u8]> = messages.iter().map(|m| m.payload).collect();
+            let content_types: Vec<Option<&str>> =
+                messages.iter().map(|m| m.content_type).collect();
+            let metadata: Vec<&str> = messages.iter().map(|m| m.metadata.as_str()).collect();
+            client
+                .query(
+                    &format!("WITH inserted AS (INSERT INTO {table} (topic, payload, content_type, metadata) SELECT * FROM UNNEST($1::text[], $2::bytea[], $3::text[], $4::text[]) RETURNING id),
+                              woken AS (SELECT pg_notify('{table}', ''))
+                              SELECT id FROM inserted, woken ORDER BY id"),
+                    &[&topics, &payloads, &content_types, &metadata],
+                )
+                .await?;
+            *time += started.elapsed();
+        }
         beside(chunk).await?;
     }
     client.batch_execute(&format!("DROP TABLE {table}")).await?;
@@ -227,8 +341,9 @@ async fn rabbitmq(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    shapes: &[Shape<'_>],
     beside: &mut Beside<'_>,
-) -> anyhow::Result<(String, Duration)> {
+) -> anyhow::Result<(String, Vec<Duration>)> {
     let connection = lapin::Connection::connect(
         &format!("amqp://guest:guest@{endpoint}/%2f"),
         lapin::ConnectionProperties::default(),
@@ -255,37 +370,49 @@ async fn rabbitmq(
         .collect::<Vec<_>>()
         .join(".");
     let payload = vec![b'x'; options.payload_bytes];
-    let mut elapsed = Duration::ZERO;
+    let mut elapsed = vec![Duration::ZERO; shapes.len()];
     for chunk in batches(options, batch) {
-        let started = Instant::now();
-        let sends = chunk.iter().map(|i| {
-            let mut headers = lapin::types::FieldTable::default();
-            headers.insert(
-                "md".into(),
-                lapin::types::AMQPValue::LongString(metadata_json(*i).into()),
-            );
-            headers.insert(
-                "topic".into(),
-                lapin::types::AMQPValue::LongString(spelled_key.as_str().into()),
-            );
-            headers.insert(
-                "published-ms".into(),
-                lapin::types::AMQPValue::LongLongInt(*i as i64),
-            );
-            channel.basic_publish(
-                exchange.as_str().into(),
-                spelled_key.as_str().into(),
-                lapin::options::BasicPublishOptions::default(),
-                &payload,
-                lapin::BasicProperties::default()
+        for (shape, time) in shapes.iter().zip(&mut elapsed) {
+            let prepared = shape.prepare(&chunk, &payload)?;
+            let started = Instant::now();
+            let messages: Vec<RawMessage<'_>> = chunk
+                .iter()
+                .enumerate()
+                .map(|(index, i)| prepared.message(index, *i))
+                .collect();
+            let sends = chunk.iter().zip(&messages).map(|(i, message)| {
+                let mut headers = lapin::types::FieldTable::default();
+                headers.insert(
+                    "md".into(),
+                    lapin::types::AMQPValue::LongString(message.metadata.as_str().into()),
+                );
+                headers.insert(
+                    "topic".into(),
+                    lapin::types::AMQPValue::LongString(spelled_key.as_str().into()),
+                );
+                headers.insert(
+                    "published-ms".into(),
+                    lapin::types::AMQPValue::LongLongInt(*i as i64),
+                );
+                let mut properties = lapin::BasicProperties::default()
                     .with_delivery_mode(2)
                     .with_message_id(i.to_string().into())
-                    .with_headers(headers),
-            )
-        });
-        let confirms = futures::future::try_join_all(sends).await?;
-        futures::future::try_join_all(confirms).await?;
-        elapsed += started.elapsed();
+                    .with_headers(headers);
+                if let Some(content_type) = message.content_type {
+                    properties = properties.with_content_type(content_type.into());
+                }
+                channel.basic_publish(
+                    exchange.as_str().into(),
+                    spelled_key.as_str().into(),
+                    lapin::options::BasicPublishOptions::default(),
+                    message.payload,
+                    properties,
+                )
+            });
+            let confirms = futures::future::try_join_all(sends).await?;
+            futures::future::try_join_all(confirms).await?;
+            *time += started.elapsed();
+        }
         beside(chunk).await?;
     }
     channel
@@ -310,8 +437,9 @@ async fn mqtt(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    shapes: &[Shape<'_>],
     beside: &mut Beside<'_>,
-) -> anyhow::Result<(String, Duration)> {
+) -> anyhow::Result<(String, Vec<Duration>)> {
     use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
     use rumqttc::v5::mqttbytes::QoS;
     use rumqttc::v5::{AsyncClient, Event, MqttOptions};
@@ -333,30 +461,35 @@ async fn mqtt(
     });
     let topic = format!("pcs/bench-raw-{}", run_id());
     let payload = vec![b'x'; options.payload_bytes];
-    let mut elapsed = Duration::ZERO;
+    let mut elapsed = vec![Duration::ZERO; shapes.len()];
     for chunk in batches(options, batch) {
-        let started = Instant::now();
-        for i in &chunk {
-            let properties = PublishProperties {
-                user_properties: vec![("md".into(), metadata_json(*i))],
-                ..Default::default()
-            };
-            client
-                .publish_with_properties(
-                    topic.as_str(),
-                    QoS::AtLeastOnce,
-                    false,
-                    payload.clone(),
-                    properties,
-                )
-                .await?;
+        for (shape, time) in shapes.iter().zip(&mut elapsed) {
+            let prepared = shape.prepare(&chunk, &payload)?;
+            let started = Instant::now();
+            for (index, i) in chunk.iter().enumerate() {
+                let message = prepared.message(index, *i);
+                let properties = PublishProperties {
+                    user_properties: vec![("md".into(), message.metadata)],
+                    content_type: message.content_type.map(str::to_string),
+                    ..Default::default()
+                };
+                client
+                    .publish_with_properties(
+                        topic.as_str(),
+                        QoS::AtLeastOnce,
+                        false,
+                        message.payload.to_vec(),
+                        properties,
+                    )
+                    .await?;
+            }
+            for _ in &chunk {
+                acks.recv()
+                    .await
+                    .ok_or_else(|| anyhow::anyhow!("the MQTT connection closed"))?;
+            }
+            *time += started.elapsed();
         }
-        for _ in &chunk {
-            acks.recv()
-                .await
-                .ok_or_else(|| anyhow::anyhow!("the MQTT connection closed"))?;
-        }
-        elapsed += started.elapsed();
         beside(chunk).await?;
     }
     poller.abort();
@@ -376,8 +509,9 @@ async fn kafka(
     endpoint: &str,
     batch: usize,
     options: &BenchOptions,
+    shapes: &[Shape<'_>],
     beside: &mut Beside<'_>,
-) -> anyhow::Result<(String, Duration)> {
+) -> anyhow::Result<(String, Vec<Duration>)> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     use rdkafka::message::{Header, OwnedHeaders};
@@ -405,31 +539,40 @@ async fn kafka(
         .set("linger.ms", "1")
         .create()?;
     let payload = vec![b'x'; options.payload_bytes];
-    let mut elapsed = Duration::ZERO;
+    let mut elapsed = vec![Duration::ZERO; shapes.len()];
     for chunk in batches(options, batch) {
-        let started = Instant::now();
-        let mut reports = Vec::with_capacity(chunk.len());
-        for i in &chunk {
-            let metadata = metadata_json(*i);
-            let headers = OwnedHeaders::new().insert(Header {
-                key: "pcs-md",
-                value: Some(metadata.as_bytes()),
-            });
-            let record = FutureRecord::<str, [u8]>::to(&topic)
-                .payload(payload.as_slice())
-                .headers(headers);
-            reports.push(
-                producer
-                    .send_result(record)
-                    .map_err(|(e, _)| anyhow::anyhow!("queueing a record: {e}"))?,
-            );
+        for (shape, time) in shapes.iter().zip(&mut elapsed) {
+            let prepared = shape.prepare(&chunk, &payload)?;
+            let started = Instant::now();
+            let mut reports = Vec::with_capacity(chunk.len());
+            for (index, i) in chunk.iter().enumerate() {
+                let message = prepared.message(index, *i);
+                let mut headers = OwnedHeaders::new().insert(Header {
+                    key: "pcs-md",
+                    value: Some(message.metadata.as_bytes()),
+                });
+                if let Some(content_type) = message.content_type {
+                    headers = headers.insert(Header {
+                        key: "pcs-ct",
+                        value: Some(content_type.as_bytes()),
+                    });
+                }
+                let record = FutureRecord::<str, [u8]>::to(&topic)
+                    .payload(message.payload)
+                    .headers(headers);
+                reports.push(
+                    producer
+                        .send_result(record)
+                        .map_err(|(e, _)| anyhow::anyhow!("queueing a record: {e}"))?,
+                );
+            }
+            for report in reports {
+                report
+                    .await?
+                    .map_err(|(e, _)| anyhow::anyhow!("producing a record: {e}"))?;
+            }
+            *time += started.elapsed();
         }
-        for report in reports {
-            report
-                .await?
-                .map_err(|(e, _)| anyhow::anyhow!("producing a record: {e}"))?;
-        }
-        elapsed += started.elapsed();
         beside(chunk).await?;
     }
     admin
