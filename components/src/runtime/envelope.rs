@@ -237,12 +237,16 @@ impl<'de> serde::Deserialize<'de> for Structured<'de> {
                 };
                 while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                     match name.as_ref() {
-                        "data" => event.data = Some(map.next_value()?),
+                        // A null `data` or `data_base64` is no data, as if absent.
+                        "data" => {
+                            let raw: &serde_json::value::RawValue = map.next_value()?;
+                            event.data = (raw.get() != "null").then_some(raw);
+                        }
                         "data_base64" => {
                             // Borrowed where the text has no escapes, as base64 has none.
                             #[derive(serde::Deserialize)]
                             struct Text<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
-                            event.data_base64 = Some(map.next_value::<Text<'de>>()?.0);
+                            event.data_base64 = map.next_value::<Option<Text<'de>>>()?.map(|t| t.0);
                         }
                         _ => {
                             let value = map.next_value()?;
@@ -343,6 +347,13 @@ mod tests {
         // base64 written with an escaped slash (valid JSON) decodes as well.
         let escaped = br#"{"specversion":"1.0","id":"x","data_base64":"AJ\/Slg=="}"#;
         assert_eq!(decode(escaped).unwrap().data, [0, 159, 210, 150]);
+        // A null data is no data.
+        for null in [
+            &br#"{"specversion":"1.0","data":null}"#[..],
+            br#"{"specversion":"1.0","data_base64":null}"#,
+        ] {
+            assert!(decode(null).unwrap().data.is_empty());
+        }
         for bad in [
             &br#"[1]"#[..],
             br#"{"specversion":"0.3"}"#,
