@@ -103,6 +103,14 @@ struct RawMessage<'a> {
 }
 
 impl Prepared {
+    /// The batch's messages, whose bench ids are `ids`.
+    fn messages(&self, ids: &[usize]) -> Vec<RawMessage<'_>> {
+        ids.iter()
+            .enumerate()
+            .map(|(index, id)| self.message(index, *id))
+            .collect()
+    }
+
     /// The `index`th message of the batch, whose bench id is `id`.
     fn message(&self, index: usize, id: usize) -> RawMessage<'_> {
         match self
@@ -189,8 +197,7 @@ async fn redis(
             let prepared = shape.prepare(&chunk, &payload)?;
             let started = Instant::now();
             let mut pipe = redis::pipe();
-            for (index, i) in chunk.iter().enumerate() {
-                let message = prepared.message(index, *i);
+            for message in prepared.messages(&chunk) {
                 let xadd = pipe
                     .cmd("XADD")
                     .arg(&key)
@@ -242,8 +249,7 @@ async fn nats(
             let prepared = shape.prepare(&chunk, &payload)?;
             let started = Instant::now();
             let mut acks = Vec::with_capacity(chunk.len());
-            for (index, i) in chunk.iter().enumerate() {
-                let message = prepared.message(index, *i);
+            for message in prepared.messages(&chunk) {
                 let mut headers = async_nats::HeaderMap::new();
                 headers.insert("Pcs-Metadata", message.metadata.as_str());
                 if let Some(content_type) = message.content_type {
@@ -304,11 +310,7 @@ async fn postgres(
         for (shape, time) in shapes.iter().zip(&mut elapsed) {
             let prepared = shape.prepare(&chunk, &payload)?;
             let started = Instant::now();
-            let messages: Vec<RawMessage<'_>> = chunk
-                .iter()
-                .enumerate()
-                .map(|(index, i)| prepared.message(index, *i))
-                .collect();
+            let messages = prepared.messages(&chunk);
             let topics: Vec<&str> = chunk.iter().map(|_| "raw").collect();
             let payloads: Vec<&[u8]> = messages.iter().map(|m| m.payload).collect();
             let content_types: Vec<Option<&str>> =
@@ -375,11 +377,7 @@ async fn rabbitmq(
         for (shape, time) in shapes.iter().zip(&mut elapsed) {
             let prepared = shape.prepare(&chunk, &payload)?;
             let started = Instant::now();
-            let messages: Vec<RawMessage<'_>> = chunk
-                .iter()
-                .enumerate()
-                .map(|(index, i)| prepared.message(index, *i))
-                .collect();
+            let messages = prepared.messages(&chunk);
             let sends = chunk.iter().zip(&messages).map(|(i, message)| {
                 let mut headers = lapin::types::FieldTable::default();
                 headers.insert(
@@ -466,8 +464,7 @@ async fn mqtt(
         for (shape, time) in shapes.iter().zip(&mut elapsed) {
             let prepared = shape.prepare(&chunk, &payload)?;
             let started = Instant::now();
-            for (index, i) in chunk.iter().enumerate() {
-                let message = prepared.message(index, *i);
+            for message in prepared.messages(&chunk) {
                 let properties = PublishProperties {
                     user_properties: vec![("md".into(), message.metadata)],
                     content_type: message.content_type.map(str::to_string),
@@ -545,8 +542,7 @@ async fn kafka(
             let prepared = shape.prepare(&chunk, &payload)?;
             let started = Instant::now();
             let mut reports = Vec::with_capacity(chunk.len());
-            for (index, i) in chunk.iter().enumerate() {
-                let message = prepared.message(index, *i);
+            for message in prepared.messages(&chunk) {
                 let mut headers = OwnedHeaders::new().insert(Header {
                     key: "pcs-md",
                     value: Some(message.metadata.as_bytes()),
