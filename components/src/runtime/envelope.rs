@@ -198,7 +198,7 @@ impl AppEvent {
 
 /// An envelope taken apart.
 pub struct Decoded {
-    /// The envelope's attributes (`id`, `source`, `type`, ...), without its data.
+    /// The whole envelope: its attributes and its `data` or `data_base64`.
     pub envelope: Value,
     pub data: Vec<u8>,
     pub content_type: Option<String>,
@@ -207,7 +207,7 @@ pub struct Decoded {
 
 /// A structured CloudEvent read in one pass: its attributes as JSON values, its data
 /// kept as the raw JSON it was written as (so its bytes come back exactly as
-/// published), or its base64 text.
+/// published, while the envelope gets it as a JSON value), or its base64 text.
 struct Structured<'a> {
     attributes: serde_json::Map<String, Value>,
     data: Option<&'a serde_json::value::RawValue>,
@@ -237,16 +237,26 @@ impl<'de> serde::Deserialize<'de> for Structured<'de> {
                 };
                 while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                     match name.as_ref() {
-                        // A null `data` or `data_base64` is no data, as if absent.
+                        // A null `data` or `data_base64` is no data (the envelope keeps
+                        // the null).
                         "data" => {
                             let raw: &serde_json::value::RawValue = map.next_value()?;
-                            event.data = (raw.get() != "null").then_some(raw);
+                            if raw.get() == "null" {
+                                event.attributes.insert(name.into_owned(), Value::Null);
+                            } else {
+                                event.data = Some(raw);
+                            }
                         }
                         "data_base64" => {
                             // Borrowed where the text has no escapes, as base64 has none.
                             #[derive(serde::Deserialize)]
                             struct Text<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
-                            event.data_base64 = map.next_value::<Option<Text<'de>>>()?.map(|t| t.0);
+                            match map.next_value::<Option<Text<'de>>>()? {
+                                Some(text) => event.data_base64 = Some(text.0),
+                                None => {
+                                    event.attributes.insert(name.into_owned(), Value::Null);
+                                }
+                            }
                         }
                         _ => {
                             let value = map.next_value()?;
@@ -267,7 +277,7 @@ pub fn decode(payload: &[u8]) -> Result<Decoded> {
     let broken = |why: String| PubSubError::InvalidRequest(format!("malformed CloudEvent: {why}"));
     let text = std::str::from_utf8(payload).map_err(|e| broken(e.to_string()))?;
     let event: Structured<'_> = serde_json::from_str(text).map_err(|e| broken(e.to_string()))?;
-    let attributes = event.attributes;
+    let mut attributes = event.attributes;
     if attributes.get("specversion").and_then(Value::as_str) != Some("1.0") {
         return Err(broken("specversion is not \"1.0\"".into()));
     }
@@ -275,10 +285,19 @@ pub fn decode(payload: &[u8]) -> Result<Decoded> {
         .get("datacontenttype")
         .and_then(Value::as_str)
         .map(str::to_string);
+    // The data goes back into the envelope as well, as the app may read it there.
+    if let Some(raw) = event.data {
+        let value = serde_json::from_str(raw.get()).map_err(|e| broken(e.to_string()))?;
+        attributes.insert("data".into(), value);
+    }
     let data = match (event.data, event.data_base64) {
-        (_, Some(b64)) => base64::engine::general_purpose::STANDARD
-            .decode(b64.as_bytes())
-            .map_err(|e| broken(format!("data_base64: {e}")))?,
+        (_, Some(b64)) => {
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(b64.as_bytes())
+                .map_err(|e| broken(format!("data_base64: {e}")))?;
+            attributes.insert("data_base64".into(), Value::String(b64.into_owned()));
+            data
+        }
         (Some(raw), None) => match serde_json::from_str::<String>(raw.get()) {
             Ok(text) if !is_json(content_type.as_deref()) => text.into_bytes(),
             _ => raw.get().as_bytes().to_vec(),
@@ -337,22 +356,27 @@ mod tests {
     }
 
     #[test]
-    fn a_decoded_envelope_holds_the_attributes_and_its_data_apart() {
+    fn a_decoded_envelope_keeps_its_attributes_and_its_data() {
         let body = encode(&fields(Some("application/json")), br#"{"a":1}"#).unwrap();
         let decoded = decode(&body).unwrap();
         assert_eq!(decoded.envelope["topic"], "t");
         assert_eq!(decoded.envelope["traceparent"], fields(None).traceparent);
-        assert!(decoded.envelope.get("data").is_none());
+        assert_eq!(decoded.envelope["data"]["a"], 1);
+        assert_eq!(decoded.data, br#"{"a":1}"#);
         assert_eq!(decoded.id.as_deref(), Some("id-1"));
         // base64 written with an escaped slash (valid JSON) decodes as well.
         let escaped = br#"{"specversion":"1.0","id":"x","data_base64":"AJ\/Slg=="}"#;
-        assert_eq!(decode(escaped).unwrap().data, [0, 159, 210, 150]);
+        let decoded = decode(escaped).unwrap();
+        assert_eq!(decoded.data, [0, 159, 210, 150]);
+        assert_eq!(decoded.envelope["data_base64"], "AJ/Slg==");
         // A null data is no data.
         for null in [
             &br#"{"specversion":"1.0","data":null}"#[..],
             br#"{"specversion":"1.0","data_base64":null}"#,
         ] {
-            assert!(decode(null).unwrap().data.is_empty());
+            let decoded = decode(null).unwrap();
+            assert!(decoded.data.is_empty());
+            assert_eq!(decoded.envelope.as_object().unwrap().len(), 2);
         }
         for bad in [
             &br#"[1]"#[..],

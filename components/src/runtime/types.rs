@@ -163,8 +163,7 @@ pub struct Event {
     /// 1 on first delivery.
     pub attempt: u32,
     pub trace_parent: Option<String>,
-    /// The CloudEvent envelope's attributes (its data is `data`), unless `rawPayload`
-    /// was set.
+    /// The CloudEvent envelope, unless `rawPayload` was set.
     pub cloud_event: Option<serde_json::Value>,
     pub published_at: SystemTime,
 }
