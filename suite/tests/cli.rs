@@ -334,26 +334,24 @@ fn bench_runs_the_raw_client_and_the_emulation_in_turn_with_the_component() {
         assert_eq!(component.runs.len(), 2, "{component:?}");
         assert!(component.rate > 0.0 && beside.rate > 0.0);
     }
-    let enveloped = row("bulk publish x100, in turn with the raw client");
-    let raw = row("raw client: pipelined XADD x100");
-    let ratio = enveloped
-        .ratio
-        .expect("the envelope's cost against the raw client");
-    assert!(
-        (ratio - raw.rate / enveloped.rate).abs() < 1e-9,
-        "{enveloped:?}"
-    );
+    // A ratio is the component's time over the raw client's: raw rate / component rate.
+    let assert_ratio = |carrier: &str, raw: &str, component: &str| {
+        let ratio = row(carrier)
+            .ratio
+            .unwrap_or_else(|| panic!("no ratio on '{carrier}'"));
+        let expected = row(raw).rate / row(component).rate;
+        assert!(
+            (ratio - expected).abs() < 1e-9,
+            "{carrier}: {ratio} != {expected}"
+        );
+    };
+    let enveloped = "bulk publish x100, in turn with the raw client";
+    // The envelope's cost against the raw client.
+    assert_ratio(enveloped, "raw client: pipelined XADD x100", enveloped);
+    // The component against the raw client sending the component's enveloped bytes.
+    let same_bytes = "raw client: pipelined XADD x100, the component's enveloped bytes";
+    assert_ratio(same_bytes, same_bytes, enveloped);
     assert!(row("bulk publish x100, runtime emulation").ratio.is_some());
-    // The raw client sending the component's enveloped bytes: its ratio is the
-    // component's time over the raw client's for the same bytes.
-    let same_bytes = row("raw client: pipelined XADD x100, the component's enveloped bytes");
-    let ratio = same_bytes
-        .ratio
-        .expect("the component against the raw client with the same bytes");
-    assert!(
-        (ratio - same_bytes.rate / enveloped.rate).abs() < 1e-9,
-        "{same_bytes:?}"
-    );
 }
 
 /// A component whose broker cannot be had is reported NOT PROVISIONED with its hint,

@@ -205,21 +205,21 @@ pub struct Decoded {
     pub id: Option<String>,
 }
 
-/// A structured CloudEvent read in one pass: its attributes as JSON values, its data
-/// kept as the raw JSON it was written as (so its bytes come back exactly as
-/// published, while the envelope gets it as a JSON value), or its base64 text.
+/// A structured CloudEvent read in one pass: every member as a JSON value (`data`
+/// too, as the app may read it in the envelope), and `data` also as the raw JSON it
+/// was written as, so its bytes come back exactly as published.
 struct Structured<'a> {
     attributes: serde_json::Map<String, Value>,
+    /// `None` when absent or null.
     data: Option<&'a serde_json::value::RawValue>,
-    data_base64: Option<std::borrow::Cow<'a, str>>,
 }
 
 impl<'de> serde::Deserialize<'de> for Structured<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> std::result::Result<Self, D::Error> {
-        struct Fields;
-        impl<'de> serde::de::Visitor<'de> for Fields {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
             type Value = Structured<'de>;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -233,41 +233,23 @@ impl<'de> serde::Deserialize<'de> for Structured<'de> {
                 let mut event = Structured {
                     attributes: serde_json::Map::new(),
                     data: None,
-                    data_base64: None,
                 };
-                while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                    match name.as_ref() {
-                        // A null `data` or `data_base64` is no data (the envelope keeps
-                        // the null).
-                        "data" => {
-                            let raw: &serde_json::value::RawValue = map.next_value()?;
-                            if raw.get() == "null" {
-                                event.attributes.insert(name.into_owned(), Value::Null);
-                            } else {
-                                event.data = Some(raw);
-                            }
-                        }
-                        "data_base64" => {
-                            // Borrowed where the text has no escapes, as base64 has none.
-                            #[derive(serde::Deserialize)]
-                            struct Text<'a>(#[serde(borrow)] std::borrow::Cow<'a, str>);
-                            match map.next_value::<Option<Text<'de>>>()? {
-                                Some(text) => event.data_base64 = Some(text.0),
-                                None => {
-                                    event.attributes.insert(name.into_owned(), Value::Null);
-                                }
-                            }
-                        }
-                        _ => {
-                            let value = map.next_value()?;
-                            event.attributes.insert(name.into_owned(), value);
-                        }
-                    }
+                while let Some(name) = map.next_key::<String>()? {
+                    let value = if name == "data" {
+                        let raw: &serde_json::value::RawValue = map.next_value()?;
+                        let value: Value =
+                            serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
+                        event.data = (!value.is_null()).then_some(raw);
+                        value
+                    } else {
+                        map.next_value()?
+                    };
+                    event.attributes.insert(name, value);
                 }
                 Ok(event)
             }
         }
-        deserializer.deserialize_map(Fields)
+        deserializer.deserialize_map(Members)
     }
 }
 
@@ -277,7 +259,7 @@ pub fn decode(payload: &[u8]) -> Result<Decoded> {
     let broken = |why: String| PubSubError::InvalidRequest(format!("malformed CloudEvent: {why}"));
     let text = std::str::from_utf8(payload).map_err(|e| broken(e.to_string()))?;
     let event: Structured<'_> = serde_json::from_str(text).map_err(|e| broken(e.to_string()))?;
-    let mut attributes = event.attributes;
+    let attributes = event.attributes;
     if attributes.get("specversion").and_then(Value::as_str) != Some("1.0") {
         return Err(broken("specversion is not \"1.0\"".into()));
     }
@@ -285,19 +267,15 @@ pub fn decode(payload: &[u8]) -> Result<Decoded> {
         .get("datacontenttype")
         .and_then(Value::as_str)
         .map(str::to_string);
-    // The data goes back into the envelope as well, as the app may read it there.
-    if let Some(raw) = event.data {
-        let value = serde_json::from_str(raw.get()).map_err(|e| broken(e.to_string()))?;
-        attributes.insert("data".into(), value);
-    }
-    let data = match (event.data, event.data_base64) {
-        (_, Some(b64)) => {
-            let data = base64::engine::general_purpose::STANDARD
-                .decode(b64.as_bytes())
-                .map_err(|e| broken(format!("data_base64: {e}")))?;
-            attributes.insert("data_base64".into(), Value::String(b64.into_owned()));
-            data
-        }
+    let data_base64 = match attributes.get("data_base64") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(text.as_str()),
+        Some(other) => return Err(broken(format!("data_base64 is {other}, not a string"))),
+    };
+    let data = match (event.data, data_base64) {
+        (_, Some(b64)) => base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|e| broken(format!("data_base64: {e}")))?,
         (Some(raw), None) => match serde_json::from_str::<String>(raw.get()) {
             Ok(text) if !is_json(content_type.as_deref()) => text.into_bytes(),
             _ => raw.get().as_bytes().to_vec(),

@@ -67,7 +67,7 @@ pub(super) const ENVELOPED_LABEL: &str = ", the component's enveloped bytes";
 
 impl Shape<'_> {
     /// The messages `ids` of this shape, with `payload` as the app's data.
-    fn prepare(&self, ids: &[usize], payload: &[u8]) -> anyhow::Result<Prepared> {
+    fn prepare<'p>(&self, ids: &[usize], payload: &'p [u8]) -> anyhow::Result<Prepared<'p>> {
         let enveloped = match self {
             Shape::Plain => None,
             Shape::Enveloped { runtime, topic } => Some(
@@ -81,16 +81,15 @@ impl Shape<'_> {
                     .collect::<Result<Vec<_>, _>>()?,
             ),
         };
-        Ok(Prepared {
-            payload: payload.to_vec(),
-            enveloped,
-        })
+        Ok(Prepared { payload, enveloped })
     }
 }
 
 /// One batch of a shape's messages, ready for a raw client.
-struct Prepared {
-    payload: Vec<u8>,
+struct Prepared<'p> {
+    /// The app's payload ([`Shape::Plain`]).
+    payload: &'p [u8],
+    /// The component's messages ([`Shape::Enveloped`]).
     enveloped: Option<Vec<OutgoingMessage>>,
 }
 
@@ -102,32 +101,27 @@ struct RawMessage<'a> {
     metadata: String,
 }
 
-impl Prepared {
-    /// The batch's messages, whose bench ids are `ids`.
+impl Prepared<'_> {
+    /// The batch's messages, whose bench ids are `ids`; their metadata is written as
+    /// JSON here, inside the raw client's time.
     fn messages(&self, ids: &[usize]) -> Vec<RawMessage<'_>> {
-        ids.iter()
-            .enumerate()
-            .map(|(index, id)| self.message(index, *id))
-            .collect()
-    }
-
-    /// The `index`th message of the batch, whose bench id is `id`.
-    fn message(&self, index: usize, id: usize) -> RawMessage<'_> {
-        match self
-            .enveloped
-            .as_ref()
-            .and_then(|messages| messages.get(index))
-        {
-            Some(message) => RawMessage {
-                payload: &message.payload,
-                content_type: message.content_type.as_deref(),
-                metadata: serde_json::to_string(&message.metadata).unwrap_or_default(),
-            },
-            None => RawMessage {
-                payload: &self.payload,
-                content_type: None,
-                metadata: metadata_json(id),
-            },
+        match &self.enveloped {
+            Some(messages) => messages
+                .iter()
+                .map(|message| RawMessage {
+                    payload: &message.payload,
+                    content_type: message.content_type.as_deref(),
+                    metadata: serde_json::to_string(&message.metadata).unwrap_or_default(),
+                })
+                .collect(),
+            None => ids
+                .iter()
+                .map(|id| RawMessage {
+                    payload: self.payload,
+                    content_type: None,
+                    metadata: metadata_json(*id),
+                })
+                .collect(),
         }
     }
 }
