@@ -8,37 +8,41 @@
 //! the contract per message. A member keeps a ledger of what it was handed per
 //! partition and commits the offset below which everything was answered; a negative
 //! acknowledgement keeps its record in the ledger and hands it out again after the
-//! delay (attempt + 1). When the member closes, what it still holds unanswered is
-//! published again to the same partition (a copy carrying its attempt count) before
-//! everything it was handed is committed, so the group's next member never receives
-//! again what was acknowledged after a gap.
+//! delay (attempt + 1). When the member closes, or a rebalance takes partitions from
+//! it, what it still holds unanswered of them is published again to the same partition
+//! (a copy carrying its attempt count) before everything it was handed is committed, so
+//! the group's next member never receives again what was acknowledged after a gap.
+//! Records a receive got before a rebalance took their partition are not handed out;
+//! an acknowledgement that comes after it is refused (`NotAllowed`), since a copy went
+//! to the partition's new member.
 
+mod ledger;
+mod member;
 mod settings;
 
 pub use settings::{Acks, KafkaConfig};
 
 use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
 use crate::component::{
-    check_message_size, millis_since_epoch, owner_topic, Component, Consumer, ConsumerSpec,
-    StartPosition, TopicSelector,
+    check_message_size, millis_since_epoch, Component, Consumer, ConsumerSpec, StartPosition,
+    TopicSelector,
 };
 use crate::error::{PubSubError, Result};
-use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
+use crate::message::{MessageId, OutgoingMessage};
 use async_trait::async_trait;
+use member::{KafkaConsumer, Member};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{CommitMode, Consumer as _, ConsumerContext, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
-use rdkafka::{Message, Offset, TopicPartitionList};
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::time::Instant;
+use std::time::{Duration, SystemTime};
 
 /// Record headers the component owns.
 const HEADER_CONTENT_TYPE: &str = "pcs-ct";
@@ -410,7 +414,7 @@ impl Kafka {
         let named = named_topics(&spec.topics);
         self.ensure_topics(&named).await?;
         let start = self.start_of(spec);
-        let consumer: StreamConsumer<Quiet> = client_config(&self.config)
+        let consumer: StreamConsumer<Member> = client_config(&self.config)
             .set("group.id", self.config.group_id(&spec.group))
             // Offsets are stored as acknowledgements close gaps and committed once a
             // second (and at close), not one commit per acknowledgement: a commit is
@@ -440,7 +444,7 @@ impl Kafka {
             // arrive, so the wait is what a new record waits (librdkafka's 500 ms
             // default made the end-to-end latency 380 ms at the median).
             .set("fetch.wait.max.ms", FETCH_WAIT.as_millis().to_string())
-            .create_with_context(Quiet)
+            .create_with_context(KafkaConsumer::context(&self.producer))
             .map_err(broker("creating a Kafka consumer"))?;
         let consumer = Arc::new(consumer);
         if start == StartPosition::Latest && !named.is_empty() {
@@ -454,13 +458,11 @@ impl Kafka {
         if join {
             consumer.subscribe(&topics).map_err(broker("subscribing"))?;
         }
-        Ok(KafkaConsumer {
-            consumer: Mutex::new(Some(consumer)),
-            producer: self.producer.clone(),
-            spec: spec.clone(),
-            ledger: Mutex::new(Ledger::default()),
-            closed: AtomicBool::new(false),
-        })
+        Ok(KafkaConsumer::new(
+            consumer,
+            self.producer.clone(),
+            spec.clone(),
+        ))
     }
 }
 
@@ -475,7 +477,7 @@ fn named_topics(topics: &TopicSelector) -> Vec<&str> {
 
 /// Commits the current end of every partition of `topics` for the consumer's group
 /// where the group has committed nothing yet, so that it starts there.
-async fn pin_to_end(consumer: &Arc<StreamConsumer<Quiet>>, topics: &[&str]) -> Result<()> {
+async fn pin_to_end(consumer: &Arc<StreamConsumer<Member>>, topics: &[&str]) -> Result<()> {
     let consumer = consumer.clone();
     let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
     tokio::task::spawn_blocking(move || {
@@ -535,474 +537,6 @@ fn glob_regex(glob: &str) -> String {
     }
     regex.push('$');
     regex
-}
-
-/// What a member was handed and has not committed, per topic-partition.
-#[derive(Default)]
-struct Ledger {
-    partitions: HashMap<(String, i32), BTreeMap<i64, Slot>>,
-    /// Negatively acknowledged, to be handed out again when due.
-    returning: Vec<(Instant, ReceivedMessage)>,
-    /// Received and not yet handed out (a batch takes one topic's; the others wait).
-    ready: std::collections::VecDeque<ReceivedMessage>,
-}
-
-struct Slot {
-    /// The attempt of its latest delivery.
-    attempt: u32,
-    answered: bool,
-    /// What handing it on needs.
-    message: ReceivedMessage,
-}
-
-/// One member of a consumer group.
-struct KafkaConsumer {
-    /// Taken out and dropped on close: dropping is what makes librdkafka leave the
-    /// group at once (an unsubscribed member stays until its session times out).
-    consumer: Mutex<Option<Arc<StreamConsumer<Quiet>>>>,
-    producer: FutureProducer<Quiet>,
-    spec: ConsumerSpec,
-    ledger: Mutex<Ledger>,
-    closed: AtomicBool,
-}
-
-impl KafkaConsumer {
-    fn ledger(&self) -> MutexGuard<'_, Ledger> {
-        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn ensure_open(&self) -> Result<()> {
-        self.client().map(drop)
-    }
-
-    /// The librdkafka consumer, while open.
-    fn client(&self) -> Result<Arc<StreamConsumer<Quiet>>> {
-        match &*self.consumer.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(consumer) if !self.closed.load(Ordering::Acquire) => Ok(consumer.clone()),
-            _ => Err(PubSubError::Closed(format!(
-                "consumer of {} in group '{}' was closed",
-                self.spec.topics.describe(),
-                self.spec.group
-            ))),
-        }
-    }
-
-    /// Returns messages waiting to be handed out, then due ones coming back, up to
-    /// `max`, and when the next one comes back.
-    fn take_returning(&self, max: usize) -> (Vec<ReceivedMessage>, Option<Instant>) {
-        let now = Instant::now();
-        let mut ledger = self.ledger();
-        let ready = ledger.ready.len().min(max);
-        let mut taken: Vec<ReceivedMessage> = ledger.ready.drain(..ready).collect();
-        let max = max - taken.len();
-        ledger.returning.sort_by_key(|(due, _)| *due);
-        let due = ledger
-            .returning
-            .iter()
-            .take_while(|(at, _)| *at <= now)
-            .count()
-            .min(max);
-        taken.extend(ledger.returning.drain(..due).map(|(_, m)| m));
-        let next = ledger.returning.first().map(|(at, _)| *at);
-        (taken, next)
-    }
-
-    /// Records a polled record in the ledger and turns it into a delivery.
-    fn admit(&self, record: &BorrowedMessage<'_>) -> ReceivedMessage {
-        let mut metadata = Metadata::new();
-        let mut content_type = None;
-        let mut attempt = 1;
-        let mut published_ms = None;
-        if let Some(headers) = record.headers() {
-            for header in headers.iter() {
-                let value = header.value.unwrap_or_default();
-                match header.key {
-                    HEADER_METADATA => {
-                        metadata = serde_json::from_slice(value).unwrap_or_default();
-                    }
-                    HEADER_CONTENT_TYPE => {
-                        content_type = Some(String::from_utf8_lossy(value).into_owned());
-                    }
-                    HEADER_ATTEMPT => {
-                        attempt = std::str::from_utf8(value)
-                            .ok()
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(1);
-                    }
-                    HEADER_PUBLISHED => {
-                        published_ms = std::str::from_utf8(value)
-                            .ok()
-                            .and_then(|v| v.parse::<u64>().ok());
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let published_ms = published_ms
-            .or_else(|| record.timestamp().to_millis().map(|ms| ms.max(0) as u64))
-            .unwrap_or_default();
-        let message = ReceivedMessage {
-            id: MessageId::new(
-                record.topic(),
-                Some(record.partition() as u32),
-                record.offset() as u64,
-            ),
-            payload: record.payload().unwrap_or_default().to_vec(),
-            content_type,
-            metadata,
-            partition_key: record
-                .key()
-                .map(|key| String::from_utf8_lossy(key).into_owned()),
-            attempt,
-            publish_time: UNIX_EPOCH + Duration::from_millis(published_ms),
-        };
-        self.ledger()
-            .partitions
-            .entry((record.topic().to_string(), record.partition()))
-            .or_default()
-            .insert(
-                record.offset(),
-                Slot {
-                    attempt,
-                    answered: false,
-                    message: message.clone(),
-                },
-            );
-        message
-    }
-
-    /// The ledger slot of a delivered message.
-    fn locate(&self, id: &MessageId) -> Result<(String, i32, i64)> {
-        let topic = owner_topic(id, &self.spec.topics)?;
-        let partition = id.partition.ok_or_else(|| {
-            PubSubError::InvalidRequest(format!("message id {id} names no partition"))
-        })?;
-        Ok((topic, partition as i32, id.position as i64))
-    }
-
-    /// Marks a delivery answered and commits what is answered without a gap.
-    fn answer(&self, id: &MessageId) -> Result<()> {
-        let (topic, partition, offset) = self.locate(id)?;
-        let commit = {
-            let mut ledger = self.ledger();
-            let Some(slots) = ledger.partitions.get_mut(&(topic.clone(), partition)) else {
-                return Ok(());
-            };
-            if let Some(slot) = slots.get_mut(&offset) {
-                slot.answered = true;
-            }
-            let mut next = None;
-            while let Some(entry) = slots.first_entry() {
-                if !entry.get().answered {
-                    break;
-                }
-                next = Some(*entry.key() + 1);
-                entry.remove();
-            }
-            next
-        };
-        if let Some(next) = commit {
-            let mut offsets = TopicPartitionList::new();
-            offsets
-                .add_partition_offset(&topic, partition, Offset::Offset(next))
-                .map_err(broker("storing an offset"))?;
-            self.client()?
-                .store_offsets(&offsets)
-                .map_err(broker("storing an offset"))?;
-        }
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl Consumer for KafkaConsumer {
-    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
-        self.ensure_open()?;
-        let max = max.max(1);
-        let deadline = Instant::now() + wait;
-        let consumer = self.client()?;
-        let (mut out, mut next_return) = self.take_returning(max);
-        while out.len() < max {
-            let now = Instant::now();
-            let until = if out.is_empty() {
-                next_return.map_or(deadline, |due| due.min(deadline))
-            } else {
-                now
-            };
-            match tokio::time::timeout_at(until, consumer.recv()).await {
-                Ok(Ok(record)) => {
-                    let message = self.admit(&record);
-                    out.push(message);
-                }
-                Ok(Err(e)) => {
-                    if out.is_empty() {
-                        // Topics that do not exist yet (a pattern's) and transient
-                        // broker errors: logged, and the wait goes on.
-                        tracing::debug!(error = %e, "kafka consumer error");
-                        if Instant::now() >= deadline {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                    break;
-                }
-                Err(_) => {
-                    if !out.is_empty() || Instant::now() >= deadline {
-                        break;
-                    }
-                    let (due, next) = self.take_returning(max - out.len());
-                    out.extend(due);
-                    next_return = next;
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
-        let mut batch = self.receive(max, max_await).await?;
-        let Some(first) = batch.first() else {
-            return Ok(batch);
-        };
-        // One topic per batch: the others' messages wait for the next call.
-        let topic = first.topic().to_string();
-        let full_by = Instant::now() + max_await;
-        loop {
-            let (mine, others): (Vec<_>, Vec<_>) =
-                batch.into_iter().partition(|m| m.topic() == topic);
-            batch = mine;
-            self.ledger().ready.extend(others);
-            let now = Instant::now();
-            if batch.len() >= max || now >= full_by || !self.ledger().ready.is_empty() {
-                return Ok(batch);
-            }
-            let more = self.receive(max - batch.len(), full_by - now).await?;
-            if more.is_empty() {
-                return Ok(batch);
-            }
-            batch.extend(more);
-        }
-    }
-
-    async fn ack(&self, id: &MessageId) -> Result<()> {
-        self.ensure_open()?;
-        self.answer(id)
-    }
-
-    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
-        self.ensure_open()?;
-        for id in ids {
-            self.locate(id)?;
-        }
-        for id in ids {
-            self.answer(id)?;
-        }
-        Ok(())
-    }
-
-    async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
-        self.ensure_open()?;
-        let (topic, partition, offset) = self.locate(id)?;
-        let earlier: Vec<MessageId> = self
-            .ledger()
-            .partitions
-            .get(&(topic, partition))
-            .map(|slots| {
-                slots
-                    .range(..=offset)
-                    .map(|(_, slot)| slot.message.id.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        for id in &earlier {
-            self.answer(id)?;
-        }
-        Ok(())
-    }
-
-    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
-        self.ensure_open()?;
-        let (topic, partition, offset) = self.locate(id)?;
-        let mut ledger = self.ledger();
-        let again = ledger
-            .partitions
-            .get_mut(&(topic, partition))
-            .and_then(|slots| slots.get_mut(&offset))
-            .map(|slot| {
-                slot.attempt += 1;
-                let mut message = slot.message.clone();
-                message.attempt = slot.attempt;
-                message
-            });
-        if let Some(message) = again {
-            ledger.returning.push((Instant::now() + delay, message));
-        }
-        Ok(())
-    }
-
-    /// Repositions the owner topic-partition of `id` (assigned to this member) so that
-    /// `id` is the next record delivered from it: what the member holds of it is
-    /// forgotten, and librdkafka drops what it fetched before the seek.
-    async fn seek(&self, id: &MessageId) -> Result<()> {
-        self.ensure_open()?;
-        let (topic, partition, offset) = self.locate(id)?;
-        let consumer = self.client()?;
-        let assigned = consumer
-            .assignment()
-            .map_err(broker("reading the member's assignment"))?
-            .elements_for_topic(&topic)
-            .iter()
-            .any(|element| element.partition() == partition);
-        if !assigned {
-            return Err(PubSubError::NotAllowed(format!(
-                "cannot seek to {id}: partition {partition} of '{topic}' is not assigned to this member of group '{}' (receive from it first)",
-                self.spec.group
-            )));
-        }
-        {
-            let mut ledger = self.ledger();
-            ledger.partitions.remove(&(topic.clone(), partition));
-            let elsewhere = |m: &ReceivedMessage| {
-                m.topic() != topic || m.id.partition != Some(partition as u32)
-            };
-            ledger.returning.retain(|(_, m)| elsewhere(m));
-            ledger.ready.retain(elsewhere);
-        }
-        let target = topic.clone();
-        tokio::task::spawn_blocking(move || {
-            consumer.seek(&target, partition, Offset::Offset(offset), REQUEST_TIMEOUT)
-        })
-        .await
-        .map_err(|e| PubSubError::broker("seeking", e))?
-        .map_err(broker("seeking"))
-    }
-
-    /// The last record of each partition of the topics this member covers (its
-    /// assignment, else the subscription's named topics): the high watermark less one.
-    async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
-        self.ensure_open()?;
-        let consumer = self.client()?;
-        let named: Vec<String> = named_topics(&self.spec.topics)
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        tokio::task::spawn_blocking(move || -> Result<Vec<MessageId>> {
-            let mut covered: Vec<(String, i32)> = consumer
-                .assignment()
-                .map_err(broker("reading the member's assignment"))?
-                .elements()
-                .iter()
-                .map(|e| (e.topic().to_string(), e.partition()))
-                .collect();
-            if covered.is_empty() {
-                for topic in &named {
-                    let metadata = consumer
-                        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
-                        .map_err(broker("reading topic metadata"))?;
-                    for found in metadata.topics() {
-                        covered.extend(
-                            found
-                                .partitions()
-                                .iter()
-                                .map(|p| (found.name().to_string(), p.id())),
-                        );
-                    }
-                }
-            }
-            covered.sort();
-            covered.dedup();
-            let mut last = Vec::new();
-            for (topic, partition) in covered {
-                let (low, high) = consumer
-                    .fetch_watermarks(&topic, partition, REQUEST_TIMEOUT)
-                    .map_err(broker("reading a partition's watermarks"))?;
-                if high > low {
-                    last.push(MessageId::new(
-                        &topic,
-                        Some(partition as u32),
-                        (high - 1) as u64,
-                    ));
-                }
-            }
-            Ok(last)
-        })
-        .await
-        .map_err(|e| PubSubError::broker("reading last message ids", e))?
-    }
-
-    async fn close(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        // What is still unanswered goes back to the end of its partition as a copy,
-        // then everything handed to this member is committed.
-        let (copies, ends) = {
-            let mut ledger = self.ledger();
-            ledger.returning.clear();
-            let mut copies = Vec::new();
-            let mut ends = Vec::new();
-            for ((topic, partition), slots) in ledger.partitions.drain() {
-                if let Some((last, _)) = slots.last_key_value() {
-                    ends.push((topic.clone(), partition, *last + 1));
-                }
-                for slot in slots.into_values().filter(|s| !s.answered) {
-                    copies.push((partition, slot));
-                }
-            }
-            (copies, ends)
-        };
-        tracing::debug!(copies = copies.len(), ends = ?ends, "kafka member closing");
-        for (partition, slot) in copies {
-            let message = OutgoingMessage {
-                topic: slot.message.topic().to_string(),
-                payload: slot.message.payload,
-                content_type: slot.message.content_type,
-                metadata: slot.message.metadata,
-                partition_key: slot.message.partition_key,
-                expires_at: None,
-                deliver_at: None,
-            };
-            let copy = (
-                slot.attempt + 1,
-                millis_since_epoch(slot.message.publish_time),
-            );
-            let result = self
-                .producer
-                .send(
-                    record(&message, Some(partition), Some(copy)),
-                    REQUEST_TIMEOUT,
-                )
-                .await;
-            delivered(&message.topic, result)?;
-        }
-        let mut offsets = TopicPartitionList::new();
-        for (topic, partition, next) in &ends {
-            offsets
-                .add_partition_offset(topic, *partition, Offset::Offset(*next))
-                .map_err(broker("committing on close"))?;
-        }
-        let consumer = self
-            .consumer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let Some(consumer) = consumer else {
-            return Ok(());
-        };
-        tokio::task::spawn_blocking(move || {
-            if offsets.count() > 0 {
-                consumer
-                    .commit(&offsets, CommitMode::Sync)
-                    .map_err(broker("committing on close"))?;
-            }
-            // The last handle: dropping it closes the consumer and leaves the group.
-            drop(consumer);
-            Ok(())
-        })
-        .await
-        .map_err(broker("committing on close"))?
-    }
 }
 
 #[cfg(test)]

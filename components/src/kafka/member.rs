@@ -1,0 +1,538 @@
+//! One member of a consumer group: it receives through librdkafka, answers through its
+//! [`Ledger`], and gives partitions up (a rebalance, or closing) by handing back what
+//! it did not answer, so that nothing it acknowledged is delivered again in its group.
+
+use super::ledger::{Ledger, Reassigned, Released, TopicPartition};
+use super::{
+    broker, delivered, named_topics, record, Quiet, HEADER_ATTEMPT, HEADER_CONTENT_TYPE,
+    HEADER_METADATA, HEADER_PUBLISHED, REQUEST_TIMEOUT,
+};
+use crate::component::{millis_since_epoch, owner_topic, Consumer, ConsumerSpec};
+use crate::error::{PubSubError, Result};
+use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
+use async_trait::async_trait;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::producer::FutureProducer;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, UNIX_EPOCH};
+use tokio::time::Instant;
+
+/// A ledger shared by a member and its librdkafka context.
+type SharedLedger = Arc<Mutex<Ledger>>;
+
+fn lock(ledger: &SharedLedger) -> MutexGuard<'_, Ledger> {
+    ledger.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The message a copy of an unanswered record publishes, and its copy header values
+/// (the attempt it carries, when the original was published).
+fn copy_of(message: ReceivedMessage, attempt: u32) -> (OutgoingMessage, (u32, u64)) {
+    let published = millis_since_epoch(message.publish_time);
+    let outgoing = OutgoingMessage {
+        topic: message.topic().to_string(),
+        payload: message.payload,
+        content_type: message.content_type,
+        metadata: message.metadata,
+        partition_key: message.partition_key,
+        expires_at: None,
+        deliver_at: None,
+    };
+    (outgoing, (attempt, published))
+}
+
+/// A member's librdkafka context: quiet like the component's clients, and when a
+/// rebalance takes partitions away, it hands back what the member did not answer of
+/// them and commits their ends before they go.
+pub(super) struct Member {
+    ledger: SharedLedger,
+    producer: FutureProducer<Quiet>,
+}
+
+impl Member {
+    /// Publishes the copies of a revocation and commits the ends of the partitions
+    /// whose copies all arrived; a partition with a failed copy keeps its commit point
+    /// (what follows it is delivered again: at least once).
+    fn hand_back_blocking(&self, consumer: &BaseConsumer<Self>, released: Released) {
+        let mut failed: HashSet<TopicPartition> = HashSet::new();
+        let mut pending = Vec::new();
+        for (partition, attempt, message) in released.copies {
+            let (outgoing, copy) = copy_of(message, attempt);
+            let key = (outgoing.topic.clone(), partition);
+            match self
+                .producer
+                .send_result(record(&outgoing, Some(partition), Some(copy)))
+            {
+                Ok(delivery) => pending.push((key, delivery)),
+                Err((e, _)) => {
+                    tracing::warn!(error = %e, topic = %key.0, partition, "handing a record back on a rebalance failed");
+                    failed.insert(key);
+                }
+            }
+        }
+        for (key, delivery) in pending {
+            // The producer's own thread resolves deliveries; waiting here holds up
+            // only this member's rebalance, which waits for it anyway.
+            let arrived = matches!(futures::executor::block_on(delivery), Ok(Ok(_)));
+            if !arrived {
+                tracing::warn!(topic = %key.0, partition = key.1, "a record handed back on a rebalance did not arrive");
+                failed.insert(key);
+            }
+        }
+        let mut ends = TopicPartitionList::new();
+        for (topic, partition, next) in released.ends {
+            if failed.contains(&(topic.clone(), partition)) {
+                continue;
+            }
+            if let Err(e) = ends.add_partition_offset(&topic, partition, Offset::Offset(next)) {
+                tracing::warn!(error = %e, "an offset to commit on a rebalance was refused");
+            }
+        }
+        if ends.count() > 0 {
+            if let Err(e) = consumer.commit(&ends, CommitMode::Sync) {
+                tracing::warn!(error = %e, "committing on a rebalance failed");
+            }
+        }
+    }
+}
+
+impl ClientContext for Member {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        Quiet.log(level, facility, message)
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        Quiet.error(error, reason)
+    }
+}
+
+impl ConsumerContext for Member {
+    /// Runs inside the member's receive (librdkafka serves rebalances from the poll),
+    /// before the partitions are taken away.
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let partitions = |list: &TopicPartitionList| -> Vec<TopicPartition> {
+            list.elements()
+                .iter()
+                .map(|e| (e.topic().to_string(), e.partition()))
+                .collect()
+        };
+        match rebalance {
+            Rebalance::Revoke(list) => {
+                let released = lock(&self.ledger).revoke(&partitions(list));
+                tracing::debug!(
+                    copies = released.copies.len(),
+                    ends = ?released.ends,
+                    "kafka member gives partitions up"
+                );
+                self.hand_back_blocking(consumer, released);
+            }
+            Rebalance::Assign(_) | Rebalance::Error(_) => {}
+        }
+    }
+}
+
+/// One member of a consumer group.
+pub(super) struct KafkaConsumer {
+    /// Taken out and dropped on close: dropping is what makes librdkafka leave the
+    /// group at once (an unsubscribed member stays until its session times out).
+    consumer: Mutex<Option<Arc<StreamConsumer<Member>>>>,
+    producer: FutureProducer<Quiet>,
+    spec: ConsumerSpec,
+    ledger: SharedLedger,
+    closed: AtomicBool,
+}
+
+impl KafkaConsumer {
+    /// The context a member's librdkafka consumer is created with, and the ledger it
+    /// shares with the member.
+    pub(super) fn context(producer: &FutureProducer<Quiet>) -> Member {
+        Member {
+            ledger: SharedLedger::default(),
+            producer: producer.clone(),
+        }
+    }
+
+    /// The member of `spec`'s group that `consumer` (created with [`Self::context`]) is.
+    pub(super) fn new(
+        consumer: Arc<StreamConsumer<Member>>,
+        producer: FutureProducer<Quiet>,
+        spec: ConsumerSpec,
+    ) -> Self {
+        let ledger = consumer.context().ledger.clone();
+        KafkaConsumer {
+            consumer: Mutex::new(Some(consumer)),
+            producer,
+            spec,
+            ledger,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        lock(&self.ledger)
+    }
+
+    fn ensure_open(&self) -> Result<()> {
+        self.client().map(drop)
+    }
+
+    /// The librdkafka consumer, while open.
+    fn client(&self) -> Result<Arc<StreamConsumer<Member>>> {
+        match &*self.consumer.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(consumer) if !self.closed.load(Ordering::Acquire) => Ok(consumer.clone()),
+            _ => Err(PubSubError::Closed(format!(
+                "consumer of {} in group '{}' was closed",
+                self.spec.topics.describe(),
+                self.spec.group
+            ))),
+        }
+    }
+
+    /// Records a polled record in the ledger and turns it into a delivery, with its
+    /// admission.
+    fn admit(&self, record: &BorrowedMessage<'_>) -> (u64, ReceivedMessage) {
+        let mut metadata = Metadata::new();
+        let mut content_type = None;
+        let mut attempt = 1;
+        let mut published_ms = None;
+        if let Some(headers) = record.headers() {
+            for header in headers.iter() {
+                let value = header.value.unwrap_or_default();
+                match header.key {
+                    HEADER_METADATA => {
+                        metadata = serde_json::from_slice(value).unwrap_or_default();
+                    }
+                    HEADER_CONTENT_TYPE => {
+                        content_type = Some(String::from_utf8_lossy(value).into_owned());
+                    }
+                    HEADER_ATTEMPT => {
+                        attempt = std::str::from_utf8(value)
+                            .ok()
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(1);
+                    }
+                    HEADER_PUBLISHED => {
+                        published_ms = std::str::from_utf8(value)
+                            .ok()
+                            .and_then(|v| v.parse::<u64>().ok());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let published_ms = published_ms
+            .or_else(|| record.timestamp().to_millis().map(|ms| ms.max(0) as u64))
+            .unwrap_or_default();
+        let message = ReceivedMessage {
+            id: MessageId::new(
+                record.topic(),
+                Some(record.partition() as u32),
+                record.offset() as u64,
+            ),
+            payload: record.payload().unwrap_or_default().to_vec(),
+            content_type,
+            metadata,
+            partition_key: record
+                .key()
+                .map(|key| String::from_utf8_lossy(key).into_owned()),
+            attempt,
+            publish_time: UNIX_EPOCH + Duration::from_millis(published_ms),
+        };
+        let admission = self.ledger().admit(&message);
+        (admission, message)
+    }
+
+    /// The ledger slot of a delivered message.
+    fn locate(&self, id: &MessageId) -> Result<(TopicPartition, i64)> {
+        let topic = owner_topic(id, &self.spec.topics)?;
+        let partition = id.partition.ok_or_else(|| {
+            PubSubError::InvalidRequest(format!("message id {id} names no partition"))
+        })?;
+        Ok(((topic, partition as i32), id.position as i64))
+    }
+
+    /// Marks a delivery answered and stores the offset below which everything is
+    /// answered (committed with the next automatic commit, or when the partition goes).
+    fn answer(&self, id: &MessageId) -> Result<()> {
+        let (key, offset) = self.locate(id)?;
+        let next = self
+            .ledger()
+            .answer(&key, offset)
+            .map_err(|Reassigned| {
+                PubSubError::NotAllowed(format!(
+                    "{id} was not acknowledged: a rebalance gave partition {} of '{}' to another member of group '{}' first, and a copy of it goes there",
+                    key.1, key.0, self.spec.group
+                ))
+            })?;
+        if let Some(next) = next {
+            let mut offsets = TopicPartitionList::new();
+            offsets
+                .add_partition_offset(&key.0, key.1, Offset::Offset(next))
+                .map_err(broker("storing an offset"))?;
+            self.client()?
+                .store_offsets(&offsets)
+                .map_err(broker("storing an offset"))?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Consumer for KafkaConsumer {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        self.ensure_open()?;
+        let max = max.max(1);
+        let deadline = Instant::now() + wait;
+        let consumer = self.client()?;
+        let (mut out, mut next_return) = self.ledger().take_waiting(max, Instant::now());
+        while out.len() < max {
+            let now = Instant::now();
+            let until = if out.is_empty() {
+                next_return.map_or(deadline, |due| due.min(deadline))
+            } else {
+                now
+            };
+            match tokio::time::timeout_at(until, consumer.recv()).await {
+                Ok(Ok(record)) => out.push(self.admit(&record)),
+                Ok(Err(e)) => {
+                    if out.is_empty() {
+                        // Topics that do not exist yet (a pattern's) and transient
+                        // broker errors: logged, and the wait goes on.
+                        tracing::debug!(error = %e, "kafka consumer error");
+                        if Instant::now() >= deadline {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    break;
+                }
+                Err(_) => {
+                    if !out.is_empty() || Instant::now() >= deadline {
+                        break;
+                    }
+                    let (due, next) = self.ledger().take_waiting(max - out.len(), Instant::now());
+                    out.extend(due);
+                    next_return = next;
+                }
+            }
+        }
+        // A rebalance served by a later poll of this receive may have taken the
+        // partitions of records received before it: those went back to their
+        // partition, and the member no longer holds them.
+        let mut ledger = self.ledger();
+        let handed: Vec<ReceivedMessage> = out
+            .into_iter()
+            .filter(|(admission, message)| ledger.holds(message, *admission))
+            .map(|(_, message)| message)
+            .collect();
+        for message in &handed {
+            ledger.set_handed(message, true);
+        }
+        Ok(handed)
+    }
+
+    async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
+        let mut batch = self.receive(max, max_await).await?;
+        let Some(first) = batch.first() else {
+            return Ok(batch);
+        };
+        // One topic per batch: the others' messages wait for the next call.
+        let topic = first.topic().to_string();
+        let full_by = Instant::now() + max_await;
+        loop {
+            let (mine, others): (Vec<_>, Vec<_>) =
+                batch.into_iter().partition(|m| m.topic() == topic);
+            batch = mine;
+            let waiting = {
+                let mut ledger = self.ledger();
+                ledger.set_aside(others);
+                ledger.has_set_aside()
+            };
+            let now = Instant::now();
+            if batch.len() >= max || now >= full_by || waiting {
+                return Ok(batch);
+            }
+            let more = self.receive(max - batch.len(), full_by - now).await?;
+            if more.is_empty() {
+                return Ok(batch);
+            }
+            batch.extend(more);
+        }
+    }
+
+    async fn ack(&self, id: &MessageId) -> Result<()> {
+        self.ensure_open()?;
+        self.answer(id)
+    }
+
+    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        self.ensure_open()?;
+        for id in ids {
+            self.locate(id)?;
+        }
+        for id in ids {
+            self.answer(id)?;
+        }
+        Ok(())
+    }
+
+    async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
+        self.ensure_open()?;
+        let (key, offset) = self.locate(id)?;
+        let earlier = self.ledger().held_through(&key, offset);
+        if earlier.is_empty() {
+            // Nothing held up to it: answered already, or a partition that moved on.
+            return self.answer(id);
+        }
+        for message in &earlier {
+            self.answer(&message.id)?;
+        }
+        Ok(())
+    }
+
+    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        self.ensure_open()?;
+        let (key, offset) = self.locate(id)?;
+        // A record the member no longer holds (its partition went to another member)
+        // was handed back there, which delivers it again.
+        self.ledger().ask_back(&key, offset, Instant::now() + delay);
+        Ok(())
+    }
+
+    /// Repositions the owner topic-partition of `id` (assigned to this member) so that
+    /// `id` is the next record delivered from it: what the member holds of it is
+    /// forgotten, and librdkafka drops what it fetched before the seek.
+    async fn seek(&self, id: &MessageId) -> Result<()> {
+        self.ensure_open()?;
+        let ((topic, partition), offset) = self.locate(id)?;
+        let consumer = self.client()?;
+        let assigned = consumer
+            .assignment()
+            .map_err(broker("reading the member's assignment"))?
+            .elements_for_topic(&topic)
+            .iter()
+            .any(|element| element.partition() == partition);
+        if !assigned {
+            return Err(PubSubError::NotAllowed(format!(
+                "cannot seek to {id}: partition {partition} of '{topic}' is not assigned to this member of group '{}' (receive from it first)",
+                self.spec.group
+            )));
+        }
+        self.ledger().forget(&(topic.clone(), partition));
+        tokio::task::spawn_blocking(move || {
+            consumer.seek(&topic, partition, Offset::Offset(offset), REQUEST_TIMEOUT)
+        })
+        .await
+        .map_err(|e| PubSubError::broker("seeking", e))?
+        .map_err(broker("seeking"))
+    }
+
+    /// The last record of each partition of the topics this member covers (its
+    /// assignment, else the subscription's named topics): the high watermark less one.
+    async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        self.ensure_open()?;
+        let consumer = self.client()?;
+        let named: Vec<String> = named_topics(&self.spec.topics)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        tokio::task::spawn_blocking(move || -> Result<Vec<MessageId>> {
+            let mut covered: Vec<(String, i32)> = consumer
+                .assignment()
+                .map_err(broker("reading the member's assignment"))?
+                .elements()
+                .iter()
+                .map(|e| (e.topic().to_string(), e.partition()))
+                .collect();
+            if covered.is_empty() {
+                for topic in &named {
+                    let metadata = consumer
+                        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+                        .map_err(broker("reading topic metadata"))?;
+                    for found in metadata.topics() {
+                        covered.extend(
+                            found
+                                .partitions()
+                                .iter()
+                                .map(|p| (found.name().to_string(), p.id())),
+                        );
+                    }
+                }
+            }
+            covered.sort();
+            covered.dedup();
+            let mut last = Vec::new();
+            for (topic, partition) in covered {
+                let (low, high) = consumer
+                    .fetch_watermarks(&topic, partition, REQUEST_TIMEOUT)
+                    .map_err(broker("reading a partition's watermarks"))?;
+                if high > low {
+                    last.push(MessageId::new(
+                        &topic,
+                        Some(partition as u32),
+                        (high - 1) as u64,
+                    ));
+                }
+            }
+            Ok(last)
+        })
+        .await
+        .map_err(|e| PubSubError::broker("reading last message ids", e))?
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // What is still unanswered goes back to the end of its partition as a copy,
+        // then everything handed to this member is committed.
+        let released = self.ledger().release(|_| true);
+        tracing::debug!(copies = released.copies.len(), ends = ?released.ends, "kafka member closing");
+        for (partition, attempt, message) in released.copies {
+            let (message, copy) = copy_of(message, attempt);
+            let result = self
+                .producer
+                .send(
+                    record(&message, Some(partition), Some(copy)),
+                    REQUEST_TIMEOUT,
+                )
+                .await;
+            delivered(&message.topic, result)?;
+        }
+        let mut offsets = TopicPartitionList::new();
+        for (topic, partition, next) in &released.ends {
+            offsets
+                .add_partition_offset(topic, *partition, Offset::Offset(*next))
+                .map_err(broker("committing on close"))?;
+        }
+        let consumer = self
+            .consumer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let Some(consumer) = consumer else {
+            return Ok(());
+        };
+        tokio::task::spawn_blocking(move || {
+            if offsets.count() > 0 {
+                consumer
+                    .commit(&offsets, CommitMode::Sync)
+                    .map_err(broker("committing on close"))?;
+            }
+            // The last handle: dropping it closes the consumer and leaves the group.
+            drop(consumer);
+            Ok(())
+        })
+        .await
+        .map_err(broker("committing on close"))?
+    }
+}
