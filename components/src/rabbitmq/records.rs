@@ -88,22 +88,26 @@ impl CountedRecords {
         })
     }
 
-    /// The topic's record, `None` when it has none.
+    /// The topic's record, `None` when it has none. A record is read when its version
+    /// is even and unchanged across the read, and the two queues agree: a stored
+    /// record has at least one partition, and a topic without a record has none (a
+    /// broker still recovering its queues after a restart can show one queue's
+    /// messages before the other's).
     pub(crate) async fn read(
         &self,
         connection: &Connection,
         topic: &str,
     ) -> Result<Option<PartitionUpdate>> {
         let queues = self.queues(topic)?;
+        let mut seen = (0, 0);
         for _ in 0..READ_TRIES {
             let before = self.count(connection, &queues.version).await?;
-            if before == 0 {
-                return Ok(None);
-            }
             if before % 2 == 0 {
                 let partitions = self.count(connection, &queues.count).await?;
-                if self.count(connection, &queues.version).await? == before {
-                    return Ok(Some(PartitionUpdate {
+                seen = (before, partitions);
+                let agree = (before == 0) == (partitions == 0);
+                if agree && self.count(connection, &queues.version).await? == before {
+                    return Ok((before > 0).then(|| PartitionUpdate {
                         version: u64::from(before / 2),
                         partitions,
                     }));
@@ -113,7 +117,12 @@ impl CountedRecords {
         }
         Err(PubSubError::broker(
             format!("reading the partition record of '{topic}'"),
-            format!("a write stayed under way for {:?}", READ_RETRY * READ_TRIES),
+            format!(
+                "for {:?} a write stayed under way or the record's two queues disagreed (last seen: version queue {} messages, count queue {})",
+                READ_RETRY * READ_TRIES,
+                seen.0,
+                seen.1
+            ),
         ))
     }
 
