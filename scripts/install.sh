@@ -87,13 +87,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
     fi
 fi
 
-install_tansu
-
-if ! cargo nextest --version >/dev/null 2>&1; then
-    echo "install.sh: installing cargo-nextest"
-    cargo install --locked cargo-nextest
-fi
-
 # A Docker engine for the container kind: started when none answers. Containers run
 # with the host's network (on loopback ports), so the engine needs no bridge and
 # touches no firewall rules.
@@ -116,8 +109,33 @@ fi
 
 cd "$(dirname "$0")/.."
 # The broker images (kept by the engine between runs; only missing ones are built).
+# Building one mostly waits on the package mirror and the disk, so the images of
+# Debian's brokers are built while tansu and cargo-nextest compile; tansu's image
+# takes the built binary, so it comes after.
+images_log=$(mktemp)
+images_pid=
 if docker info >/dev/null 2>&1; then
-    ./scripts/images.sh
+    ./scripts/images.sh redis nats mosquitto rabbitmq postgres >"$images_log" 2>&1 &
+    images_pid=$!
+fi
+
+install_tansu
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "install.sh: installing cargo-nextest"
+    cargo install --locked cargo-nextest
+fi
+
+if [ -n "$images_pid" ]; then
+    images_status=0
+    wait "$images_pid" || images_status=$?
+    cat "$images_log"
+    rm -f "$images_log"
+    if [ "$images_status" != 0 ]; then
+        echo "install.sh: building the broker images failed (exit $images_status)" >&2
+        exit "$images_status"
+    fi
+    ./scripts/images.sh tansu
 fi
 cargo fetch --locked 2>/dev/null || cargo fetch
 echo "install.sh: ready"
