@@ -100,6 +100,11 @@ impl Member {
             if let Err(e) = consumer.commit(&ends, CommitMode::Sync) {
                 tracing::warn!(error = %e, "committing on a rebalance failed");
             }
+            // librdkafka commits the stored offsets of the partitions it removes next:
+            // stored at the ends too, they cannot take the commit point back to a gap.
+            if let Err(e) = consumer.store_offsets(&ends) {
+                tracing::warn!(error = %e, "storing the ends on a rebalance failed");
+            }
         }
     }
 }
