@@ -152,6 +152,18 @@ async fn a_rebalance_never_delivers_again_what_the_member_giving_up_its_partitio
             "{payload} was handed out before the rebalance: its copy is a further attempt, got {again:?}"
         );
     }
+    let ids: Vec<_> = unanswered.iter().map(|m| m.id.clone()).collect();
+    let error = first
+        .ack_many(&ids)
+        .await
+        .expect_err("acknowledging records handed back on the rebalance together must be refused");
+    assert_eq!(error.kind(), ErrorKind::NotAllowed, "{error}");
+    for id in &ids {
+        assert!(
+            error.to_string().contains(&id.to_string()),
+            "{id} is not named: {error}"
+        );
+    }
     first.close().await.unwrap();
     second.close().await.unwrap();
 }

@@ -384,10 +384,20 @@ impl Consumer for KafkaConsumer {
         for id in ids {
             self.locate(id)?;
         }
+        // Every id that can still be acknowledged is; those a rebalance handed back
+        // are refused together.
+        let mut refused = Vec::new();
         for id in ids {
-            self.answer(id)?;
+            match self.answer(id) {
+                Ok(()) => {}
+                Err(PubSubError::NotAllowed(why)) => refused.push(why),
+                Err(e) => return Err(e),
+            }
         }
-        Ok(())
+        match refused.is_empty() {
+            true => Ok(()),
+            false => Err(PubSubError::NotAllowed(refused.join("; "))),
+        }
     }
 
     async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
