@@ -251,6 +251,14 @@ pub trait Component: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Lets go of a topic its caller is done with (a benchmark's run): what the
+    /// component holds of it in this process may be freed. A broker keeps what it
+    /// stores; the default does nothing.
+    async fn discard_topic(&self, topic: &str) -> Result<()> {
+        let _ = topic;
+        Ok(())
+    }
+
     /// Creates a topic with the given partition count (no-op if it exists with it).
     async fn create_topic(&self, topic: &str, partitions: u32) -> Result<()> {
         let _ = (topic, partitions);

@@ -263,6 +263,15 @@ impl Component for MemoryComponent {
         }))
     }
 
+    /// Frees the topic's messages and every group's position in it: the broker is
+    /// this process's memory.
+    async fn discard_topic(&self, topic: &str) -> Result<()> {
+        let mut state = self.broker.lock();
+        state.topics.remove(topic);
+        state.cursors.retain(|key, _| key.topic != topic);
+        Ok(())
+    }
+
     async fn create_topic(&self, topic: &str, partitions: u32) -> Result<()> {
         if partitions == 0 {
             return Err(PubSubError::InvalidRequest(format!(
@@ -633,5 +642,41 @@ impl Consumer for MemoryConsumer {
         }
         self.broker.changed.notify_waiters();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::component::TopicSelector;
+
+    #[tokio::test]
+    async fn a_discarded_topic_holds_nothing_and_can_be_used_again() {
+        let component = MemoryComponent::default();
+        for i in 0..3 {
+            component
+                .publish(OutgoingMessage::new("t", vec![i]))
+                .await
+                .unwrap();
+        }
+        component.discard_topic("t").await.unwrap();
+        assert!(component.broker.lock().topics.is_empty());
+        let spec = ConsumerSpec::new(TopicSelector::Single("t".into()), "g");
+        let consumer = component.consumer(spec).await.unwrap();
+        assert!(consumer
+            .receive(10, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty());
+        component
+            .publish(OutgoingMessage::new("t", vec![9]))
+            .await
+            .unwrap();
+        let received = consumer
+            .receive(10, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(received.len(), 1);
+        assert_eq!(received[0].payload, vec![9]);
     }
 }

@@ -3,6 +3,7 @@
 
 mod raw;
 
+use anyhow::Context as _;
 use crate::history::KEY;
 use async_trait::async_trait;
 use futures::future::LocalBoxFuture;
@@ -110,6 +111,25 @@ fn resized(options: &BenchOptions, messages: usize, elapsed: Duration) -> Option
         elapsed,
     );
     (short && again > messages).then_some(again)
+}
+
+/// Awaits a measurement on `topics`, then lets the component free them (an
+/// in-process broker holds every message in this process: a bench of many
+/// time-sized runs would hold millions).
+async fn discarding<T>(
+    runtime: &Runtime,
+    topics: &[&str],
+    measuring: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let measured = measuring.await;
+    for topic in topics {
+        runtime
+            .component()
+            .discard_topic(topic)
+            .await
+            .with_context(|| format!("discarding the bench topic '{topic}'"))?;
+    }
+    measured
 }
 
 /// Runs rounds of measurements that share one message count, starting from
@@ -655,21 +675,27 @@ pub async fn bench_component(
     let n = options.messages;
     let mut measurements = Vec::new();
 
-    let single = measurement(
-        "single publish",
-        &timed(options, |run, sized| {
-            let topic = format!("{prefix}-single-{run}");
-            let runtime = &runtime;
-            async move { publish_single(runtime, &topic, &sized).await }
-        })
-        .await?,
-        None,
-    );
+    let single =
+        measurement(
+            "single publish",
+            &timed(options, |run, sized| {
+                let topic = format!("{prefix}-single-{run}");
+                let runtime = &runtime;
+                async move {
+                    discarding(runtime, &[&topic], publish_single(runtime, &topic, &sized)).await
+                }
+            })
+            .await?,
+            None,
+        );
     for batch in [1, 10, 100] {
         let runs = timed(options, |run, sized| {
             let topic = format!("{prefix}-bulk-{batch}-{run}");
             let runtime = &runtime;
-            async move { publish_bulk(runtime, &topic, batch, false, &sized).await }
+            async move {
+                let publishing = publish_bulk(runtime, &topic, batch, false, &sized);
+                discarding(runtime, &[&topic], publishing).await
+            }
         })
         .await?;
         measurements.push(measurement(
@@ -691,14 +717,9 @@ pub async fn bench_component(
                 ..RuntimeOptions::default()
             },
         );
-        let probe = publish_bulk(
-            &emulated,
-            &format!("{prefix}-emulated-100-probe"),
-            100,
-            false,
-            options,
-        )
-        .await?;
+        let probe_topic = format!("{prefix}-emulated-100-probe");
+        let probing = publish_bulk(&emulated, &probe_topic, 100, false, options);
+        let probe = discarding(&runtime, &[&probe_topic], probing).await?;
         let (messages, mut paths) =
             timed_rounds(options, sized_messages(options, probe), |run, sized| {
                 let (runtime, emulated, prefix) = (&runtime, &emulated, &prefix);
@@ -709,7 +730,8 @@ pub async fn bench_component(
                         (runtime, native.as_str(), false),
                         (emulated, &emulation, false),
                     ];
-                    publish_in_turn(&paths, 100, &sized).await
+                    let publishing = publish_in_turn(&paths, 100, &sized);
+                    discarding(runtime, &[&native, &emulation], publishing).await
                 }
             })
             .await?;
@@ -740,14 +762,9 @@ pub async fn bench_component(
     // meet the broker in the same state (a shared machine's load drifts, a broker slows
     // as it fills). The count is sized so that the fastest of the three lasts the
     // minimum.
-    let probe = publish_bulk(
-        &runtime,
-        &format!("{prefix}-raw-100-probe"),
-        100,
-        true,
-        options,
-    )
-    .await?;
+    let probe_topic = format!("{prefix}-raw-100-probe");
+    let probing = publish_bulk(&runtime, &probe_topic, 100, true, options);
+    let probe = discarding(&runtime, &[&probe_topic], probing).await?;
     // The enveloped path runs in turn only where a raw client is there to compare
     // with; the raw client's label comes with its runs.
     let raw_100_label = Mutex::new(None::<String>);
@@ -759,47 +776,51 @@ pub async fn bench_component(
                 // After each raw batch: the enveloped batch, then the rawPayload one.
                 let raw_payload_topic = format!("{prefix}-raw-100-{run}");
                 let enveloped_topic = format!("{prefix}-beside-raw-100-{run}");
-                let beside_paths = [
-                    (runtime, enveloped_topic.as_str(), false),
-                    (runtime, &raw_payload_topic, true),
-                ];
-                let payload = vec![b'x'; sized.payload_bytes];
-                let times = [Cell::new(Duration::ZERO), Cell::new(Duration::ZERO)];
-                let (paths, payload, times_ref) = (&beside_paths, &payload, &times);
-                let mut beside = move |ids: Vec<usize>| -> LocalBoxFuture<'_, _> {
-                    Box::pin(
-                        async move { publish_batch_in_turn(paths, &ids, payload, times_ref).await },
-                    )
-                };
-                // The raw client sends the app's bytes, then exactly the component's
-                // enveloped bytes: what the envelope's size costs the broker alone.
-                let shapes = [
-                    raw::Shape::Plain,
-                    raw::Shape::Enveloped {
-                        runtime,
-                        topic: &enveloped_topic,
-                    },
-                ];
-                let raw = match endpoint {
-                    Some(endpoint) => {
-                        raw::raw_publish(kind, endpoint, 100, &sized, &shapes, &mut beside).await?
+                let rows = async {
+                    let beside_paths = [
+                        (runtime, enveloped_topic.as_str(), false),
+                        (runtime, &raw_payload_topic, true),
+                    ];
+                    let payload = vec![b'x'; sized.payload_bytes];
+                    let times = [Cell::new(Duration::ZERO), Cell::new(Duration::ZERO)];
+                    let (paths, payload, times_ref) = (&beside_paths, &payload, &times);
+                    let mut beside = move |ids: Vec<usize>| -> LocalBoxFuture<'_, _> {
+                        Box::pin(async move {
+                            publish_batch_in_turn(paths, &ids, payload, times_ref).await
+                        })
+                    };
+                    // The raw client sends the app's bytes, then exactly the component's
+                    // enveloped bytes: what the envelope's size costs the broker alone.
+                    let shapes = [
+                        raw::Shape::Plain,
+                        raw::Shape::Enveloped {
+                            runtime,
+                            topic: &enveloped_topic,
+                        },
+                    ];
+                    let raw = match endpoint {
+                        Some(endpoint) => {
+                            raw::raw_publish(kind, endpoint, 100, &sized, &shapes, &mut beside)
+                                .await?
+                        }
+                        None => None,
+                    };
+                    match raw {
+                        Some((label, raw_times)) => {
+                            *raw_100_label.lock().unwrap_or_else(|p| p.into_inner()) = Some(label);
+                            // In the order of the rows: rawPayload, enveloped, raw client,
+                            // raw client with the enveloped bytes.
+                            let [enveloped, raw_payload] = times.map(Cell::into_inner);
+                            let mut row_times = vec![raw_payload, enveloped];
+                            row_times.extend(raw_times);
+                            Ok(row_times)
+                        }
+                        None => Ok(vec![
+                            publish_bulk(runtime, &raw_payload_topic, 100, true, &sized).await?,
+                        ]),
                     }
-                    None => None,
                 };
-                match raw {
-                    Some((label, raw_times)) => {
-                        *raw_100_label.lock().unwrap_or_else(|p| p.into_inner()) = Some(label);
-                        // In the order of the rows: rawPayload, enveloped, raw client,
-                        // raw client with the enveloped bytes.
-                        let [enveloped, raw_payload] = times.map(Cell::into_inner);
-                        let mut row_times = vec![raw_payload, enveloped];
-                        row_times.extend(raw_times);
-                        Ok(row_times)
-                    }
-                    None => Ok(vec![
-                        publish_bulk(runtime, &raw_payload_topic, 100, true, &sized).await?,
-                    ]),
-                }
+                discarding(runtime, &[&raw_payload_topic, &enveloped_topic], rows).await
             }
         })
         .await?;
