@@ -672,10 +672,7 @@ mod tests {
             .publish(OutgoingMessage::new("t", vec![9]))
             .await
             .unwrap();
-        let received = consumer
-            .receive(10, Duration::from_secs(1))
-            .await
-            .unwrap();
+        let received = consumer.receive(10, Duration::from_secs(1)).await.unwrap();
         assert_eq!(received.len(), 1);
         assert_eq!(received[0].payload, vec![9]);
     }

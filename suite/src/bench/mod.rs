@@ -3,8 +3,8 @@
 
 mod raw;
 
-use anyhow::Context as _;
 use crate::history::KEY;
+use anyhow::Context as _;
 use async_trait::async_trait;
 use futures::future::LocalBoxFuture;
 use hdrhistogram::Histogram;
