@@ -6,7 +6,7 @@
 //! against the server in `fixtures/rabbitmq.yaml` (or PUBSUB_RABBITMQ_ENDPOINT), on
 //! an exchange of its own.
 
-use lapin::options::{BasicPublishOptions, QueuePurgeOptions};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueuePurgeOptions};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use pubsub_conformance::components::config::ComponentDefinition;
 use pubsub_conformance::components::{registry, Component, PartitionUpdate};
@@ -50,6 +50,11 @@ async fn a_partition_record_whose_queues_disagree_is_not_reported_until_they_agr
     .await
     .unwrap();
     let channel = connection.create_channel().await.unwrap();
+    // Confirmed publishes: the count queue holds both messages before the next read.
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
     let count_queue = format!("{exchange}.partitions.{topic}.count");
     channel
         .queue_purge(count_queue.as_str().into(), QueuePurgeOptions::default())
