@@ -675,19 +675,16 @@ pub async fn bench_component(
     let n = options.messages;
     let mut measurements = Vec::new();
 
-    let single =
-        measurement(
-            "single publish",
-            &timed(options, |run, sized| {
-                let topic = format!("{prefix}-single-{run}");
-                let runtime = &runtime;
-                async move {
-                    discarding(runtime, &[&topic], publish_single(runtime, &topic, &sized)).await
-                }
-            })
-            .await?,
-            None,
-        );
+    let single_runs = timed(options, |run, sized| {
+        let topic = format!("{prefix}-single-{run}");
+        let runtime = &runtime;
+        async move {
+            let publishing = publish_single(runtime, &topic, &sized);
+            discarding(runtime, &[&topic], publishing).await
+        }
+    })
+    .await?;
+    let single = measurement("single publish", &single_runs, None);
     for batch in [1, 10, 100] {
         let runs = timed(options, |run, sized| {
             let topic = format!("{prefix}-bulk-{batch}-{run}");
