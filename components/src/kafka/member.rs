@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance, StreamConsumer,
+    BaseConsumer, CommitMode, Consumer as RdConsumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers};
@@ -58,10 +58,16 @@ pub(super) struct Member {
 }
 
 impl Member {
-    /// Publishes the copies of a revocation and commits the ends of the partitions
-    /// whose copies all arrived; a partition with a failed copy keeps its commit point
-    /// (what follows it is delivered again: at least once).
-    fn hand_back_blocking(&self, consumer: &BaseConsumer<Self>, released: Released) {
+    /// Gives up what `released` holds (a revoke, or closing): publishes the copies of
+    /// the unanswered records, then commits the ends of the partitions whose copies
+    /// all arrived, and stores them too, since librdkafka commits the stored offsets
+    /// of the partitions it removes next (they cannot take the commit point back to a
+    /// gap). A partition with a failed copy keeps its commit point: what follows it is
+    /// delivered again (at least once). Blocks: each delivery report comes within the
+    /// producer's message timeout, the commit within its request timeout. Returns the
+    /// first failure, after doing all it could.
+    fn hand_back(&self, consumer: &impl RdConsumer<Self>, released: Released) -> Result<()> {
+        let mut first_error = None;
         let mut failed: HashSet<TopicPartition> = HashSet::new();
         let mut pending = Vec::new();
         for (partition, attempt, message) in released.copies {
@@ -73,39 +79,38 @@ impl Member {
             {
                 Ok(delivery) => pending.push((key, delivery)),
                 Err((e, _)) => {
-                    tracing::warn!(error = %e, topic = %key.0, partition, "handing a record back on a rebalance failed");
+                    first_error.get_or_insert(PubSubError::broker("handing a record back", e));
                     failed.insert(key);
                 }
             }
         }
-        for (key, delivery) in pending {
-            // The producer's own thread resolves deliveries; waiting here holds up
-            // only this member's rebalance, which waits for it anyway.
-            let arrived = matches!(futures::executor::block_on(delivery), Ok(Ok(_)));
-            if !arrived {
-                tracing::warn!(topic = %key.0, partition = key.1, "a record handed back on a rebalance did not arrive");
-                failed.insert(key);
+        for ((topic, partition), delivery) in pending {
+            // The producer's own thread resolves deliveries.
+            let result = futures::executor::block_on(delivery)
+                .map_err(|_| PubSubError::broker("handing a record back", "the producer closed"))
+                .and_then(|result| delivered(&topic, result));
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+                failed.insert((topic, partition));
             }
         }
         let mut ends = TopicPartitionList::new();
         for (topic, partition, next) in released.ends {
-            if failed.contains(&(topic.clone(), partition)) {
-                continue;
-            }
-            if let Err(e) = ends.add_partition_offset(&topic, partition, Offset::Offset(next)) {
-                tracing::warn!(error = %e, "an offset to commit on a rebalance was refused");
+            if !failed.contains(&(topic.clone(), partition)) {
+                ends.add_partition_offset(&topic, partition, Offset::Offset(next))
+                    .map_err(broker("committing handed-back partitions"))?;
             }
         }
         if ends.count() > 0 {
-            if let Err(e) = consumer.commit(&ends, CommitMode::Sync) {
-                tracing::warn!(error = %e, "committing on a rebalance failed");
-            }
-            // librdkafka commits the stored offsets of the partitions it removes next:
-            // stored at the ends too, they cannot take the commit point back to a gap.
-            if let Err(e) = consumer.store_offsets(&ends) {
-                tracing::warn!(error = %e, "storing the ends on a rebalance failed");
+            let committed = consumer
+                .commit(&ends, CommitMode::Sync)
+                .and_then(|()| consumer.store_offsets(&ends));
+            if let Err(e) = committed {
+                first_error
+                    .get_or_insert(PubSubError::broker("committing handed-back partitions", e));
             }
         }
+        first_error.map_or(Ok(()), Err)
     }
 }
 
@@ -137,7 +142,9 @@ impl ConsumerContext for Member {
                     ends = ?released.ends,
                     "kafka member gives partitions up"
                 );
-                self.hand_back_blocking(consumer, released);
+                if let Err(e) = self.hand_back(consumer, released) {
+                    tracing::warn!(error = %e, "a member giving partitions up on a rebalance");
+                }
             }
             Rebalance::Assign(_) | Rebalance::Error(_) => {}
         }
@@ -149,7 +156,6 @@ pub(super) struct KafkaConsumer {
     /// Taken out and dropped on close: dropping is what makes librdkafka leave the
     /// group at once (an unsubscribed member stays until its session times out).
     consumer: Mutex<Option<Arc<StreamConsumer<Member>>>>,
-    producer: FutureProducer<Quiet>,
     spec: ConsumerSpec,
     ledger: SharedLedger,
     closed: AtomicBool,
@@ -166,15 +172,10 @@ impl KafkaConsumer {
     }
 
     /// The member of `spec`'s group that `consumer` (created with [`Self::context`]) is.
-    pub(super) fn new(
-        consumer: Arc<StreamConsumer<Member>>,
-        producer: FutureProducer<Quiet>,
-        spec: ConsumerSpec,
-    ) -> Self {
+    pub(super) fn new(consumer: Arc<StreamConsumer<Member>>, spec: ConsumerSpec) -> Self {
         let ledger = consumer.context().ledger.clone();
         KafkaConsumer {
             consumer: Mutex::new(Some(consumer)),
-            producer,
             spec,
             ledger,
             closed: AtomicBool::new(false),
@@ -512,23 +513,6 @@ impl Consumer for KafkaConsumer {
         // then everything handed to this member is committed.
         let released = self.ledger().release(|_| true);
         tracing::debug!(copies = released.copies.len(), ends = ?released.ends, "kafka member closing");
-        for (partition, attempt, message) in released.copies {
-            let (message, copy) = copy_of(message, attempt);
-            let result = self
-                .producer
-                .send(
-                    record(&message, Some(partition), Some(copy)),
-                    REQUEST_TIMEOUT,
-                )
-                .await;
-            delivered(&message.topic, result)?;
-        }
-        let mut offsets = TopicPartitionList::new();
-        for (topic, partition, next) in &released.ends {
-            offsets
-                .add_partition_offset(topic, *partition, Offset::Offset(*next))
-                .map_err(broker("committing on close"))?;
-        }
         let consumer = self
             .consumer
             .lock()
@@ -538,14 +522,10 @@ impl Consumer for KafkaConsumer {
             return Ok(());
         };
         tokio::task::spawn_blocking(move || {
-            if offsets.count() > 0 {
-                consumer
-                    .commit(&offsets, CommitMode::Sync)
-                    .map_err(broker("committing on close"))?;
-            }
+            let handed_back = consumer.context().hand_back(consumer.as_ref(), released);
             // The last handle: dropping it closes the consumer and leaves the group.
             drop(consumer);
-            Ok(())
+            handed_back
         })
         .await
         .map_err(broker("committing on close"))?

@@ -458,11 +458,7 @@ impl Kafka {
         if join {
             consumer.subscribe(&topics).map_err(broker("subscribing"))?;
         }
-        Ok(KafkaConsumer::new(
-            consumer,
-            self.producer.clone(),
-            spec.clone(),
-        ))
+        Ok(KafkaConsumer::new(consumer, spec.clone()))
     }
 }
 
