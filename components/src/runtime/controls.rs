@@ -8,13 +8,17 @@ use time::OffsetDateTime;
 
 /// Wire headers the runtime adds; application metadata may not use this prefix.
 pub const RESERVED_PREFIX: &str = "x-rt-";
-/// Marks a payload wrapped in a CloudEvents envelope.
-pub const HEADER_ENVELOPE: &str = "x-rt-envelope";
+/// Marks a payload sent `rawPayload` whose content type is nonetheless the CloudEvents
+/// one, so that delivery hands it over as sent. Any other message whose content type
+/// is `application/cloudevents+json` is an envelope, and carries no marker of its own
+/// (the content type already says so, on every message, for nothing).
+pub const HEADER_RAW: &str = "x-rt-raw";
 /// Emulated TTL: absolute expiry (RFC 3339).
 pub const HEADER_EXPIRATION: &str = "x-rt-expiration";
 /// Emulated delayed delivery: absolute due time (RFC 3339).
 pub const HEADER_DELIVER_AT: &str = "x-rt-deliver-at";
-/// The message's W3C trace context.
+/// The message's W3C trace context, where its envelope does not carry it: on a
+/// `rawPayload` message, or when the app's own CloudEvent names another trace.
 pub const HEADER_TRACEPARENT: &str = "x-rt-traceparent";
 
 /// Metadata keys that the runtime reads.

@@ -515,7 +515,8 @@ impl Delivery {
 /// Every delivery, single or bulk, does this once per message.
 pub fn to_event(message: &ReceivedMessage) -> Result<Event> {
     let trace_parent = message.metadata.get(controls::HEADER_TRACEPARENT).cloned();
-    let enveloped = message.metadata.contains_key(controls::HEADER_ENVELOPE);
+    let enveloped = envelope::is_cloudevents(message.content_type.as_deref())
+        && !message.metadata.contains_key(controls::HEADER_RAW);
     // The app's metadata: everything but the runtime's headers (built in key order,
     // not cloned whole and then pruned).
     let metadata: crate::Metadata = message
@@ -527,6 +528,14 @@ pub fn to_event(message: &ReceivedMessage) -> Result<Event> {
     let topic = message.topic().to_string();
     if enveloped {
         let decoded = envelope::decode(&message.payload)?;
+        // The envelope's trace, unless a header names another (see `prepare`).
+        let trace_parent = trace_parent.or_else(|| {
+            decoded
+                .envelope
+                .get("traceparent")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string)
+        });
         Ok(Event {
             id: decoded.id.unwrap_or_else(|| message.id.to_string()),
             topic,
@@ -552,5 +561,111 @@ pub fn to_event(message: &ReceivedMessage) -> Result<Event> {
             cloud_event: None,
             published_at: message.publish_time,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryComponent;
+    use crate::message::{MessageId, Metadata, ReceivedMessage};
+    use crate::runtime::PublishRequest;
+    use std::sync::Arc;
+
+    const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const APP_TRACE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    /// What `request` is on the wire, delivered back as it was sent.
+    fn round_trip(request: PublishRequest) -> (OutgoingMessage, Event) {
+        let runtime = Runtime::new("ps", Arc::new(MemoryComponent::default()));
+        let wire = runtime.wire_message(request).expect("a valid request");
+        let delivered = ReceivedMessage {
+            id: MessageId::new(wire.topic.clone(), None, 1),
+            payload: wire.payload.clone(),
+            content_type: wire.content_type.clone(),
+            metadata: wire.metadata.clone(),
+            partition_key: None,
+            attempt: 1,
+            publish_time: SystemTime::now(),
+        };
+        (wire, to_event(&delivered).expect("an event"))
+    }
+
+    #[test]
+    fn an_envelope_is_told_by_its_content_type_and_carries_the_trace_alone() {
+        let (wire, event) = round_trip(
+            PublishRequest::new("t", b"\x00\x01".to_vec())
+                .with_content_type("application/octet-stream")
+                .with_metadata("app", "1")
+                .with_metadata(keys::TRACEPARENT, TRACE),
+        );
+        // The wire metadata is the app's: nothing the envelope already says.
+        let app: Metadata = [("app", "1"), (keys::TRACEPARENT, TRACE)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(wire.metadata, app);
+        assert_eq!(event.metadata, app);
+        assert_eq!(event.data, b"\x00\x01");
+        assert_eq!(event.trace_parent.as_deref(), Some(TRACE));
+        assert_eq!(event.cloud_event.unwrap()["traceparent"], TRACE);
+    }
+
+    #[test]
+    fn a_raw_payload_keeps_its_trace_header_and_a_raw_cloud_event_is_not_unwrapped() {
+        let app_event = br#"{"specversion":"1.0","id":"a","source":"s","type":"t","data":1}"#;
+        for content_type in ["application/cloudevents+json", "application/json"] {
+            let (wire, event) = round_trip(
+                PublishRequest::new("t", app_event.to_vec())
+                    .with_content_type(content_type)
+                    .with_metadata(keys::RAW_PAYLOAD, "true")
+                    .with_metadata(keys::TRACEPARENT, TRACE),
+            );
+            assert_eq!(wire.payload, app_event);
+            assert_eq!(
+                wire.metadata.contains_key(controls::HEADER_RAW),
+                content_type == "application/cloudevents+json",
+                "{content_type}"
+            );
+            assert_eq!(event.data, app_event, "{content_type}");
+            assert!(event.cloud_event.is_none(), "{content_type}");
+            assert_eq!(event.trace_parent.as_deref(), Some(TRACE));
+            assert!(event
+                .metadata
+                .keys()
+                .all(|k| k == keys::RAW_PAYLOAD || k == keys::TRACEPARENT));
+        }
+    }
+
+    #[test]
+    fn an_app_cloud_event_with_a_trace_of_its_own_delivers_the_trace_the_metadata_chose() {
+        let own = format!(
+            r#"{{"specversion":"1.0","id":"a","source":"s","type":"t","traceparent":"{APP_TRACE}","data":1}}"#
+        );
+        let published = |metadata_trace: Option<&str>| {
+            let request = PublishRequest::new("t", own.clone().into_bytes())
+                .with_content_type("application/cloudevents+json");
+            round_trip(match metadata_trace {
+                Some(trace) => request.with_metadata(keys::TRACEPARENT, trace),
+                None => request,
+            })
+        };
+        // Another trace in the metadata: kept beside the app's event, which is not
+        // rewritten.
+        let (wire, event) = published(Some(TRACE));
+        assert_eq!(
+            wire.metadata
+                .get(controls::HEADER_TRACEPARENT)
+                .map(String::as_str),
+            Some(TRACE)
+        );
+        assert_eq!(event.trace_parent.as_deref(), Some(TRACE));
+        assert_eq!(event.cloud_event.unwrap()["traceparent"], APP_TRACE);
+        // The event's own trace, or the same one: no header.
+        for metadata_trace in [None, Some(APP_TRACE)] {
+            let (wire, event) = published(metadata_trace);
+            assert!(!wire.metadata.contains_key(controls::HEADER_TRACEPARENT));
+            assert_eq!(event.trace_parent.as_deref(), Some(APP_TRACE));
+        }
     }
 }

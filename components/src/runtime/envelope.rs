@@ -22,6 +22,12 @@ pub struct EnvelopeFields<'a> {
     pub time: &'a str,
 }
 
+/// True when `content_type` is the CloudEvents structured JSON type (parameters aside).
+pub fn is_cloudevents(content_type: Option<&str>) -> bool {
+    content_type
+        .is_some_and(|ct| ct.split(';').next().unwrap_or("").trim() == CLOUDEVENTS_CONTENT_TYPE)
+}
+
 fn is_json(content_type: Option<&str>) -> bool {
     content_type.is_some_and(|ct| {
         let essence = ct.split(';').next().unwrap_or("").trim();
@@ -153,14 +159,21 @@ pub struct AppEvent {
 impl AppEvent {
     /// Reads `data` as an app-supplied CloudEvent when its content type says so.
     pub fn parse(content_type: Option<&str>, data: &[u8]) -> Option<AppEvent> {
-        let essence = content_type?.split(';').next()?.trim();
-        if essence != CLOUDEVENTS_CONTENT_TYPE {
+        if !is_cloudevents(content_type) {
             return None;
         }
         let attributes: std::collections::BTreeMap<String, Box<serde_json::value::RawValue>> =
             serde_json::from_slice(data).ok()?;
         let spec = attributes.get("specversion")?;
         (spec.get() == "\"1.0\"").then_some(AppEvent { attributes })
+    }
+
+    /// True when the completed event will carry a trace other than `traceparent`: the
+    /// app's event has a `traceparent` of its own (completing never overwrites it)
+    /// that is not that one.
+    pub fn keeps_another_trace(&self, traceparent: &str) -> bool {
+        self.attributes.contains_key("traceparent")
+            && self.attribute("traceparent").as_deref() != Some(traceparent)
     }
 
     /// A string attribute of the event.

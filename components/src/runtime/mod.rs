@@ -198,7 +198,6 @@ impl Runtime {
         let expiration = expires_at.map(controls::format_time);
 
         let mut wire = metadata;
-        wire.insert(controls::HEADER_TRACEPARENT.into(), traceparent.clone());
         if ttl_mode == Some(Support::Emulated) {
             wire.insert(
                 controls::HEADER_EXPIRATION.into(),
@@ -212,9 +211,20 @@ impl Runtime {
             );
         }
         let (payload, wire_content_type) = if raw_payload {
+            wire.insert(controls::HEADER_TRACEPARENT.into(), traceparent);
+            if envelope::is_cloudevents(content_type.as_deref()) {
+                wire.insert(controls::HEADER_RAW.into(), "true".into());
+            }
             (data, content_type)
         } else {
-            wire.insert(controls::HEADER_ENVELOPE.into(), "cloudevents".into());
+            // The envelope carries the trace; the header only where the app's own
+            // CloudEvent keeps a trace of its own that the metadata overrides.
+            if app_event
+                .as_ref()
+                .is_some_and(|event| event.keeps_another_trace(&traceparent))
+            {
+                wire.insert(controls::HEADER_TRACEPARENT.into(), traceparent.clone());
+            }
             let mut id_text = uuid::Uuid::encode_buffer();
             let id = uuid::Builder::from_random_bytes(rand::random())
                 .into_uuid()

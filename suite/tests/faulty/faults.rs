@@ -54,7 +54,8 @@ pub enum Fault {
     NoRedelivery,
     /// Acks what a consumer still holds when it leaves its group.
     LosesUnackedOnLeave,
-    /// Drops the envelope marker, so the envelope reaches the app as data.
+    /// Drops the content type of enveloped messages, the envelope's marker, so the
+    /// envelope reaches the app as data.
     StripsEnvelope,
     /// Truncates payloads over 4 KiB.
     TruncatesLargePayloads,
@@ -160,10 +161,24 @@ impl Faulty {
                 message.partition_key = Some(uuid_like(&self.consumers));
             }
             Fault::DropsTraceContext => {
-                message.metadata.remove("x-rt-traceparent");
+                // Wherever it travels: the header, or the envelope's attribute (a
+                // component that rewrites envelopes with the attributes it knows).
+                message
+                    .metadata
+                    .remove(pubsub_components::runtime::controls::HEADER_TRACEPARENT);
+                if enveloped(&message) {
+                    if let Ok(mut envelope) =
+                        serde_json::from_slice::<serde_json::Value>(&message.payload)
+                    {
+                        if let Some(attributes) = envelope.as_object_mut() {
+                            attributes.remove("traceparent");
+                        }
+                        message.payload = serde_json::to_vec(&envelope).unwrap();
+                    }
+                }
             }
-            Fault::StripsEnvelope => {
-                message.metadata.remove("x-rt-envelope");
+            Fault::StripsEnvelope if enveloped(&message) => {
+                message.content_type = None;
             }
             Fault::TruncatesLargePayloads => message.payload.truncate(4096),
             Fault::DelaysFromReceipt | Fault::BlocksBehindDelayed | Fault::DelaysCappedAtLease => {
@@ -182,7 +197,7 @@ impl Faulty {
                     );
                 }
             }
-            Fault::RepeatsEnvelopeIds if message.metadata.contains_key(ENVELOPE_HEADER) => {
+            Fault::RepeatsEnvelopeIds if enveloped(&message) => {
                 let n = self.published.fetch_add(1, Ordering::Relaxed);
                 if let Ok(mut envelope) =
                     serde_json::from_slice::<serde_json::Value>(&message.payload)
@@ -199,8 +214,7 @@ impl Faulty {
                 }
             }
             Fault::LosesDeadLetterContentType
-                if message.metadata.contains_key("deadLetterReason")
-                    && !message.metadata.contains_key(ENVELOPE_HEADER) =>
+                if message.metadata.contains_key("deadLetterReason") && !enveloped(&message) =>
             {
                 message.content_type = None;
             }
@@ -747,8 +761,14 @@ impl Consumer for FaultyConsumer {
 const EXPIRES_HEADER: &str = "x-faulty-expires-ms";
 /// Where the delaying faults keep a message's due time (ms since the epoch).
 const DUE_HEADER: &str = "x-faulty-due-ms";
-/// The runtime's envelope marker.
-const ENVELOPE_HEADER: &str = "x-rt-envelope";
+/// True for a message the runtime put in a CloudEvents envelope (its content type says
+/// so, and it was not sent `rawPayload`).
+fn enveloped(message: &OutgoingMessage) -> bool {
+    pubsub_components::runtime::envelope::is_cloudevents(message.content_type.as_deref())
+        && !message
+            .metadata
+            .contains_key(pubsub_components::runtime::controls::HEADER_RAW)
+}
 
 /// A different key on every call.
 fn uuid_like(counter: &AtomicU64) -> String {
