@@ -22,15 +22,19 @@ pub struct EnvelopeFields<'a> {
     pub time: &'a str,
 }
 
+/// A content type without its parameters (`text/plain; charset=utf-8` -> `text/plain`).
+fn essence(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap_or("").trim()
+}
+
 /// True when `content_type` is the CloudEvents structured JSON type (parameters aside).
 pub fn is_cloudevents(content_type: Option<&str>) -> bool {
-    content_type
-        .is_some_and(|ct| ct.split(';').next().unwrap_or("").trim() == CLOUDEVENTS_CONTENT_TYPE)
+    content_type.is_some_and(|ct| essence(ct) == CLOUDEVENTS_CONTENT_TYPE)
 }
 
 fn is_json(content_type: Option<&str>) -> bool {
     content_type.is_some_and(|ct| {
-        let essence = ct.split(';').next().unwrap_or("").trim();
+        let essence = essence(ct);
         essence == "application/json" || essence.ends_with("+json")
     })
 }

@@ -51,12 +51,6 @@ async fn program_version(
     .await
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// Whether a Docker engine answers, within 5 s: the reason when not.
 pub async fn engine_problem(docker_host: Option<&str>) -> Option<String> {
     let mut command = tokio::process::Command::new("docker");
@@ -150,8 +144,10 @@ impl BrokerContainer {
     /// port and waits until the broker accepts connections.
     pub async fn start(spec: &BrokerSpec, image: &ContainerImage) -> Result<Self, String> {
         let (name, ready_within) = (spec.name, spec.ready_within);
-        let port = free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
-        let aux_port = free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
+        let port =
+            super::ports::free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
+        let aux_port =
+            super::ports::free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
         let fill = |text: &str| {
             text.replace("{port}", &port.to_string())
                 .replace("{aux_port}", &aux_port.to_string())

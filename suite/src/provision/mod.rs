@@ -8,6 +8,7 @@
 pub mod broker;
 pub mod container;
 pub mod health;
+mod ports;
 mod process;
 pub mod spec;
 

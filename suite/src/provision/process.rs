@@ -43,12 +43,6 @@ struct Incarnation {
     expected: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// Finds an installed program: a name on PATH, an absolute path, or an absolute path
 /// with one `*` for a versioned directory (the newest installed version wins).
 pub fn resolve_program(program: &str) -> Option<PathBuf> {
@@ -110,8 +104,10 @@ impl BrokerProcess {
             .prefix(&format!("pcs-{}-", spec.name))
             .tempdir()
             .map_err(|e| format!("cannot create a data directory: {e}"))?;
-        let port = free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
-        let aux_port = free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
+        let port =
+            super::ports::free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
+        let aux_port =
+            super::ports::free_port().map_err(|e| format!("cannot find a free port: {e}"))?;
         let process = BrokerProcess {
             spec: spec.clone(),
             port,
