@@ -59,6 +59,7 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::loses_unacked_on_leave(Fault::LosesUnackedOnLeave, &["certification.consumer-leaves"], "lost")]
 #[case::strips_envelope(Fault::StripsEnvelope, &["envelope.cloudevents"], "without a CloudEvent envelope")]
 #[case::strips_envelope_fidelity(Fault::StripsEnvelope, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
+#[case::strips_raw_marker(Fault::StripsRawMarker, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
 #[case::truncates_large_payloads(Fault::TruncatesLargePayloads, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
 #[case::ignores_groups(Fault::IgnoresGroups, &["subscribe.competing-consumers"], "more than one member")]
 #[case::merges_groups(Fault::MergesGroups, &["subscribe.fan-out"], "missed")]

@@ -96,9 +96,12 @@ impl Member {
         }
         let mut ends = TopicPartitionList::new();
         for (topic, partition, next) in released.ends {
-            if !failed.contains(&(topic.clone(), partition)) {
-                ends.add_partition_offset(&topic, partition, Offset::Offset(next))
-                    .map_err(broker("committing handed-back partitions"))?;
+            if failed.contains(&(topic.clone(), partition)) {
+                continue;
+            }
+            if let Err(e) = ends.add_partition_offset(&topic, partition, Offset::Offset(next)) {
+                first_error
+                    .get_or_insert(PubSubError::broker("committing handed-back partitions", e));
             }
         }
         if ends.count() > 0 {

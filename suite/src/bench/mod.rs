@@ -122,14 +122,16 @@ async fn discarding<T>(
     measuring: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
     let measured = measuring.await;
+    let mut discarded = Ok(());
     for topic in topics {
-        runtime
-            .component()
-            .discard_topic(topic)
-            .await
-            .with_context(|| format!("discarding the bench topic '{topic}'"))?;
+        let result = runtime.component().discard_topic(topic).await;
+        if discarded.is_ok() {
+            discarded = result.with_context(|| format!("discarding the bench topic '{topic}'"));
+        }
     }
-    measured
+    // A failed measurement's error goes first: it says more than a failed cleanup.
+    let measured = measured?;
+    discarded.map(|()| measured)
 }
 
 /// Runs rounds of measurements that share one message count, starting from

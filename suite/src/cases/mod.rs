@@ -78,8 +78,8 @@ pub struct Sample {
     pub metadata: Metadata,
 }
 
-/// Fixed edge cases (binary, empty, unicode, JSON, large) in both envelope modes, plus
-/// `random` generated samples.
+/// Fixed edge cases (binary, empty, unicode, JSON, large) in both envelope modes, an
+/// app's CloudEvent sent rawPayload, plus `random` generated samples.
 pub fn samples(caps: &Capabilities, seed: u64, random: usize) -> Vec<Sample> {
     let large = caps
         .max_message_bytes
@@ -108,9 +108,19 @@ pub fn samples(caps: &Capabilities, seed: u64, random: usize) -> Vec<Sample> {
         ),
         ("untyped", b"no content type".to_vec(), None),
     ];
+    // An app's own CloudEvent sent rawPayload: delivered as sent, not unwrapped (the
+    // runtime marks it, since its content type is the one that marks envelopes). Sent
+    // enveloped it is completed instead, which `envelope.app-cloudevent` checks.
+    let app_event = (
+        "app-cloudevent",
+        br#"{"specversion":"1.0","id":"app-1","source":"shop","type":"order.placed","data":{"n":1}}"#
+            .to_vec(),
+        Some("application/cloudevents+json"),
+    );
     let mut out = Vec::new();
     for raw in [false, true] {
-        for (label, data, content_type) in &fixed {
+        let raw_only = raw.then_some(&app_event);
+        for (label, data, content_type) in fixed.iter().chain(raw_only) {
             let key = format!("{label}-{}", if raw { "raw" } else { "ce" });
             let mut metadata = Metadata::new();
             metadata.insert(KEY.into(), key.clone());

@@ -10,7 +10,7 @@
 //! are never picked for outgoing connections, so neither can happen there.
 
 use rand::Rng;
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::ops::RangeInclusive;
 use std::sync::Mutex;
@@ -20,7 +20,7 @@ const LOWEST: u16 = 10_000;
 
 /// Ports this process handed out already (a broker's port and its auxiliary port are
 /// picked one after the other, before either is bound).
-static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// The kernel's ephemeral range (`net.ipv4.ip_local_port_range`), or Linux's default.
 fn ephemeral_range() -> RangeInclusive<u16> {
@@ -56,7 +56,6 @@ pub fn free_port() -> std::io::Result<u16> {
     // A random start, so that test processes starting brokers at once rarely meet.
     let offset = rand::thread_rng().gen_range(0..count);
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
-    let handed_out = handed_out.get_or_insert_with(HashSet::new);
     for step in 0..count {
         let port = first + ((offset + step) % count) as u16;
         if !handed_out.contains(&port) && TcpListener::bind(("0.0.0.0", port)).is_ok() {
@@ -77,7 +76,7 @@ mod tests {
     #[test]
     fn ports_are_free_distinct_and_never_ephemeral() {
         let ephemeral = ephemeral_range();
-        let mut seen = HashSet::new();
+        let mut seen = BTreeSet::new();
         for _ in 0..200 {
             let port = free_port().unwrap();
             assert!(!ephemeral.contains(&port), "{port} is in {ephemeral:?}");

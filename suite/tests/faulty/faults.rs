@@ -57,6 +57,9 @@ pub enum Fault {
     /// Drops the content type of enveloped messages, the envelope's marker, so the
     /// envelope reaches the app as data.
     StripsEnvelope,
+    /// Drops the runtime's `x-rt-raw` marker, so a CloudEvent sent rawPayload reaches
+    /// the app unwrapped.
+    StripsRawMarker,
     /// Truncates payloads over 4 KiB.
     TruncatesLargePayloads,
     /// Gives every consumer its own group, so group members do not share.
@@ -179,6 +182,11 @@ impl Faulty {
             }
             Fault::StripsEnvelope if enveloped(&message) => {
                 message.content_type = None;
+            }
+            Fault::StripsRawMarker => {
+                message
+                    .metadata
+                    .remove(pubsub_components::runtime::controls::HEADER_RAW);
             }
             Fault::TruncatesLargePayloads => message.payload.truncate(4096),
             Fault::DelaysFromReceipt | Fault::BlocksBehindDelayed | Fault::DelaysCappedAtLease => {
