@@ -142,6 +142,13 @@ pub struct Capabilities {
     /// once then delivers it twice).
     #[serde(default)]
     pub redelivers_slow_handlers: bool,
+    /// Whether a member that closes hands what it received but did not acknowledge
+    /// back to its group at once. `false` where the broker gets such messages back
+    /// only when their lease expires (a prefetched batch on a visibility-timeout
+    /// queue, a client that cannot release what it fetched): the cases where a member
+    /// leaves then wait the lease too.
+    #[serde(default = "yes")]
+    pub returns_on_close: bool,
 }
 
 fn yes() -> bool {

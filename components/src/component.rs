@@ -356,12 +356,33 @@ pub trait Consumer: Send + Sync {
         self.nack(id, delay).await
     }
 
+    /// Defers several messages at once (the runtime hands back every delayed message
+    /// beyond what it holds after each receive). Each is deferred or stays with the
+    /// member as it was; the first error is returned after trying them all. The
+    /// default defers them one after another; a component whose deferral waits on the
+    /// broker (a confirm, a disk write) should pipeline them.
+    async fn defer_many(&self, deferrals: &[(MessageId, Duration)]) -> Result<()> {
+        let mut first_error = None;
+        for (id, delay) in deferrals {
+            if let Err(e) = self.defer(id, *delay).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// Keeps received, unsettled messages with this member for another lease (the
-    /// runtime holds delayed messages longer than the lease). A no-op where the
-    /// component declares no lease.
+    /// runtime holds delayed messages longer than the lease). Only called where the
+    /// component declares a lease. The default refuses with `Unsupported`: the runtime
+    /// then holds no delayed message longer than half the lease, and defers the rest
+    /// ([`Consumer::defer`]) until nearly due. A component whose member keeps what it
+    /// received for as long as it lives answers `Ok` without doing anything.
     async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
         let _ = ids;
-        Ok(())
+        Err(PubSubError::Unsupported {
+            component: "consumer".into(),
+            feature: "extending a lease".into(),
+        })
     }
 
     /// Native dead-lettering: gives up on the message, routing it to the dead-letter

@@ -400,6 +400,12 @@ impl Consumer for PartitionedConsumer {
         self.inner.defer(&inward(id), delay).await
     }
 
+    async fn defer_many(&self, deferrals: &[(MessageId, Duration)]) -> Result<()> {
+        let deferrals: Vec<(MessageId, Duration)> =
+            deferrals.iter().map(|(id, d)| (inward(id), *d)).collect();
+        self.inner.defer_many(&deferrals).await
+    }
+
     async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
         let ids: Vec<MessageId> = ids.iter().map(inward).collect();
         self.inner.extend_lease(&ids).await

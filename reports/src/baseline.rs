@@ -165,6 +165,7 @@ mod tests {
             bound_ms: 10,
             attempts: 1,
             expected_failure: None,
+            runs: None,
             evidence: Evidence {
                 findings: if status == Status::Fail {
                     vec![format!("{id} lost a message")]

@@ -211,6 +211,17 @@ pub struct CaseResult {
     /// a PASS with it means the expectation is stale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_failure: Option<String>,
+    /// With `certify --repeat N`: how many of the N runs passed (the status is PASS
+    /// only when all did, FLAKY when some did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<Runs>,
+}
+
+/// How many runs of a repeated cell passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Runs {
+    pub runs: u32,
+    pub passes: u32,
 }
 
 impl CaseResult {

@@ -115,6 +115,12 @@ pub struct CertifyOptions {
     /// component's shared lane run at once (twice as many of its timed lane); 0 and 1
     /// run everything one after another.
     pub jobs: usize,
+    /// How many times each selected case runs (`--repeat`); 0 and 1 run it once. A
+    /// cell run more than once says how many runs passed.
+    pub repeat: u32,
+    /// The report directory whose `histories/` keep every attempt's history; `None`
+    /// keeps none.
+    pub histories: Option<PathBuf>,
 }
 
 impl CertifyOptions {
@@ -313,14 +319,26 @@ impl ComponentRun {
         (state.runtime.clone(), state.restarted_after.clone())
     }
 
-    /// Runs one case on the run's broker.
+    /// Runs one case on the run's broker, as many times as the run repeats cases.
     async fn run(&self, case: &'static Case) -> CaseResult {
+        let repeat = self.options.repeat.max(1);
+        let mut results = Vec::new();
+        for run in 1..=repeat {
+            results.push(self.run_once(case, run).await);
+        }
+        combine_runs(results)
+    }
+
+    /// Runs one case once on the run's broker.
+    async fn run_once(&self, case: &'static Case, run_number: u32) -> CaseResult {
         let (runtime, restarted_after) = self.next_runtime().await;
         let run = run_options_for(
-            &self.options.run,
+            &self.options,
             &self.expectations,
             case,
             self.broker_version.as_deref(),
+            &self.definition.name,
+            run_number,
         );
         let mut result = run_case_in(case, &runtime, &run, &self.environment).await;
         // Certification cases may fault the broker: the next case gets a fresh
@@ -466,10 +484,12 @@ async fn run_cases(
             }
             if let Some(Ok(side)) = &mut controlled {
                 let options = run_options_for(
-                    &options.run,
+                    options,
                     &run.expectations,
                     case,
                     side.version.as_deref(),
+                    &definition.name,
+                    1,
                 );
                 let mut result =
                     run_case_in(case, &side.runtime, &options, &side.environment).await;
@@ -558,18 +578,59 @@ fn errored(case: &Case, note: String) -> CaseResult {
 }
 
 /// The run options for `case`: a cell the expectations file predicts to FAIL is not
-/// run again (a rerun only proves the known defect twice).
+/// run again (a rerun only proves the known defect twice); histories go to the run's
+/// report directory as `component`'s, run `run_number`.
 fn run_options_for(
-    run: &RunOptions,
+    options: &CertifyOptions,
     expectations: &Expectations,
     case: &Case,
     broker_version: Option<&str>,
+    component: &str,
+    run_number: u32,
 ) -> RunOptions {
     let expected = broker_version.is_some_and(|v| expectations.for_cell(case.id, v).is_some());
     RunOptions {
-        retries: if expected { 0 } else { run.retries },
-        seed: run.seed,
+        retries: if expected { 0 } else { options.run.retries },
+        seed: options.run.seed,
+        save: options.histories.as_ref().map(|dir| crate::runner::SaveTo {
+            dir: dir.clone(),
+            component: component.to_string(),
+            run: run_number,
+        }),
     }
+}
+
+/// One cell from the runs of a repeated case: PASS when every run passed, FLAKY
+/// when some did, otherwise the runs' common status; the evidence of the first run
+/// that did not pass (else the first), and how many passed.
+fn combine_runs(mut results: Vec<CaseResult>) -> CaseResult {
+    if results.len() == 1 {
+        return results.remove(0);
+    }
+    let statuses: Vec<Status> = results.iter().map(|r| r.status).collect();
+    let passes = statuses.iter().filter(|s| **s == Status::Pass).count() as u32;
+    let shown = results
+        .iter()
+        .position(|r| r.status != Status::Pass)
+        .unwrap_or(0);
+    let duration: u64 = results.iter().map(|r| r.duration_ms).sum();
+    let attempts: u32 = results.iter().map(|r| r.attempts).sum();
+    let mut cell = results.swap_remove(shown);
+    cell.status = crate::replay::repeated_status(&statuses);
+    cell.duration_ms = duration;
+    cell.attempts = attempts;
+    cell.runs = Some(pubsub_reports::Runs {
+        runs: statuses.len() as u32,
+        passes,
+    });
+    if cell.status != Status::Pass {
+        cell.evidence.notes.push(format!(
+            "passed {passes} of {} runs; the evidence is from run {}",
+            statuses.len(),
+            shown + 1
+        ));
+    }
+    cell
 }
 
 /// A broker the suite controls (a local process, else a container), with the

@@ -1,17 +1,20 @@
 //! Judges delivery from a recorded history, in the manner of Jepsen's queue checkers:
 //! lost, unexpected, duplicated, out of declared order, early and late.
 
-use crate::history::{History, Record};
+use crate::history::{is_control, History, Record};
+use crate::load::MachineLoad;
 use crate::outcome::Outcome;
 use pubsub_components::{DeliveryGuarantee, OrderingScope};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
 /// How many examples of each kind a finding lists.
 const EXAMPLES: usize = 8;
 
-/// What the history is judged against.
-#[derive(Debug, Clone)]
+/// What the history is judged against (saved with the history, so that it can be
+/// judged again offline).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Expectation {
     pub guarantee: DeliveryGuarantee,
     /// The ordering scope to check, if any.
@@ -26,7 +29,7 @@ pub struct Expectation {
 }
 
 /// Tolerances of the due-time check.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
     /// How early a delivery may be (declared clock tolerance).
     pub early_tolerance: Duration,
@@ -63,6 +66,12 @@ pub struct Findings {
     pub shared_event_ids: Vec<String>,
     /// Whether the history records an injected fault.
     pub under_faults: bool,
+    /// The machine's load while the case ran, where a timing probe ran beside it
+    /// (timed cases): lateness is judged beyond what its control messages took, and
+    /// a loss in such a case is a timing finding (every wait in it has a bound).
+    pub load: Option<MachineLoad>,
+    /// How much lateness the machine explained (the controls' latency).
+    pub allowance: std::time::Duration,
     pub published_ok: usize,
     pub delivered: usize,
 }
@@ -86,11 +95,17 @@ impl Findings {
             self.published_ok, self.delivered
         ));
         if !self.lost.is_empty() {
-            outcome.fail(format!(
+            let text = format!(
                 "lost: {} acknowledged publishes were never delivered: {}",
                 self.lost.len(),
                 examples(&self.lost)
-            ));
+            );
+            // In a timed case "never" means "not within the case's bound".
+            if self.load.is_some() {
+                outcome.fail_timing(format!("{text} (within the case's bound)"));
+            } else {
+                outcome.fail(text);
+            }
         }
         if !self.unexpected.is_empty() {
             outcome.fail(format!(
@@ -155,12 +170,21 @@ impl Findings {
             ));
         }
         if !self.late.is_empty() {
-            outcome.fail(format!(
-                "late: {} messages delivered after their due time plus the declared precision: {}",
+            let beyond = if self.allowance.is_zero() {
+                String::new()
+            } else {
+                format!(
+                    " and the {} ms undelayed control messages took then",
+                    self.allowance.as_millis()
+                )
+            };
+            outcome.fail_timing(format!(
+                "late: {} messages delivered after their due time plus the declared precision{beyond}: {}",
                 self.late.len(),
                 examples(&self.late)
             ));
         }
+
         if !self.over_reported.is_empty() && expectation.note_over_reported {
             outcome.warn(format!(
                 "over-reported failure: {} entries reported failed were delivered (allowed; the app retries): {}",
@@ -203,6 +227,9 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
             ..
         } = record
         {
+            if is_control(key) {
+                continue;
+            }
             let index = published.len();
             let entry = published.entry(key.as_str()).or_insert(Publish {
                 index,
@@ -215,7 +242,14 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
             entry.attempts += 1;
         }
     }
+    let load = MachineLoad::of(history);
+    let allowance = match (&load, expectation.timing) {
+        (Some(load), Some(timing)) => load.allowance(timing.late_precision),
+        _ => std::time::Duration::ZERO,
+    };
     let mut findings = Findings {
+        load,
+        allowance,
         published_ok: published.values().filter(|p| p.ok).count(),
         under_faults: history
             .records
@@ -238,6 +272,9 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
             ..
         } = record
         {
+            if is_control(key) {
+                continue;
+            }
             let who = group.clone().unwrap_or_else(|| subscriber.clone());
             let state = seen.entry((who, key.as_str())).or_default();
             state.last_settled = Some(*settled);
@@ -257,6 +294,9 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
         else {
             continue;
         };
+        if key.as_deref().is_some_and(is_control) {
+            continue;
+        }
         findings.delivered += 1;
         let Some(key) = key.as_deref() else {
             findings
@@ -311,7 +351,7 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
             if *at + timing.early_tolerance < due {
                 let early = due.duration_since(*at).unwrap_or_default();
                 findings.early.push(format!("{key} by {early:?}"));
-            } else if let Ok(late) = at.duration_since(due + timing.late_precision) {
+            } else if let Ok(late) = at.duration_since(due + timing.late_precision + allowance) {
                 if !late.is_zero() {
                     findings
                         .late

@@ -30,6 +30,10 @@ use std::time::Instant;
     about = "Conformance and certification suite for pub/sub components"
 )]
 struct Cli {
+    /// Also show the components' and client libraries' logs on the terminal (they
+    /// always go to the run's log file, `<out>/run.log`).
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -56,6 +60,10 @@ enum Command {
         /// Extra runs of a failing case (a later pass is reported FLAKY).
         #[arg(long, default_value_t = 1)]
         retries: u32,
+        /// Run each selected case N times and report, per cell, how many runs passed
+        /// (PASS only when all did; FLAKY when some did): flake rates, measured.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        repeat: u32,
         /// Seed for generated inputs (default: derived from each case id).
         #[arg(long)]
         seed: Option<u64>,
@@ -128,6 +136,16 @@ enum Command {
         #[arg(long, default_value = "fixtures")]
         fixtures: PathBuf,
     },
+    /// Judge the saved histories of a report again with this suite's checker, offline:
+    /// prints each cell whose verdict differs from the saved one, and exits 1 when any
+    /// does.
+    Check {
+        /// A report directory written by certify (report.json and histories/).
+        report_dir: PathBuf,
+        /// Only cells whose case id matches this glob.
+        #[arg(long = "case", value_name = "GLOB")]
+        case: Option<String>,
+    },
     /// List the catalogue: id, level, capability and MUST statement.
     List {
         #[arg(long, value_enum, default_value_t = ListFormat::Text)]
@@ -161,14 +179,12 @@ fn parse_level(text: &str) -> Result<Level, String> {
 /// Parses the process's arguments, runs the command and gives the exit code: 0 on
 /// success, 1 when a report has failures, 2 on bad input.
 pub fn main() -> ExitCode {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if let Err(e) = init_logging(&cli) {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(2);
+    }
+    match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -177,8 +193,86 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Where the run's logs go: the log file of the command's report directory (warnings
+/// and errors of the components and client libraries, or what `RUST_LOG` asks
+/// for), and the terminal only with `--verbose`, so that the terminal shows progress
+/// and verdicts.
+fn init_logging(cli: &Cli) -> anyhow::Result<()> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+    };
+    let out = match &cli.command {
+        Command::Certify { out, .. } | Command::Bench { out, .. } => Some(out.clone()),
+        _ => None,
+    };
+    let file_layer = match out {
+        Some(out) => {
+            std::fs::create_dir_all(&out)
+                .with_context(|| format!("cannot create {}", out.display()))?;
+            let path = out.join("run.log");
+            let file = std::fs::File::create(&path)
+                .with_context(|| format!("cannot create the log file {}", path.display()))?;
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
+                    .with_writer(std::sync::Mutex::new(file))
+                    .with_filter(filter()),
+            )
+        }
+        None => None,
+    };
+    let terminal = cli.verbose.then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(filter())
+    });
+    let _ = tracing_subscriber::registry()
+        .with(file_layer)
+        .with(terminal)
+        .try_init();
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Check { report_dir, case } => {
+            let recheck = crate::replay::recheck(&report_dir, case.as_deref())?;
+            for d in &recheck.differences {
+                println!(
+                    "DIFFERS {} {}: saved {}, judged now {}{}",
+                    d.component,
+                    d.case,
+                    d.saved.label(),
+                    d.judged.label(),
+                    d.findings
+                        .first()
+                        .map(|f| format!(" ({f})"))
+                        .unwrap_or_default()
+                );
+            }
+            println!(
+                "re-judged {} cells from their histories ({} without histories): {} differ",
+                recheck.judged,
+                recheck.without_history,
+                recheck.differences.len()
+            );
+            if recheck.judged == 0 {
+                anyhow::bail!(
+                    "{} holds no saved histories ({}/): certify writes them",
+                    report_dir.display(),
+                    crate::replay::HISTORIES
+                );
+            }
+            Ok(if recheck.differences.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
         Command::List { format } => {
             list(format)?;
             Ok(ExitCode::SUCCESS)
@@ -190,6 +284,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             out,
             fixtures,
             retries,
+            repeat,
             seed,
             provision,
             restart_broker,
@@ -216,11 +311,24 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 None => provision_from_environment().map_err(anyhow::Error::msg)?,
             };
             let options = CertifyOptions {
-                run: RunOptions { retries, seed },
+                run: RunOptions {
+                    retries,
+                    seed,
+                    save: None,
+                },
                 provision,
                 restart_broker,
                 jobs: usize::from(jobs),
+                repeat,
+                histories: Some(out.clone()),
             };
+            // Histories of an earlier run in the same directory would be judged as
+            // this run's.
+            let histories = out.join(crate::replay::HISTORIES);
+            if histories.exists() {
+                std::fs::remove_dir_all(&histories)
+                    .with_context(|| format!("cannot clear {}", histories.display()))?;
+            }
             let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             let board = Arc::new(Board::new(std::io::stderr().is_terminal()));
             let progress: Progress =
@@ -236,6 +344,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             write_report(&report, &out)?;
             print!("{}", reports::summary_table(&report));
             println!("report: {}", out.join("index.html").display());
+            println!(
+                "histories: {} (pubsub-conformance check {} judges them again); log: {}",
+                histories.display(),
+                out.display(),
+                out.join("run.log").display()
+            );
             let unprovisioned = not_provisioned(&report);
             for (name, problem) in &unprovisioned {
                 println!("NOT PROVISIONED {name}: {problem}");

@@ -90,11 +90,27 @@ impl CaseContext {
     }
 
     /// Checks the recorded history and attaches an excerpt of it.
+    /// The check is recorded in the history with its findings, so that a saved
+    /// history can be judged again offline.
     pub fn check(&self, expectation: &Expectation) -> Outcome {
         let history = self.recorder.history();
-        check(&history, expectation)
+        let outcome = check(&history, expectation)
             .outcome(expectation)
-            .with_history(&history)
+            .with_history(&history);
+        self.recorder.checked(expectation, outcome.findings.clone());
+        outcome
+    }
+
+    /// The machine's load so far, where a timing probe runs beside the case.
+    pub fn machine_load(&self) -> Option<crate::load::MachineLoad> {
+        crate::load::MachineLoad::of(&self.recorder.history())
+    }
+
+    /// How much lateness against `precision` the machine explains so far (what the
+    /// undelayed control messages took; zero without a probe).
+    pub fn lateness_allowance(&self, precision: Duration) -> Duration {
+        self.machine_load()
+            .map_or(Duration::ZERO, |load| load.allowance(precision))
     }
 
     /// A message for `topic` tagged with `key`, with the key as its payload.

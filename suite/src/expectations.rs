@@ -202,6 +202,7 @@ mod tests {
                 attempts: 1,
                 evidence: Default::default(),
                 expected_failure: None,
+                runs: None,
             };
             expectations.apply(&mut result, "B 1.2");
             result

@@ -66,6 +66,7 @@ where
             }
         },
         false,
+        None,
         expectations,
     ))
 }
@@ -80,7 +81,83 @@ type BrokerHandle = CaseEnvironment;
 fn run_selected(trials: Vec<Trial>) -> ! {
     let (arguments, filters) = parse_arguments(std::env::args());
     let selected = select(trials, &filters, arguments.exact);
-    libtest_mimic::run(&arguments, selected).exit()
+    let several = selected.iter().filter(|t| !t.has_ignored_flag()).count() > 1 && !arguments.list;
+    let conclusion = libtest_mimic::run(&arguments, selected);
+    // One trial per process (nextest) has nothing to sum up; `cargo test` runs many.
+    if several {
+        summarize();
+    }
+    conclusion.exit()
+}
+
+/// Every cell this process judged, by component, for the summary at the end.
+static CELLS: std::sync::Mutex<Vec<(String, CaseResult)>> = std::sync::Mutex::new(Vec::new());
+
+fn keep(component: &str, result: &CaseResult) {
+    CELLS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((component.to_string(), result.clone()));
+}
+
+/// Where the harness writes its report: `PUBSUB_REPORT_DIR`, else
+/// `target/pubsub-conformance` under the working directory.
+fn report_dir() -> PathBuf {
+    std::env::var_os("PUBSUB_REPORT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/pubsub-conformance"))
+}
+
+/// Ends a run as `certify` does: the verdict counts per component and the report's
+/// path (the report holds every cell this process judged, with its evidence).
+fn summarize() {
+    let cells = std::mem::take(&mut *CELLS.lock().unwrap_or_else(|p| p.into_inner()));
+    if cells.is_empty() {
+        return;
+    }
+    let mut components: Vec<pubsub_reports::ComponentReport> = Vec::new();
+    for (name, cell) in cells {
+        match components.iter_mut().find(|c| c.name == name) {
+            Some(c) => c.cases.push(cell),
+            None => components.push(pubsub_reports::ComponentReport {
+                name: name.clone(),
+                component_type: String::new(),
+                definition: String::new(),
+                provisioning: pubsub_reports::Provisioning {
+                    kind: "harness".into(),
+                    endpoint: None,
+                    broker_version: None,
+                    problem: None,
+                },
+                capabilities: serde_json::Value::Null,
+                cases: vec![cell],
+                third_party: None,
+            }),
+        }
+    }
+    let order: Vec<&str> = catalogue().iter().map(|c| c.id).collect();
+    for component in &mut components {
+        component
+            .cases
+            .sort_by_key(|c| order.iter().position(|id| *id == c.id));
+    }
+    let report = pubsub_reports::RunReport {
+        schema_version: pubsub_reports::SCHEMA_VERSION,
+        suite_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: crate::certify::now_text(),
+        finished_at: crate::certify::now_text(),
+        machine: crate::certify::machine(),
+        components,
+        conflicts: Vec::new(),
+        bench: Vec::new(),
+        baseline: None,
+    };
+    print!("{}", pubsub_reports::summary_table(&report));
+    let dir = report_dir();
+    match pubsub_reports::write_all(&report, &dir) {
+        Ok(()) => println!("report: {}", dir.join("index.html").display()),
+        Err(e) => println!("the report could not be written to {}: {e}", dir.display()),
+    }
 }
 
 /// libtest's arguments, and the name filters when there are several (libtest-mimic
@@ -135,13 +212,17 @@ fn select(trials: Vec<Trial>, filters: &[String], exact: bool) -> Vec<Trial> {
 /// One trial per case, named by its id (after `prefix/` when given). Without a broker
 /// the suite can fault (`faultable` false: in process, or built in code), the cases
 /// that inject faults are left out, and a line says so (`certify` reports them NOT
-/// PROVISIONED with the reason). Expected failures come from the definition's file,
-/// else from `expected` when given.
+/// PROVISIONED with the reason). With a broker that needs one but a provisioning order
+/// that cannot fault it (`unfaultable`, the reason: an external broker only), the
+/// fault cases are ignored trials, named on stderr with the reason, unless asked for
+/// (`--include-ignored`). Expected failures come from the definition's file, else
+/// from `expected` when given.
 fn trials<F, Fut>(
     name: &str,
     prefix: Option<&str>,
     build: F,
     faultable: bool,
+    unfaultable: Option<String>,
     expected: Option<Arc<Expectations>>,
 ) -> Vec<Trial>
 where
@@ -149,6 +230,18 @@ where
     Fut: Future<Output = Result<(Arc<dyn Component>, BrokerHandle), String>> + Send,
 {
     let build = Arc::new(build);
+    if let Some(why) = &unfaultable {
+        let ignored: Vec<&str> = catalogue()
+            .iter()
+            .filter(|c| !c.injects.is_empty())
+            .map(|c| c.id)
+            .collect();
+        eprintln!(
+            "{name}: {} cases that inject broker or network faults are ignored: {why}. They are left out of the pass/fail count; `-- --include-ignored` runs them (each NOT PROVISIONED, naming why), and PUBSUB_PROVISION=local,container gives them a broker the suite controls: {}",
+            ignored.len(),
+            ignored.join(", ")
+        );
+    }
     let left_out: Vec<&str> = catalogue()
         .iter()
         .filter(|c| !faultable && !c.injects.is_empty())
@@ -172,6 +265,8 @@ where
                 Some(prefix) => format!("{prefix}/{}", case.id),
                 None => case.id.to_string(),
             };
+            let name_for_report = name.clone();
+            let ignored = !case.injects.is_empty() && unfaultable.is_some();
             Trial::test(trial_name, move || {
                 let tokio = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
@@ -214,9 +309,11 @@ where
                     }
                     Ok::<_, Failed>(result)
                 })?;
+                keep(&name_for_report, &result);
                 verdict(&result)
             })
             .with_kind(case.level.name())
+            .with_ignored_flag(ignored)
         })
         .collect()
 }
@@ -232,8 +329,8 @@ pub fn run_fixture(name: &str) -> ! {
 /// `PUBSUB_PROVISION` says, else auto).
 pub fn run_fixture_with(name: &str, order: Option<Vec<ProvisionKind>>) -> ! {
     init_logging();
-    let (label, build, faultable) = fixture_builder(&fixture_path(name), order);
-    run_selected(trials(&label, None, build, faultable, None))
+    let (label, build, faultable, unfaultable) = fixture_builder(&fixture_path(name), order);
+    run_selected(trials(&label, None, build, faultable, unfaultable, None))
 }
 
 /// Runs every case against each named fixture in one test binary, trials named
@@ -243,8 +340,16 @@ pub fn run_fixtures_with(names: &[&str], order: Option<Vec<ProvisionKind>>) -> !
     init_logging();
     let mut all = Vec::new();
     for name in names {
-        let (label, build, faultable) = fixture_builder(&fixture_path(name), order.clone());
-        all.extend(trials(&label, Some(name), build, faultable, None));
+        let (label, build, faultable, unfaultable) =
+            fixture_builder(&fixture_path(name), order.clone());
+        all.extend(trials(
+            &label,
+            Some(name),
+            build,
+            faultable,
+            unfaultable,
+            None,
+        ));
     }
     run_selected(all)
 }
@@ -265,9 +370,16 @@ pub fn run_definitions(files: &[PathBuf]) -> ! {
     };
     let mut all = Vec::new();
     for file in files {
-        let (label, build, faultable) = fixture_builder(file, order.clone());
+        let (label, build, faultable, unfaultable) = fixture_builder(file, order.clone());
         let prefix = label.clone();
-        all.extend(trials(&label, Some(&prefix), build, faultable, None));
+        all.extend(trials(
+            &label,
+            Some(&prefix),
+            build,
+            faultable,
+            unfaultable,
+            None,
+        ));
     }
     run_selected(all)
 }
@@ -281,10 +393,11 @@ fn fixture_path(name: &str) -> PathBuf {
 
 type Built = Result<(Arc<dyn Component>, BrokerHandle), String>;
 
-/// The label and the per-case builder of `fixtures/<name>.yaml`, and whether its
-/// broker can be faulted; exits on a bad definition or provisioning order. Cases that
-/// inject faults get a broker the suite controls (a local process, else a container)
-/// unless an order is given.
+/// The label and the per-case builder of `fixtures/<name>.yaml`, whether its broker
+/// can be faulted, and why not when the order given cannot give it a broker the suite
+/// controls; exits on a bad definition or provisioning order. Cases that inject
+/// faults get a broker the suite controls (a local process, else a container) unless
+/// an order is given.
 fn fixture_builder(
     path: &std::path::Path,
     order: Option<Vec<ProvisionKind>>,
@@ -292,6 +405,7 @@ fn fixture_builder(
     String,
     impl Fn(&'static Case) -> futures::future::BoxFuture<'static, Built> + Send + Sync + 'static,
     bool,
+    Option<String>,
 ) {
     let order = match order {
         Some(order) => Some(order),
@@ -313,6 +427,24 @@ fn fixture_builder(
     };
     let label = definition.name.clone();
     let faultable = crate::provision::needs_broker(&definition.component_type);
+    let unfaultable = match order.as_deref() {
+        Some(kinds)
+            if faultable
+                && !kinds.iter().any(|k| {
+                    matches!(k, ProvisionKind::LocalProcess | ProvisionKind::Container)
+                }) =>
+        {
+            Some(format!(
+                "the provisioning order ({}) has no broker the suite can kill, pause or cut off",
+                kinds
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ))
+        }
+        _ => None,
+    };
     let build = move |case: &'static Case| {
         let definition = definition.clone();
         let order = order.clone();
@@ -338,7 +470,7 @@ fn fixture_builder(
             }
         }) as futures::future::BoxFuture<'static, Built>
     };
-    (label, build, faultable)
+    (label, build, faultable, unfaultable)
 }
 
 /// PASS and UNSUPPORTED (refusal verified) pass the test; every other verdict fails it

@@ -6,6 +6,7 @@ use pubsub_components::runtime::{
     Batch, BulkHandler, EntryStatus, Event, Handler, MessageHandler, Status,
 };
 use pubsub_components::MessageId;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -15,8 +16,19 @@ use tokio::time::Instant;
 /// The metadata key carrying a case's message key (`m-17`).
 pub const KEY: &str = "pcs-key";
 
-/// One recorded event.
-#[derive(Debug, Clone)]
+/// The key prefix of the control messages a timed case publishes beside its own
+/// (see [`crate::load`]): the checker judges them only as the machine's latency.
+pub const CONTROL_KEY: &str = "pcs-control-";
+
+/// True for a control message's key.
+pub fn is_control(key: &str) -> bool {
+    key.starts_with(CONTROL_KEY)
+}
+
+/// One recorded event. Serialised one per line in a report's `histories/`, so a
+/// verdict can be judged again offline (`pubsub-conformance check`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "record", rename_all = "snake_case")]
 pub enum Record {
     Published {
         key: String,
@@ -68,11 +80,36 @@ pub enum Record {
         at: SystemTime,
         what: String,
     },
-    Note(String),
+    /// How far behind the suite itself ran over a window of a timed case: the
+    /// overshoot of a 10 ms ticker, and the share of the window the kernel's pressure
+    /// stall information (`/proc/pressure/`) counted tasks stalled on CPU and I/O.
+    Lag {
+        at: SystemTime,
+        /// The window's length.
+        window_ms: u64,
+        /// The ticker's overshoot: its 99th percentile and maximum, in ms.
+        ticker_p99_ms: f64,
+        ticker_max_ms: f64,
+        /// `some` stall share of the window, 0 to 1; `None` without `/proc/pressure`.
+        cpu_stall: Option<f64>,
+        io_stall: Option<f64>,
+    },
+    /// A check the case made with the checker, and what the checker found: the
+    /// records before it are what it judged, so it can be made again offline.
+    Check {
+        /// How many records the checker judged (those before this one).
+        upto: usize,
+        expectation: crate::checker::Expectation,
+        /// The checker's findings then.
+        findings: Vec<String>,
+    },
+    Note {
+        text: String,
+    },
 }
 
 /// All records of a case, in the order they happened.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct History {
     pub records: Vec<Record>,
 }
@@ -86,6 +123,18 @@ fn millis(at: SystemTime) -> String {
 }
 
 impl Record {
+    /// A record of the timing probe or a check, not of the case's own messages.
+    pub fn is_probe(&self) -> bool {
+        match self {
+            Record::Published { key, .. } => is_control(key),
+            Record::Delivered { key, .. } | Record::Answered { key, .. } => {
+                key.as_deref().is_some_and(is_control)
+            }
+            Record::Lag { .. } | Record::Check { .. } => true,
+            _ => false,
+        }
+    }
+
     /// One line for evidence.
     pub fn line(&self) -> String {
         match self {
@@ -157,7 +206,28 @@ impl Record {
                 key.as_deref().unwrap_or("(no key)")
             ),
             Record::Fault { at, what } => format!("{} FAULT {what}", millis(*at)),
-            Record::Note(note) => format!("note: {note}"),
+            Record::Lag {
+                at,
+                window_ms,
+                ticker_p99_ms,
+                ticker_max_ms,
+                cpu_stall,
+                io_stall,
+            } => {
+                let share = |s: &Option<f64>| {
+                    s.map_or_else(|| "n/a".to_string(), |s| format!("{:.0}%", s * 100.0))
+                };
+                format!(
+                    "{} lag over {window_ms} ms: ticker overshoot p99 {ticker_p99_ms:.1} ms, max {ticker_max_ms:.1} ms; stalled on cpu {}, io {}",
+                    millis(*at),
+                    share(cpu_stall),
+                    share(io_stall)
+                )
+            }
+            Record::Check { findings, .. } => {
+                format!("check: {} findings", findings.len())
+            }
+            Record::Note { text } => format!("note: {text}"),
         }
     }
 }
@@ -178,8 +248,9 @@ impl History {
             | Record::Delivered { at, .. }
             | Record::Batch { at, .. }
             | Record::Answered { at, .. }
-            | Record::Fault { at, .. } => Some(*at),
-            Record::Note(_) => None,
+            | Record::Fault { at, .. }
+            | Record::Lag { at, .. } => Some(*at),
+            Record::Note { .. } | Record::Check { .. } => None,
         };
         let first = self.records.iter().filter_map(at).min()?;
         let since = |t: SystemTime| t.duration_since(first).unwrap_or_default().as_millis() as u64;
@@ -216,8 +287,11 @@ impl History {
     }
 
     /// At most `max` lines: the first and last records.
+    /// The timing probe's records (control messages, lag windows) and the checks are
+    /// left out: the evidence's notes carry their figures.
     pub fn excerpt(&self, max: usize) -> Vec<String> {
-        let lines: Vec<String> = self.records.iter().map(Record::line).collect();
+        let records: Vec<&Record> = self.records.iter().filter(|r| !r.is_probe()).collect();
+        let lines: Vec<String> = records.iter().map(|r| r.line()).collect();
         if lines.len() <= max {
             return lines;
         }
@@ -225,10 +299,10 @@ impl History {
         let tail = max - head - 1;
         let mut out = lines[..head].to_vec();
         // Faults in between are always kept: they explain what follows them.
-        let faults: Vec<String> = self.records[head..lines.len() - tail]
+        let faults: Vec<String> = records[head..lines.len() - tail]
             .iter()
             .filter(|r| matches!(r, Record::Fault { .. }))
-            .map(Record::line)
+            .map(|r| r.line())
             .collect();
         out.push(format!(
             "... {} records omitted{} ...",
@@ -429,16 +503,34 @@ impl Recorder {
 
     /// Records a note.
     pub fn note(&self, note: impl Into<String>) {
-        self.push(Record::Note(note.into()));
+        self.push(Record::Note { text: note.into() });
+    }
+
+    /// Records a check made with the checker over the records so far.
+    pub fn checked(&self, expectation: &crate::checker::Expectation, findings: Vec<String>) {
+        let upto = lock(&self.shared.history).records.len();
+        self.push(Record::Check {
+            upto,
+            expectation: expectation.clone(),
+            findings,
+        });
+    }
+
+    /// Records a measurement of the machine's lag (see [`Record::Lag`]).
+    pub fn lag(&self, record: Record) {
+        self.push(record);
     }
 
     /// Records a delivery of `event` to `subscriber`.
     pub fn delivered(&self, event: &Event, subscriber: &str, batch: Option<&str>) {
-        self.shared
-            .events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(event.clone());
+        let control = event.metadata.get(KEY).is_some_and(|k| is_control(k));
+        if !control {
+            self.shared
+                .events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(event.clone());
+        }
         self.push(Record::Delivered {
             key: event.metadata.get(KEY).cloned(),
             topic: event.topic.clone(),

@@ -19,9 +19,11 @@ pub mod expectations;
 pub mod faults;
 pub mod harness;
 pub mod history;
+pub mod load;
 pub mod outcome;
 pub mod progress;
 pub mod provision;
+pub mod replay;
 pub mod runner;
 pub mod spans;
 

@@ -7,6 +7,10 @@ use pubsub_components::PubSubError;
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
     pub findings: Vec<String>,
+    /// The findings (also in `findings`) that a busy machine can cause: lateness,
+    /// and what did not arrive within a bound. Only these may be set aside when the
+    /// machine was too busy to judge timing.
+    pub timing: Vec<String>,
     pub warnings: Vec<String>,
     pub notes: Vec<String>,
     pub history: Vec<String>,
@@ -36,6 +40,27 @@ impl Outcome {
         self
     }
 
+    /// Records a timing finding: one a busy machine could cause (see `timing`).
+    pub fn fail_timing(&mut self, finding: impl Into<String>) -> &mut Self {
+        let finding = finding.into();
+        self.timing.push(finding.clone());
+        self.findings.push(finding);
+        self
+    }
+
+    /// Records a timing finding unless `ok`.
+    pub fn expect_timely(&mut self, ok: bool, finding: impl FnOnce() -> String) -> &mut Self {
+        if !ok {
+            self.fail_timing(finding());
+        }
+        self
+    }
+
+    /// True when there are findings and each is a timing finding.
+    pub fn only_timing(&self) -> bool {
+        !self.findings.is_empty() && self.findings.iter().all(|f| self.timing.contains(f))
+    }
+
     /// Records a warning (does not fail the case).
     pub fn warn(&mut self, warning: impl Into<String>) -> &mut Self {
         self.warnings.push(warning.into());
@@ -58,6 +83,7 @@ impl Outcome {
     /// Adds the findings of a delivery check.
     pub fn merge(mut self, other: Outcome) -> Self {
         self.findings.extend(other.findings);
+        self.timing.extend(other.timing);
         self.warnings.extend(other.warnings);
         self.notes.extend(other.notes);
         if self.history.is_empty() {

@@ -1,10 +1,11 @@
 //! Runs a case against a runtime: capability gate, time bound, panic capture,
 //! retry-to-detect-flakiness, and the verdict with its evidence.
 
-use crate::catalogue::{Case, Injects};
+use crate::catalogue::{Case, Injects, Lane};
 use crate::context::CaseContext;
 use crate::outcome::{CaseError, CaseRun, Outcome};
 use crate::provision::{Broker, HealthWatch};
+use crate::replay::{self, AttemptHeader, SavedAttempt, Verdict};
 use crate::spans::LogCapture;
 use futures::FutureExt;
 use pubsub_components::config::ComponentDefinition;
@@ -27,6 +28,20 @@ pub struct RunOptions {
     pub retries: u32,
     /// The seed for generated inputs; `None` derives one from the case id.
     pub seed: Option<u64>,
+    /// Where every attempt's history is saved (a report directory), and as which
+    /// component and run; `None` saves nothing.
+    pub save: Option<SaveTo>,
+}
+
+/// Where a run's histories go (see [`crate::replay`]).
+#[derive(Debug, Clone)]
+pub struct SaveTo {
+    /// The report directory.
+    pub dir: std::path::PathBuf,
+    /// The component's name (its folder under `histories/`).
+    pub component: String,
+    /// Which run of the cell this is (`certify --repeat`), from 1.
+    pub run: u32,
 }
 
 impl Default for RunOptions {
@@ -34,6 +49,7 @@ impl Default for RunOptions {
         RunOptions {
             retries: 1,
             seed: None,
+            save: None,
         }
     }
 }
@@ -168,8 +184,8 @@ impl CaseEnvironment {
 }
 
 enum Attempt {
-    Passed(Outcome),
-    Failed(Outcome),
+    /// The body ran to an outcome; its verdict is judged from the history.
+    Judged(Outcome),
     Errored(String),
     /// The case cannot provoke what it tests on this component (UNSUPPORTED).
     CannotProvoke(String),
@@ -191,6 +207,7 @@ pub fn unfinished_cell(case: &Case, bound_ms: u64) -> CaseResult {
         bound_ms,
         attempts: 0,
         expected_failure: None,
+        runs: None,
         evidence: Evidence::default(),
     }
 }
@@ -255,64 +272,162 @@ pub async fn run_case_in(
     };
 
     let mut first_failure: Option<Outcome> = None;
-    for attempt in 0..=options.retries {
-        result.attempts = attempt + 1;
-        match run_once(case, runtime, bound, seed, environment).await {
-            Attempt::Passed(outcome) => {
-                result.mode = Some(mode);
-                match first_failure {
-                    None => {
-                        result.status = Status::Pass;
-                        result.evidence = evidence(outcome);
+    let mut verdicts: Vec<Verdict> = Vec::new();
+    let mut failures = 0;
+    let mut busy = 0;
+    let mut busy_notes: Vec<String> = Vec::new();
+    loop {
+        let number = verdicts.len() as u32 + 1;
+        result.attempts = number;
+        let (attempt, history) = run_once(case, runtime, bound, seed, environment).await;
+        let precision = runtime.capabilities().delay_precision;
+        let mut header = AttemptHeader {
+            component: runtime.name().to_string(),
+            case: case.id.to_string(),
+            run: options.save.as_ref().map_or(1, |s| s.run),
+            attempt: number,
+            verdict: Verdict::Error,
+            body_findings: Vec::new(),
+            body_timing: Vec::new(),
+            precision_ms: precision.as_millis() as u64,
+            decided_by: None,
+        };
+        let verdict = match attempt {
+            Attempt::Judged(mut outcome) => {
+                header.body_findings = replay::body_findings(&outcome.findings, &history);
+                header.body_timing = replay::body_findings(&outcome.timing, &history);
+                let saved = SavedAttempt {
+                    header: header.clone(),
+                    history: history.clone(),
+                };
+                let judged = replay::judge(&saved);
+                if let Some(load) = &judged.load {
+                    outcome
+                        .notes
+                        .push(format!("machine while the case ran: {}", load.describe()));
+                }
+                header.verdict = judged.verdict;
+                match judged.verdict {
+                    Verdict::Pass => {
+                        result.mode = Some(mode);
+                        match first_failure.take() {
+                            None => {
+                                result.status = Status::Pass;
+                                result.evidence = evidence(outcome);
+                            }
+                            Some(failure) => {
+                                result.status = Status::Flaky;
+                                result.evidence = evidence(failure);
+                                result.evidence.notes.push(format!(
+                                    "passed on attempt {number}; the findings are from the first failing attempt"
+                                ));
+                            }
+                        }
                     }
-                    Some(failure) => {
-                        result.status = Status::Flaky;
-                        result.evidence = evidence(failure);
-                        result.evidence.notes.push(format!(
-                            "passed on attempt {}; the findings are from attempt 1",
-                            attempt + 1
+                    Verdict::Busy => {
+                        let load = judged
+                            .load
+                            .as_ref()
+                            .map(|l| l.describe())
+                            .unwrap_or_default();
+                        busy_notes.push(format!(
+                            "attempt {number} could not be judged: only timing findings ({}), made while the machine was too busy to judge timing: {load}",
+                            outcome.findings.join("; ")
                         ));
+                        if first_failure.is_none() {
+                            let p99 = judged
+                                .load
+                                .as_ref()
+                                .map_or(0, |l| l.control_p99.as_millis());
+                            result.status = Status::Error;
+                            result.evidence = evidence(outcome);
+                            let seen = std::mem::take(&mut result.evidence.findings);
+                            result.evidence.notes.insert(
+                                0,
+                                format!(
+                                    "machine too busy to judge timing: control latency p99 {p99} ms (the declared delay precision is {precision:?}); what the case saw is below, it says nothing about the component: {}",
+                                    seen.join("; ")
+                                ),
+                            );
+                        }
                     }
+                    Verdict::Fail => match environment.attribute_failure().await {
+                        Ok(checked) => {
+                            outcome.notes.push(checked);
+                            result.status = Status::Fail;
+                            result.evidence = evidence(outcome.clone());
+                            first_failure.get_or_insert(outcome);
+                        }
+                        Err(reason) => {
+                            header.verdict = Verdict::Error;
+                            header.decided_by = Some(format!("the broker failed: {reason}"));
+                            result.status = Status::Error;
+                            result.evidence = evidence(outcome);
+                            result.evidence.notes.insert(
+                                0,
+                                format!(
+                                    "the broker failed, not the component: {reason}; this says nothing about the component, and the findings below are only what the case saw"
+                                ),
+                            );
+                        }
+                    },
+                    Verdict::Error | Verdict::CannotProvoke => {}
                 }
-                break;
-            }
-            Attempt::Failed(mut outcome) => {
-                match environment.attribute_failure().await {
-                    Ok(checked) => outcome.notes.push(checked),
-                    Err(reason) => {
-                        result.status = Status::Error;
-                        result.evidence = evidence(outcome);
-                        result.evidence.notes.insert(
-                            0,
-                            format!(
-                                "the broker failed, not the component: {reason}; this says nothing about the component, and the findings below are only what the case saw"
-                            ),
-                        );
-                        break;
-                    }
-                }
-                result.status = Status::Fail;
-                result.evidence = evidence(outcome.clone());
-                first_failure.get_or_insert(outcome);
+                header.verdict
             }
             Attempt::CannotProvoke(reason) => {
+                header.verdict = Verdict::CannotProvoke;
+                header.decided_by = Some(reason.clone());
                 result.status = Status::Unsupported;
                 result.evidence = Evidence {
                     notes: vec![format!("not applicable as declared: {reason}")],
                     ..Evidence::default()
                 };
-                break;
+                Verdict::CannotProvoke
             }
             Attempt::Errored(message) => {
+                header.decided_by = Some(message.clone());
                 result.status = Status::Error;
                 result.evidence = Evidence {
                     notes: vec![message],
                     ..Evidence::default()
                 };
-                break;
+                Verdict::Error
+            }
+        };
+        if let Some(save) = &options.save {
+            let saved = SavedAttempt {
+                header: AttemptHeader {
+                    component: save.component.clone(),
+                    ..header
+                },
+                history,
+            };
+            if let Err(e) = replay::save(&save.dir, &saved) {
+                result
+                    .evidence
+                    .notes
+                    .push(format!("the history could not be saved: {e:#}"));
             }
         }
+        verdicts.push(verdict);
+        let again = match verdict {
+            Verdict::Pass | Verdict::Error | Verdict::CannotProvoke => false,
+            Verdict::Fail => {
+                failures += 1;
+                failures <= options.retries && result.status == Status::Fail
+            }
+            Verdict::Busy => {
+                busy += 1;
+                first_failure.is_none() && busy <= replay::BUSY_RERUNS
+            }
+        };
+        if !again {
+            break;
+        }
     }
+    debug_assert_eq!(replay::cell_status(&verdicts), result.status);
+    result.evidence.notes.extend(busy_notes);
     result.evidence.notes.push(format!(
         "seed {seed}; bound {bound:?} ({})",
         case.bound.rule
@@ -332,17 +447,32 @@ fn evidence(outcome: Outcome) -> Evidence {
     }
 }
 
+/// Runs the case body once (with the timing probe beside it for a timed case) and
+/// gives what came of it and the history it recorded.
 async fn run_once(
     case: &Case,
     runtime: &Runtime,
     bound: Duration,
     seed: u64,
     environment: &CaseEnvironment,
-) -> Attempt {
+) -> (Attempt, crate::history::History) {
     let mut context = CaseContext::new(runtime.clone(), case.id, bound, seed);
     context.broker = environment.broker.clone();
     context.connect = environment.connect.clone();
     let recorder = context.recorder.clone();
+    let probe = if case.lane() == Lane::Timed {
+        Some(
+            crate::load::Probe::start(
+                runtime,
+                &recorder,
+                context.topic("ctl"),
+                context.group("ctl"),
+            )
+            .await,
+        )
+    } else {
+        None
+    };
     let logs = LogCapture::default();
     let body = AssertUnwindSafe((case.run)(context))
         .catch_unwind()
@@ -355,17 +485,17 @@ async fn run_once(
         )),
         attempt = run_body(case, bound, body, &recorder) => attempt,
     };
-    match attempt {
-        Attempt::Passed(mut o) => {
-            o.logs = logs.lines();
-            Attempt::Passed(o)
-        }
-        Attempt::Failed(mut o) => {
-            o.logs = logs.lines();
-            Attempt::Failed(o)
-        }
-        errored => errored,
+    if let Some(probe) = probe {
+        probe.stop().await;
     }
+    let attempt = match attempt {
+        Attempt::Judged(mut o) => {
+            o.logs = logs.lines();
+            Attempt::Judged(o)
+        }
+        other => other,
+    };
+    (attempt, recorder.history())
 }
 
 async fn run_body(
@@ -378,11 +508,17 @@ async fn run_body(
     match tokio::time::timeout(bound + Duration::from_millis(500), body).await {
         Err(_) => {
             let mut outcome = Outcome::new().with_history(&recorder.history());
-            outcome.fail(format!(
+            let finding = format!(
                 "did not finish within its bound of {bound:?} ({})",
                 case.bound.rule
-            ));
-            Attempt::Failed(outcome)
+            );
+            // A timed case overrunning its bound is a timing finding.
+            if case.lane() == Lane::Timed {
+                outcome.fail_timing(finding);
+            } else {
+                outcome.fail(finding);
+            }
+            Attempt::Judged(outcome)
         }
         Ok(Err(panic)) => {
             let message = panic
@@ -392,12 +528,11 @@ async fn run_body(
                 .unwrap_or_else(|| "unknown panic".into());
             Attempt::Errored(format!("the case panicked (a suite defect): {message}"))
         }
-        Ok(Ok(Ok(outcome))) if outcome.passed() => Attempt::Passed(outcome),
-        Ok(Ok(Ok(outcome))) => Attempt::Failed(outcome),
+        Ok(Ok(Ok(outcome))) => Attempt::Judged(outcome),
         Ok(Ok(Err(CaseError::Component(message)))) => {
             let mut outcome = Outcome::new().with_history(&recorder.history());
             outcome.fail(message);
-            Attempt::Failed(outcome)
+            Attempt::Judged(outcome)
         }
         Ok(Ok(Err(CaseError::Harness(message)))) => Attempt::Errored(message),
         Ok(Ok(Err(CaseError::CannotProvoke(message)))) => Attempt::CannotProvoke(message),
@@ -547,6 +682,7 @@ mod tests {
             &RunOptions {
                 retries: 0,
                 seed: None,
+                save: None,
             },
         )
         .await;

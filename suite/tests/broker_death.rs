@@ -54,6 +54,7 @@ fn certify_with_kill(
         provision: Some(order),
         restart_broker: false,
         jobs: 4,
+        ..CertifyOptions::default()
     };
     let started = Instant::now();
     let heard: Heard = Arc::default();
@@ -264,6 +265,7 @@ fn with_restart_broker_the_remaining_cases_run_on_a_restarted_broker() {
         restart_broker: true,
         // One case at a time: the kill comes between two cases, not during one.
         jobs: 1,
+        ..CertifyOptions::default()
     };
     let progress: Progress = Arc::new(|_: &str, line: &str| {
         if line.starts_with("redis: [1/") {
@@ -346,6 +348,7 @@ async fn a_component_that_errs_while_its_broker_is_healthy_still_fails() {
         &RunOptions {
             retries: 0,
             seed: None,
+            save: None,
         },
         &environment,
     )

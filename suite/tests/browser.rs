@@ -36,6 +36,7 @@ async fn component_report(name: &str, component: Arc<dyn Component>) -> Componen
                 &RunOptions {
                     retries: 0,
                     seed: None,
+                    save: None,
                 },
             )
             .await,

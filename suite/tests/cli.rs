@@ -559,3 +559,99 @@ fn baseline_marks_changed_cells_and_fails_on_regression() {
     );
     assert!(!dir.join("never").exists(), "nothing ran: {stderr}");
 }
+
+/// Every attempt's history is saved with the report, and `check` judges a whole saved
+/// run again, offline, to identical verdicts; a history changed afterwards is a
+/// verdict that differs, and `check` says which and exits 1.
+#[test]
+fn check_rejudges_a_saved_run_with_identical_verdicts() {
+    let out = temp_dir("check");
+    let output = cli()
+        .args(["certify", "--component", "memory", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = read(&out.join("report.json"));
+    let ran = report.components[0]
+        .cases
+        .iter()
+        .filter(|c| c.status != pubsub_conformance::reports::Status::NotProvisioned)
+        .count();
+    let output = cli().arg("check").arg(&out).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(&format!("re-judged {ran} cells")) && stdout.contains(": 0 differ"),
+        "{stdout}"
+    );
+
+    // Take the deliveries out of one saved history: judged again, it is lost.
+    let path = out.join("histories/memory/publish.delivery.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("\"record\":\"delivered\""))
+        .collect();
+    std::fs::write(&path, kept.join("\n")).unwrap();
+    let output = cli()
+        .args(["check", "--case", "publish.*"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("DIFFERS memory publish.delivery: saved PASS, judged now FAIL (lost:"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(": 1 differ"), "{stdout}");
+
+    let empty = temp_dir("check-empty");
+    let output = cli().arg("check").arg(&empty).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("report.json"));
+}
+
+/// `--repeat N` runs each case N times; each cell says how many runs passed, in the
+/// JSON and the HTML.
+#[test]
+fn repeat_reports_passes_out_of_n() {
+    let out = temp_dir("repeat");
+    let output = cli()
+        .args([
+            "certify",
+            "--component",
+            "memory",
+            "--case",
+            "publish.delivery",
+            "--repeat",
+            "3",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let report = read(&out.join("report.json"));
+    let cell = &report.components[0].cases[0];
+    assert_eq!(
+        cell.runs,
+        Some(pubsub_conformance::reports::Runs { runs: 3, passes: 3 })
+    );
+    assert_eq!(cell.status, pubsub_conformance::reports::Status::Pass);
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(html.contains("PASS native 3/3"), "the HTML cell shows 3/3");
+    let saved =
+        std::fs::read_to_string(out.join("histories/memory/publish.delivery.jsonl")).unwrap();
+    assert_eq!(
+        saved.matches("\"attempt\":{").count(),
+        3,
+        "one saved attempt per run"
+    );
+}

@@ -33,6 +33,7 @@ fn memory() -> MemoryComponent {
 const NO_RETRY: RunOptions = RunOptions {
     retries: 0,
     seed: None,
+    save: None,
 };
 
 #[rstest]
@@ -66,6 +67,8 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::forgets_created_groups(Fault::ForgetsCreatedGroups, &["ordering.declared-scope", "certification.consumer-leaves", "retry.redelivery"], "lost")]
 #[case::halves_ttl(Fault::HalvesTtl, &["ttl.live-late-in-life"], "lost inside their TTL")]
 #[case::ignores_retry_delay(Fault::IgnoresRetryDelay, &["retry.delay"], "before its retry delay")]
+#[case::leaks_retries_to_other_groups(Fault::LeaksRetriesToOtherGroups, &["retry.delay"], "group isolation broken")]
+#[case::delivers_late(Fault::DeliversLate, &["delay.deliver-after", "delay.deliver-at"], "late")]
 #[case::forgets_while_empty(Fault::ForgetsWhileEmpty, &["subscribe.group-without-members"], "lost while the group had no member")]
 #[case::repeats_envelope_ids(Fault::RepeatsEnvelopeIds, &["envelope.unique-ids"], "envelope ids not unique")]
 #[case::phantom_versions(Fault::PhantomVersions, &["partitions.watch"], "a version the topic never had")]
@@ -366,4 +369,183 @@ async fn fault_cases_on_an_in_process_component_are_not_provisioned_with_the_rea
             describe(&result)
         );
     }
+}
+
+/// A FAIL is judged again from its saved history to the same verdict and findings,
+/// offline: the histories of several faulty components' failures (a checker finding,
+/// a timing finding, a case body's own finding) are saved, and `replay::recheck` of
+/// the report made of them finds no difference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saved_failures_are_judged_again_identically() {
+    use pubsub_conformance::replay;
+    use pubsub_conformance::reports::{ComponentReport, Provisioning, RunReport};
+    let dir = tempfile::tempdir().unwrap();
+    let mut components = Vec::new();
+    for (fault, id) in [
+        (Fault::Drops, "publish.delivery"),
+        (Fault::DeliversLate, "delay.deliver-after"),
+        (
+            Fault::DelaysFromReceipt,
+            "delay.receiver-delay-from-publish",
+        ),
+        (Fault::IgnoresRetryDelay, "retry.delay"),
+    ] {
+        let name = format!("{fault:?}");
+        let runtime = Runtime::new(name.clone(), Faulty::shared(memory(), fault));
+        let options = RunOptions {
+            save: Some(pubsub_conformance::runner::SaveTo {
+                dir: dir.path().to_path_buf(),
+                component: name.clone(),
+                run: 1,
+            }),
+            ..NO_RETRY
+        };
+        let result = run_case(find(id).unwrap(), &runtime, &options).await;
+        assert_eq!(result.status, Status::Fail, "{}", describe(&result));
+        let saved = replay::load(&replay::history_path(dir.path(), &name, id)).unwrap();
+        let judged = replay::judge(&saved[0]);
+        let mut live = result.evidence.findings.clone();
+        let mut again = judged.findings.clone();
+        live.sort();
+        again.sort();
+        assert_eq!(live, again, "{id}: the same findings offline");
+        components.push(ComponentReport {
+            name,
+            component_type: "in-memory".into(),
+            definition: String::new(),
+            provisioning: Provisioning {
+                kind: "in-process".into(),
+                endpoint: None,
+                broker_version: None,
+                problem: None,
+            },
+            capabilities: serde_json::Value::Null,
+            cases: vec![result],
+            third_party: None,
+        });
+    }
+    let report = RunReport {
+        schema_version: pubsub_conformance::reports::SCHEMA_VERSION,
+        suite_version: "test".into(),
+        started_at: String::new(),
+        finished_at: String::new(),
+        machine: pubsub_conformance::certify::machine(),
+        components,
+        conflicts: Vec::new(),
+        bench: Vec::new(),
+        baseline: None,
+    };
+    std::fs::write(
+        dir.path().join("report.json"),
+        serde_json::to_string(&report).unwrap(),
+    )
+    .unwrap();
+    let recheck = replay::recheck(dir.path(), None).unwrap();
+    assert_eq!(recheck.judged, 4);
+    assert!(recheck.differences.is_empty(), "{:?}", recheck.differences);
+}
+
+/// Timing findings made while the machine was too busy to judge timing are not the
+/// component's: from a saved history whose controls were slow on a loaded machine, the
+/// verdict is Busy (the runner runs the case again, and the cell is ERROR if the
+/// machine stays busy); the same history on an idle machine is a FAIL; and findings
+/// load cannot cause stay FAIL however busy the machine was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_machine_makes_timing_findings_inconclusive_only() {
+    use pubsub_conformance::history::Record;
+    use pubsub_conformance::replay::{self, Verdict};
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new("late", Faulty::shared(memory(), Fault::DeliversLate));
+    let options = RunOptions {
+        save: Some(pubsub_conformance::runner::SaveTo {
+            dir: dir.path().to_path_buf(),
+            component: "late".into(),
+            run: 1,
+        }),
+        ..NO_RETRY
+    };
+    let result = run_case(find("delay.deliver-after").unwrap(), &runtime, &options).await;
+    assert_eq!(result.status, Status::Fail, "{}", describe(&result));
+    assert!(
+        result
+            .evidence
+            .notes
+            .iter()
+            .any(|n| n.contains("control latency p50")),
+        "a timing verdict's evidence carries the lag figures:\n{}",
+        describe(&result)
+    );
+    let saved = replay::load(&replay::history_path(
+        dir.path(),
+        "late",
+        "delay.deliver-after",
+    ))
+    .unwrap();
+    let attempt = &saved[0];
+    assert_eq!(replay::judge(attempt).verdict, Verdict::Fail);
+    // The same run with every control two seconds slow and the disk contended.
+    let mut busy = attempt.clone();
+    for record in &mut busy.history.records {
+        match record {
+            Record::Delivered {
+                key: Some(k), at, ..
+            } if pubsub_conformance::history::is_control(k) => {
+                *at += std::time::Duration::from_secs(2);
+            }
+            Record::Lag { io_stall, .. } => *io_stall = Some(0.8),
+            _ => {}
+        }
+    }
+    let judged = replay::judge(&busy);
+    assert_eq!(judged.verdict, Verdict::Busy, "{:?}", judged.findings);
+    assert_eq!(
+        replay::cell_status(&[Verdict::Busy, Verdict::Busy, Verdict::Busy]),
+        Status::Error
+    );
+    // Slow controls on an idle machine: the component's own slowness.
+    let mut idle = busy.clone();
+    for record in &mut idle.history.records {
+        if let Record::Lag {
+            io_stall,
+            cpu_stall,
+            ticker_p99_ms,
+            ..
+        } = record
+        {
+            *io_stall = Some(0.0);
+            *cpu_stall = Some(0.0);
+            *ticker_p99_ms = 1.0;
+        }
+    }
+    assert_eq!(replay::judge(&idle).verdict, Verdict::Fail);
+    // Early delivery is never the machine's.
+    let early = Runtime::new("early", Faulty::shared(memory(), Fault::DeliversEarly));
+    let options = RunOptions {
+        save: Some(pubsub_conformance::runner::SaveTo {
+            dir: dir.path().to_path_buf(),
+            component: "early".into(),
+            run: 1,
+        }),
+        ..NO_RETRY
+    };
+    let result = run_case(find("delay.deliver-after").unwrap(), &early, &options).await;
+    assert_eq!(result.status, Status::Fail);
+    let mut saved = replay::load(&replay::history_path(
+        dir.path(),
+        "early",
+        "delay.deliver-after",
+    ))
+    .unwrap();
+    for record in &mut saved[0].history.records {
+        match record {
+            Record::Delivered {
+                key: Some(k), at, ..
+            } if pubsub_conformance::history::is_control(k) => {
+                *at += std::time::Duration::from_secs(2);
+            }
+            Record::Lag { io_stall, .. } => *io_stall = Some(0.8),
+            _ => {}
+        }
+    }
+    assert_eq!(replay::judge(&saved[0]).verdict, Verdict::Fail);
 }

@@ -316,6 +316,7 @@ impl Component for Kafka {
             // wait for its session to time out.
             lease: SESSION_TIMEOUT,
             redelivers_slow_handlers: false,
+            returns_on_close: true,
         }
     }
 

@@ -193,6 +193,7 @@ impl Component for MemoryComponent {
             // A closed or dropped consumer returns what it held at once.
             lease: Duration::ZERO,
             redelivers_slow_handlers: false,
+            returns_on_close: true,
         }
     }
 

@@ -408,6 +408,7 @@ impl Component for Mqtt5 {
             // The broker hands a shared-subscription message on when its session ends.
             lease: Duration::ZERO,
             redelivers_slow_handlers: false,
+            returns_on_close: true,
         }
     }
 

@@ -174,6 +174,7 @@ impl Component for NatsJetStream {
             // The consumer's ack wait.
             lease: self.config.ack_wait,
             redelivers_slow_handlers: true,
+            returns_on_close: true,
         }
     }
 

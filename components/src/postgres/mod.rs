@@ -361,6 +361,7 @@ impl Component for Postgres {
             // The visibility timeout.
             lease: self.config.visibility_timeout,
             redelivers_slow_handlers: true,
+            returns_on_close: true,
         }
     }
 

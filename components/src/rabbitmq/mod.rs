@@ -452,6 +452,7 @@ impl Component for RabbitMq {
             // Unacknowledged deliveries go back to the queue when the connection dies.
             lease: Duration::ZERO,
             redelivers_slow_handlers: false,
+            returns_on_close: true,
         }
     }
 
@@ -549,6 +550,34 @@ async fn settle(confirm: PublisherConfirm) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The wait queue a message deferred for `delay` goes to: the longest doubling of
+/// 64 ms within it.
+fn wait_for(delay: Duration) -> Duration {
+    let mut wait = SHORTEST_WAIT;
+    while wait * 2 <= delay {
+        wait *= 2;
+    }
+    wait
+}
+
+/// The properties of a deferred message's copy: the app's headers, the topic it came
+/// from, and the attempts it already had.
+fn deferred_copy(unsettled: &Unsettled) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    let original = unsettled.properties.headers().clone().unwrap_or_default();
+    for (name, value) in original.inner() {
+        if !name.as_str().starts_with("x-") && name.as_str() != HEADER_RETURNS {
+            headers.insert(name.clone(), value.clone());
+        }
+    }
+    headers.insert(HEADER_DEFERRED_TOPIC.into(), long(&unsettled.topic));
+    headers.insert(
+        HEADER_RETURNS.into(),
+        AMQPValue::LongLongInt(i64::from(unsettled.attempt.saturating_sub(1))),
+    );
+    unsettled.properties.clone().with_headers(headers)
 }
 
 /// A consumer's channel and its stream of deliveries.
@@ -785,64 +814,103 @@ impl Consumer for RabbitConsumer {
     /// or defers it again), and acknowledges the original: unlike a held message, a
     /// deferred one does not fill the prefetch window. The copy keeps its attempt.
     async fn defer(&self, id: &MessageId, delay: Duration) -> Result<()> {
-        let unsettled = self.take(id)?;
-        let mut wait = SHORTEST_WAIT;
-        while wait * 2 <= delay {
-            wait *= 2;
-        }
-        let copied = async {
-            let queue = self.wait_queue(&unsettled.channel, wait).await?;
-            let mut headers = FieldTable::default();
-            let original = unsettled.properties.headers().clone().unwrap_or_default();
-            for (name, value) in original.inner() {
-                if !name.as_str().starts_with("x-") && name.as_str() != HEADER_RETURNS {
-                    headers.insert(name.clone(), value.clone());
+        self.defer_many(&[(id.clone(), delay)]).await
+    }
+
+    /// Defers in bulk, pipelined: every wait queue needed is declared once, every copy
+    /// is published before any confirm is awaited, the confirms are awaited together
+    /// (a quorum queue confirms after its disk write, so one at a time would cost a
+    /// disk write each), and then each original whose copy was confirmed is
+    /// acknowledged; one whose copy was not goes back to the queue, never lost.
+    async fn defer_many(&self, deferrals: &[(MessageId, Duration)]) -> Result<()> {
+        let mut first_error: Option<PubSubError> = None;
+        let mut taken = Vec::new();
+        for (id, delay) in deferrals {
+            match self.take(id) {
+                Ok(unsettled) => taken.push((unsettled, wait_for(*delay))),
+                Err(e) => {
+                    first_error.get_or_insert(e);
                 }
             }
-            headers.insert(HEADER_DEFERRED_TOPIC.into(), long(&unsettled.topic));
-            headers.insert(
-                HEADER_RETURNS.into(),
-                AMQPValue::LongLongInt(i64::from(unsettled.attempt.saturating_sub(1))),
-            );
-            let properties = unsettled.properties.clone().with_headers(headers);
-            let confirm = self
-                .inner
-                .link()
-                .await?
-                .publisher
-                .basic_publish(
-                    "".into(),
-                    queue,
-                    BasicPublishOptions::default(),
-                    &unsettled.payload,
-                    properties,
-                )
-                .await
-                .map_err(amqp("publishing a deferred copy"))?;
-            settle(confirm).await
         }
-        .await;
-        match copied {
-            Ok(()) => unsettled
-                .channel
-                .basic_ack(unsettled.tag, BasicAckOptions::default())
-                .await
-                .map_err(amqp("acknowledging a deferred message")),
-            Err(e) => {
-                // Never lose it: back to the queue.
-                let _ = unsettled
-                    .channel
-                    .basic_nack(
-                        unsettled.tag,
-                        BasicNackOptions {
-                            requeue: true,
-                            ..Default::default()
-                        },
-                    )
-                    .await;
-                Err(e)
+        let Some((first, _)) = taken.first() else {
+            return first_error.map_or(Ok(()), Err);
+        };
+        let channel = first.channel.clone();
+        let mut queues: HashMap<Duration, Result<ShortString>> = HashMap::new();
+        for (_, wait) in &taken {
+            if !queues.contains_key(wait) {
+                let declared = self.wait_queue(&channel, *wait).await;
+                queues.insert(*wait, declared);
             }
         }
+        let publisher = match self.inner.link().await {
+            Ok(link) => Some(link),
+            Err(e) => {
+                first_error.get_or_insert(e);
+                None
+            }
+        };
+        // Every copy on its way first ...
+        let mut sent = Vec::new();
+        for (unsettled, wait) in taken {
+            let confirm = match (&publisher, &queues[&wait]) {
+                (Some(link), Ok(queue)) => link
+                    .publisher
+                    .basic_publish(
+                        "".into(),
+                        queue.clone(),
+                        BasicPublishOptions::default(),
+                        &unsettled.payload,
+                        deferred_copy(&unsettled),
+                    )
+                    .await
+                    .map_err(amqp("publishing a deferred copy")),
+                (_, Err(e)) => Err(PubSubError::broker("declaring a wait queue", e)),
+                (None, _) => Err(PubSubError::broker(
+                    "publishing a deferred copy",
+                    "no connection",
+                )),
+            };
+            sent.push((unsettled, confirm));
+        }
+        // ... then their confirms together.
+        let settled =
+            futures::future::join_all(sent.into_iter().map(|(unsettled, confirm)| async move {
+                let copied = match confirm {
+                    Ok(confirm) => settle(confirm).await,
+                    Err(e) => Err(e),
+                };
+                (unsettled, copied)
+            }))
+            .await;
+        for (unsettled, copied) in settled {
+            let answered = match copied {
+                Ok(()) => unsettled
+                    .channel
+                    .basic_ack(unsettled.tag, BasicAckOptions::default())
+                    .await
+                    .map_err(amqp("acknowledging a deferred message")),
+                Err(e) => {
+                    // Never lose it: back to the queue.
+                    let _ = unsettled
+                        .channel
+                        .basic_nack(
+                            unsettled.tag,
+                            BasicNackOptions {
+                                requeue: true,
+                                ..Default::default()
+                            },
+                        )
+                        .await;
+                    Err(e)
+                }
+            };
+            if let Err(e) = answered {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     async fn reject(&self, id: &MessageId, _reason: &str) -> Result<()> {

@@ -234,6 +234,7 @@ impl Component for RedisStreams {
             // Pending entries idle this long are claimed by another member.
             lease: self.config.claim_idle,
             redelivers_slow_handlers: true,
+            returns_on_close: true,
         }
     }
 

@@ -193,6 +193,10 @@ impl Consumer for UnframingConsumer {
         self.inner.defer(id, delay).await
     }
 
+    async fn defer_many(&self, deferrals: &[(MessageId, Duration)]) -> Result<()> {
+        self.inner.defer_many(deferrals).await
+    }
+
     async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
         self.inner.extend_lease(ids).await
     }

@@ -76,6 +76,7 @@ pub(super) fn start(
         consumer,
         held: BTreeMap::new(),
         held_seq: 0,
+        can_extend: None,
         leases_extended: Instant::now(),
         pending: BTreeMap::new(),
     };
@@ -108,6 +109,9 @@ struct Delivery {
     /// Delayed messages, held (unacknowledged) until due.
     held: BTreeMap<(SystemTime, u64), Ready>,
     held_seq: u64,
+    /// Whether the component can extend the lease of held messages (asked once, on
+    /// the first message held, where it declares a lease).
+    can_extend: Option<bool>,
     /// When the leases of held messages were last extended.
     leases_extended: Instant,
     /// Emulated bulk subscribe: a batch being filled per topic.
@@ -193,6 +197,7 @@ impl Delivery {
                 ready.push(entry);
             }
         }
+        self.defer_surplus().await;
         self.deliver(ready, true).await;
     }
 
@@ -276,22 +281,51 @@ impl Delivery {
         Some((message, event))
     }
 
-    /// Holds a delayed message until `due`; when too many are held, the one due last
-    /// goes back to the broker until it is nearly due.
+    /// Holds a delayed message until `due` (what is held beyond the limit goes back to
+    /// the broker after the receive, [`Delivery::defer_surplus`]).
     async fn hold(&mut self, due: SystemTime, ready: Ready) {
+        if self.can_extend.is_none() {
+            let lease = self.runtime.capabilities().lease;
+            // An empty call asks whether the component can extend a lease at all.
+            self.can_extend = Some(
+                lease.is_zero()
+                    || !matches!(
+                        self.consumer.extend_lease(&[]).await,
+                        Err(PubSubError::Unsupported { .. })
+                    ),
+            );
+        }
         self.held_seq += 1;
         self.held.insert((due, self.held_seq), ready);
-        if self.held.len() <= HOLD_LIMIT {
+    }
+
+    /// Hands back to the broker, in one call, the held messages due last beyond the
+    /// hold limit, and, where the component cannot extend a lease, those due later
+    /// than half its lease (held that long, the broker would hand them to another
+    /// member): each until it is nearly due.
+    async fn defer_surplus(&mut self) {
+        let now = SystemTime::now();
+        let lease = self.runtime.capabilities().lease;
+        let hold_until = match self.can_extend {
+            Some(false) => Some(now + lease / 2),
+            _ => None,
+        };
+        let mut surplus = Vec::new();
+        while let Some((&(due, _), _)) = self.held.last_key_value() {
+            let beyond_lease = hold_until.is_some_and(|until| due > until);
+            if self.held.len() <= HOLD_LIMIT && !beyond_lease {
+                break;
+            }
+            let Some((_, (message, _))) = self.held.pop_last() else {
+                break;
+            };
+            surplus.push((message.id, due.duration_since(now).unwrap_or_default()));
+        }
+        if surplus.is_empty() {
             return;
         }
-        let Some(((last_due, _), (message, _))) = self.held.pop_last() else {
-            return;
-        };
-        let wait = last_due
-            .duration_since(SystemTime::now())
-            .unwrap_or_default();
-        if let Err(e) = self.consumer.defer(&message.id, wait).await {
-            warn!(id = %message.id, error = %e, "deferring a delayed message failed");
+        if let Err(e) = self.consumer.defer_many(&surplus).await {
+            warn!(count = surplus.len(), error = %e, "deferring delayed messages failed");
         }
     }
 
@@ -299,7 +333,11 @@ impl Delivery {
     /// the component declares a lease, held messages are extended every third of it.
     async fn extend_held_leases(&mut self) {
         let lease = self.runtime.capabilities().lease;
-        if lease.is_zero() || self.held.is_empty() || self.leases_extended.elapsed() < lease / 3 {
+        if lease.is_zero()
+            || self.can_extend == Some(false)
+            || self.held.is_empty()
+            || self.leases_extended.elapsed() < lease / 3
+        {
             return;
         }
         self.leases_extended = Instant::now();

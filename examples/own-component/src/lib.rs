@@ -173,6 +173,7 @@ impl Component for OwnQueue {
             // A closed consumer returns what it held at once.
             lease: Duration::ZERO,
             redelivers_slow_handlers: false,
+            returns_on_close: true,
         }
     }
 

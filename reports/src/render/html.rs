@@ -33,6 +33,14 @@ fn class(status: Status) -> &'static str {
 }
 
 fn cell_label(case: &CaseResult) -> String {
+    let label = status_label(case);
+    match case.runs {
+        Some(runs) => format!("{label} {}/{}", runs.passes, runs.runs),
+        None => label,
+    }
+}
+
+fn status_label(case: &CaseResult) -> String {
     if case.is_expected_failure() {
         return format!("{} FAIL expected", Status::Fail.symbol());
     }
@@ -295,7 +303,7 @@ pub fn html(report: &RunReport) -> String {
                 );
                 let _ = write!(
                     store,
-                    "<div id=\"{evidence_id}\"><h3>{} {} on {}</h3><p class=\"must\">{}</p><p>level {} · capability {} · {} ms of a {} ms bound · {} attempt(s) · provisioning {}{}</p>",
+                    "<div id=\"{evidence_id}\"><h3>{} {} on {}</h3><p class=\"must\">{}</p><p>level {} · capability {} · {} ms of a {} ms bound · {} attempt(s){} · provisioning {}{}</p>",
                     esc(&cell_label(case)),
                     esc(&case.id),
                     esc(&component.name),
@@ -305,6 +313,7 @@ pub fn html(report: &RunReport) -> String {
                     case.duration_ms,
                     case.bound_ms,
                     case.attempts,
+                    case.runs.map(|r| format!(" · passed {} of {} runs", r.passes, r.runs)).unwrap_or_default(),
                     esc(&component.provisioning.kind),
                     esc(&component.provisioning.broker_version.as_ref().map(|v| format!(", {v}")).unwrap_or_default())
                 );

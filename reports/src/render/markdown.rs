@@ -97,8 +97,12 @@ pub fn markdown(report: &RunReport) -> String {
                         .or(case.evidence.notes.first())
                         .cloned()
                         .unwrap_or_default();
+                    let runs = case
+                        .runs
+                        .map(|r| format!(" ({}/{} runs passed)", r.passes, r.runs))
+                        .unwrap_or_default();
                     format!(
-                        "| {} {} | {} | `{}` | {} |",
+                        "| {} {}{runs} | {} | `{}` | {} |",
                         case.status.symbol(),
                         case.status.label(),
                         component.name,

@@ -21,6 +21,7 @@ fn case(
         bound_ms: 10_000,
         attempts: if status == Status::Flaky { 2 } else { 1 },
         expected_failure: None,
+        runs: None,
         evidence: Evidence {
             findings: if status == Status::Fail {
                 vec!["lost: 2 acknowledged publishes were never delivered: m-1, m-7".into()]

@@ -101,6 +101,9 @@ async fn receiver_delay_from_publish(ctx: CaseContext) -> CaseRun {
     handle.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
     let precision = ctx.caps.delay_precision;
+    // What the machine and broker gave undelayed messages meanwhile: a first delivery
+    // that late is the machine's, not a delay counted again.
+    let allowance = ctx.lateness_allowance(precision);
     for key in &keys {
         let first = ctx
             .recorder
@@ -112,9 +115,20 @@ async fn receiver_delay_from_publish(ctx: CaseContext) -> CaseRun {
             });
         if let Some(at) = first {
             let after = at.duration_since(subscribed_at).unwrap_or_default();
-            outcome.expect(after <= precision, || {
-                format!("{key}: late: delivered {after:?} after the subscriber started though it was older than the receiverDelay {RECEIVER_DELAY:?} (precision {precision:?}); the delay counted from receipt, not publish time")
-            });
+            if after <= precision + allowance {
+                continue;
+            }
+            // Held for (nearly) the whole delay again while undelayed messages took
+            // far less: the delay was counted from receipt. Otherwise a slow
+            // delivery, judged as timing.
+            let control_p99 = ctx
+                .machine_load()
+                .map_or(Duration::ZERO, |load| load.control_p99);
+            if after + precision >= RECEIVER_DELAY && control_p99 * 2 < after {
+                outcome.fail(format!("{key}: delivered {after:?} after the subscriber started though it was older than the receiverDelay {RECEIVER_DELAY:?}: held for the delay again, so the delay counted from receipt, not publish time (precision {precision:?}, undelayed control messages took {allowance:?} then)"));
+            } else {
+                outcome.fail_timing(format!("{key}: late: delivered {after:?} after the subscriber started though it was older than the receiverDelay {RECEIVER_DELAY:?}, beyond the precision {precision:?} and the {allowance:?} undelayed control messages took then"));
+            }
         }
     }
     Ok(outcome)
@@ -239,7 +253,7 @@ async fn no_starvation(ctx: CaseContext) -> CaseRun {
             "20 undelayed messages delivered {took:?} after {QUEUED_AHEAD} delayed ones"
         ));
     } else {
-        outcome.fail(format!(
+        outcome.fail_timing(format!(
             "starved: undelayed messages published after {QUEUED_AHEAD} delayed ones were not all delivered within the delivery bound {:?}",
             ctx.caps.delivery_bound
         ));

@@ -8,7 +8,7 @@ use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{PublishRequest, Status, Subscription};
 use pubsub_components::Feature;
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 const MAX_DELIVERIES: u32 = 3;
 /// The content type of the raw poison message.
@@ -136,12 +136,56 @@ async fn retry_delay(ctx: CaseContext) -> CaseRun {
     let history = ctx.recorder.history();
     let tolerance = ctx.caps.clock_tolerance;
     let bound = ctx.caps.redelivery_bound;
+    // Every redelivery after a RETRY, per group, with how long after the RETRY it
+    // came: a copy another group's retry leaked arrives together with that group's
+    // redelivery, which honoured a delay (one redelivered at once leaks nothing; it
+    // is a retry delay ignored).
+    let mut redeliveries: Vec<(String, String, SystemTime, Duration)> = Vec::new();
+    {
+        let mut last_retry: HashMap<(String, String), SystemTime> = HashMap::new();
+        for record in &history.records {
+            match record {
+                Record::Answered {
+                    key: Some(k),
+                    subscriber,
+                    at,
+                    settled: false,
+                    ..
+                } => {
+                    last_retry.insert((subscriber.clone(), k.clone()), *at);
+                }
+                Record::Delivered {
+                    key: Some(k),
+                    subscriber,
+                    at,
+                    ..
+                } => {
+                    if let Some(retried) = last_retry.remove(&(subscriber.clone(), k.clone())) {
+                        let gap = at.duration_since(retried).unwrap_or_default();
+                        redeliveries.push((subscriber.clone(), k.clone(), *at, gap));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let leaked_from = |key: &str, label: &str, at: SystemTime| -> Option<String> {
+        redeliveries.iter().find_map(|(group, k, other_at, gap)| {
+            let apart = other_at.duration_since(at).unwrap_or_else(|e| e.duration());
+            (k == key
+                && group != label
+                && *gap >= Duration::from_millis(50)
+                && apart <= tolerance + Duration::from_millis(150))
+            .then(|| group.clone())
+        })
+    };
     for ((label, delay), keys) in delays.into_iter().zip(&keys_of) {
         let wanted = retries_of(label) + 1;
         outcome.note(format!("group {label}: retry delay {delay:?}"));
         for key in keys {
             // The answer RETRY, then the next delivery to the same group.
             let mut last_retry = None;
+            let mut settled = false;
             let mut deliveries = 0;
             for record in &history.records {
                 match record {
@@ -149,10 +193,14 @@ async fn retry_delay(ctx: CaseContext) -> CaseRun {
                         key: Some(k),
                         subscriber,
                         at,
-                        settled: false,
+                        settled: answer_settles,
                         ..
                     } if k == key && subscriber == label => {
-                        last_retry = Some(*at);
+                        if *answer_settles {
+                            settled = true;
+                        } else {
+                            last_retry = Some(*at);
+                        }
                     }
                     Record::Delivered {
                         key: Some(k),
@@ -161,12 +209,23 @@ async fn retry_delay(ctx: CaseContext) -> CaseRun {
                         ..
                     } if k == key && subscriber == label => {
                         deliveries += 1;
+                        if settled {
+                            match leaked_from(key, label, *at) {
+                                Some(other) => outcome.fail(format!("group isolation broken: {key} reached group {label} again after that group answered SUCCESS, together with group {other}'s redelivery of it: a retry in one group leaked a copy to another")),
+                                None => outcome.fail(format!("{key} reached group {label} again after that group answered SUCCESS (redelivered after acknowledgement)")),
+                            };
+                        }
                         if let Some(retried) = last_retry.take() {
                             let gap = at.duration_since(retried).unwrap_or_default();
-                            outcome.expect(gap + tolerance >= delay, || {
-                                format!("{key} in group {label}: redelivered {gap:?} after RETRY, before its retry delay of {delay:?}")
-                            });
-                            outcome.expect(gap <= delay + bound, || {
+                            if gap + tolerance < delay {
+                                // Arriving together with another group's delivery of
+                                // the same message: that group's retry leaked here.
+                                match leaked_from(key, label, *at) {
+                                    Some(other) => outcome.fail(format!("group isolation broken: {key} reached group {label} {gap:?} after its RETRY, before its retry delay of {delay:?}, together with group {other}'s delivery of it: a retry in one group leaked a copy to another")),
+                                    None => outcome.fail(format!("{key} in group {label}: redelivered {gap:?} after RETRY, before its retry delay of {delay:?}")),
+                                };
+                            }
+                            outcome.expect_timely(gap <= delay + bound, || {
                                 format!("{key} in group {label}: redelivered {gap:?} after RETRY, later than the retry delay {delay:?} + redelivery bound {bound:?}")
                             });
                         }
@@ -174,7 +233,7 @@ async fn retry_delay(ctx: CaseContext) -> CaseRun {
                     _ => {}
                 }
             }
-            outcome.expect(deliveries >= wanted, || {
+            outcome.expect_timely(deliveries >= wanted, || {
                 format!("{key} in group {label}: delivered {deliveries} times, expected {wanted} (RETRY not redelivered in time)")
             });
         }

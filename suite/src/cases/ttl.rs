@@ -121,7 +121,7 @@ async fn late_in_life(ctx: CaseContext) -> CaseRun {
         .iter()
         .filter(|k| history.delivery_count(k) == 0)
         .collect();
-    outcome.expect(missing.is_empty(), || {
+    outcome.expect_timely(missing.is_empty(), || {
         format!(
             "lost inside their TTL: {missing:?} were not delivered within 2.9 s of a 3 s TTL (expired early?)"
         )
@@ -214,8 +214,8 @@ async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
             format!("{key} was delivered after its 1 s TTL had passed")
         });
     }
-    outcome.expect(history.delivery_count("live-0") > 0, || {
-        "the live message published after them was not delivered".into()
+    outcome.expect_timely(history.delivery_count("live-0") > 0, || {
+        "the live message published after them was not delivered within the delivery bound".into()
     });
     if with_dead_letter {
         let dead = dlq.events();

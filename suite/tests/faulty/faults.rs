@@ -101,6 +101,12 @@ pub enum Fault {
     /// Claims native delayed delivery with a 1 s lease, and hands a message delayed
     /// longer out again when the lease expires.
     DelaysCappedAtLease,
+    /// Claims native delayed delivery and delivers each delayed message two delay
+    /// precisions after its due time.
+    DeliversLate,
+    /// A retry in one group also hands a copy to every other group of the topic when
+    /// its retry delay ends.
+    LeaksRetriesToOtherGroups,
     /// Accepts a seek to an id without an owner topic (and moves nothing).
     AcceptsForeignSeeks,
     /// Seeking to earliest or latest moves only the first topic.
@@ -138,6 +144,8 @@ struct Membership {
 pub struct Faulty {
     inner: MemoryComponent,
     fault: Fault,
+    /// For [`Fault::LeaksRetriesToOtherGroups`]: retried messages, due to leak.
+    leaks: Arc<Mutex<Vec<Leak>>>,
     consumers: AtomicU64,
     published: AtomicU64,
     last_envelope_id: Mutex<Option<String>>,
@@ -150,6 +158,7 @@ impl Faulty {
         Arc::new(Faulty {
             inner,
             fault,
+            leaks: Arc::default(),
             consumers: AtomicU64::new(0),
             published: AtomicU64::new(0),
             last_envelope_id: Mutex::new(None),
@@ -189,7 +198,10 @@ impl Faulty {
                     .remove(pubsub_components::runtime::controls::HEADER_RAW);
             }
             Fault::TruncatesLargePayloads => message.payload.truncate(4096),
-            Fault::DelaysFromReceipt | Fault::BlocksBehindDelayed | Fault::DelaysCappedAtLease => {
+            Fault::DelaysFromReceipt
+            | Fault::BlocksBehindDelayed
+            | Fault::DelaysCappedAtLease
+            | Fault::DeliversLate => {
                 if let Some(due) = message.deliver_at {
                     message.metadata.insert(
                         DUE_HEADER.into(),
@@ -282,7 +294,9 @@ impl Component for Faulty {
             Fault::HidesPartitions => caps.partitions = None,
             Fault::HalvesTtl => caps.ttl = Support::Native,
             Fault::DelaysFromReceipt => caps.receiver_delay = Support::Native,
-            Fault::BlocksBehindDelayed => caps.delayed_delivery = Support::Native,
+            Fault::BlocksBehindDelayed | Fault::DeliversLate => {
+                caps.delayed_delivery = Support::Native
+            }
             Fault::DelaysCappedAtLease => {
                 caps.delayed_delivery = Support::Native;
                 caps.lease = Duration::from_secs(1);
@@ -357,6 +371,9 @@ impl Component for Faulty {
             receiver_delay: spec.receiver_delay,
             first_seen: Mutex::new(HashMap::new()),
             blocked_until: Mutex::new(None),
+            leaks: self.leaks.clone(),
+            retried: Mutex::new(HashMap::new()),
+            leaked: Mutex::new(HashSet::new()),
         }))
     }
 
@@ -455,9 +472,33 @@ struct FaultyConsumer {
     /// For [`Fault::BlocksBehindDelayed`]: nothing is served before this time (the
     /// due time of the delayed message that reached the head of the line).
     blocked_until: Mutex<Option<SystemTime>>,
+    /// For [`Fault::LeaksRetriesToOtherGroups`]: the component's leaks, what this
+    /// member handed out (to copy when retried), and the ids of leaked copies it
+    /// handed out (settled here, they exist in no queue).
+    leaks: Arc<Mutex<Vec<Leak>>>,
+    retried: Mutex<HashMap<MessageId, ReceivedMessage>>,
+    leaked: Mutex<HashSet<MessageId>>,
+}
+
+/// A retried message leaking to the other groups of its topic once `due`.
+struct Leak {
+    due: SystemTime,
+    from_group: String,
+    message: ReceivedMessage,
+    taken_by: HashSet<String>,
 }
 
 impl FaultyConsumer {
+    /// How late [`Fault::DeliversLate`] delivers: two delay precisions.
+    fn late_by(&self) -> Duration {
+        MemoryComponent::default().capabilities().delay_precision * 2
+    }
+
+    /// Settles a leaked copy here (it is in no queue); false for any other id.
+    fn settles_leaked(&self, id: &MessageId) -> bool {
+        self.leaked.lock().unwrap().remove(id)
+    }
+
     async fn distort(&self, mut messages: Vec<ReceivedMessage>) -> Result<Vec<ReceivedMessage>> {
         match self.fault {
             Fault::Drops => {
@@ -505,7 +546,32 @@ impl FaultyConsumer {
                 }
                 messages = kept;
             }
-            Fault::DelaysFromReceipt | Fault::BlocksBehindDelayed | Fault::DelaysCappedAtLease => {
+            Fault::LeaksRetriesToOtherGroups => {
+                let now = SystemTime::now();
+                {
+                    let mut retried = self.retried.lock().unwrap();
+                    for message in &messages {
+                        retried.insert(message.id.clone(), message.clone());
+                    }
+                }
+                let mut leaks = self.leaks.lock().unwrap();
+                for leak in leaks.iter_mut() {
+                    if leak.due <= now
+                        && leak.from_group != self.group
+                        && leak.taken_by.insert(self.group.clone())
+                    {
+                        let mut copy = leak.message.clone();
+                        copy.id.position +=
+                            1_000_000_000 + self.received.fetch_add(1, Ordering::Relaxed);
+                        self.leaked.lock().unwrap().insert(copy.id.clone());
+                        messages.push(copy);
+                    }
+                }
+            }
+            Fault::DelaysFromReceipt
+            | Fault::BlocksBehindDelayed
+            | Fault::DelaysCappedAtLease
+            | Fault::DeliversLate => {
                 let now = SystemTime::now();
                 let mut kept = Vec::new();
                 // Strictly in line: once a delayed message reached the head, what
@@ -532,6 +598,9 @@ impl FaultyConsumer {
                             _ => message.publish_time,
                         };
                         due = Some(due.map_or(from + delay, |d| d.max(from + delay)));
+                    }
+                    if self.fault == Fault::DeliversLate {
+                        due = due.map(|d| d + self.late_by());
                     }
                     let wait = due.and_then(|d| d.duration_since(now).ok());
                     match (self.fault, wait) {
@@ -636,6 +705,9 @@ impl Consumer for FaultyConsumer {
 
     async fn ack(&self, id: &MessageId) -> Result<()> {
         self.settled(id);
+        if self.settles_leaked(id) {
+            return Ok(());
+        }
         if self.fault == Fault::SkipsAcks && self.acks.fetch_add(1, Ordering::Relaxed) % 100 == 57 {
             // The ack is lost on the way; the broker hands the message out again.
             return self.inner.nack(id, Duration::from_millis(300)).await;
@@ -663,6 +735,19 @@ impl Consumer for FaultyConsumer {
 
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
         self.settled(id);
+        if self.settles_leaked(id) {
+            return Ok(());
+        }
+        if self.fault == Fault::LeaksRetriesToOtherGroups {
+            if let Some(message) = self.retried.lock().unwrap().get(id).cloned() {
+                self.leaks.lock().unwrap().push(Leak {
+                    due: SystemTime::now() + delay,
+                    from_group: self.group.clone(),
+                    message,
+                    taken_by: HashSet::new(),
+                });
+            }
+        }
         match self.fault {
             Fault::NoRedelivery => self.inner.ack(id).await,
             Fault::IgnoresRetryDelay => self.inner.nack(id, Duration::ZERO).await,

@@ -144,6 +144,7 @@ impl Component for OmniqueueComponent {
             recovery_bound: Duration::from_secs(10),
             lease,
             redelivers_slow_handlers: slow,
+            returns_on_close: true,
         }
     }
 
