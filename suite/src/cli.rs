@@ -179,12 +179,7 @@ fn parse_level(text: &str) -> Result<Level, String> {
 /// Parses the process's arguments, runs the command and gives the exit code: 0 on
 /// success, 1 when a report has failures, 2 on bad input.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Err(e) = init_logging(&cli) {
-        eprintln!("error: {e:#}");
-        return ExitCode::from(2);
-    }
-    match run(cli) {
+    match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -193,11 +188,12 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Where the run's logs go: the log file of the command's report directory (warnings
-/// and errors of the components and client libraries, or what `RUST_LOG` asks
-/// for), and the terminal only with `--verbose`, so that the terminal shows progress
-/// and verdicts.
-fn init_logging(cli: &Cli) -> anyhow::Result<()> {
+/// Where the run's logs go: the log file of the command's report directory, `out`
+/// (warnings and errors of the components and client libraries, or what `RUST_LOG`
+/// asks for), and the terminal only with `--verbose`, so that the terminal shows
+/// progress and verdicts. Called once input has been checked, so that a refused
+/// command leaves nothing behind.
+fn init_logging(verbose: bool, out: Option<&Path>) -> anyhow::Result<()> {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
@@ -205,13 +201,9 @@ fn init_logging(cli: &Cli) -> anyhow::Result<()> {
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
     };
-    let out = match &cli.command {
-        Command::Certify { out, .. } | Command::Bench { out, .. } => Some(out.clone()),
-        _ => None,
-    };
     let file_layer = match out {
         Some(out) => {
-            std::fs::create_dir_all(&out)
+            std::fs::create_dir_all(out)
                 .with_context(|| format!("cannot create {}", out.display()))?;
             let path = out.join("run.log");
             let file = std::fs::File::create(&path)
@@ -225,7 +217,7 @@ fn init_logging(cli: &Cli) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let terminal = cli.verbose.then(|| {
+    let terminal = verbose.then(|| {
         tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_filter(filter())
@@ -238,6 +230,10 @@ fn init_logging(cli: &Cli) -> anyhow::Result<()> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let verbose = cli.verbose;
+    if !matches!(cli.command, Command::Certify { .. } | Command::Bench { .. }) {
+        init_logging(verbose, None)?;
+    }
     match cli.command {
         Command::Check { report_dir, case } => {
             let recheck = crate::replay::recheck(&report_dir, case.as_deref())?;
@@ -322,6 +318,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 repeat,
                 histories: Some(out.clone()),
             };
+            init_logging(verbose, Some(&out))?;
             // Histories of an earlier run in the same directory would be judged as
             // this run's.
             let histories = out.join(crate::replay::HISTORIES);
@@ -411,6 +408,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 consume_messages: consume_messages as usize,
                 ..BenchOptions::default()
             };
+            init_logging(verbose, Some(&out))?;
             let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             let previous = out.join("report.json");
             let mut report = if previous.exists() {

@@ -96,8 +96,14 @@ impl MachineLoad {
             return None;
         }
         let last = last.unwrap_or(SystemTime::UNIX_EPOCH);
+        // Controls published before the first one arrived waited for the control
+        // subscription to start (a group joining), not for the machine.
+        let first_arrival = delivered.values().min().copied();
         let mut latencies: Vec<Duration> = Vec::new();
         for (key, due) in &published {
+            if first_arrival.is_some_and(|first| *due < first) {
+                continue;
+            }
             match delivered.get(key) {
                 Some(at) => latencies.push(at.duration_since(*due).unwrap_or_default()),
                 // Not delivered by the end: at least this late, counted once it is
@@ -205,10 +211,13 @@ impl Probe {
         let mut tasks = vec![tokio::spawn(tick(recorder.clone(), stopped.clone()))];
         let handler = recorder.handler("control");
         recorder.assign_group(&handler, &group);
-        let subscription = match runtime
-            .subscribe(Subscription::new(&topic, &group), handler)
-            .await
-        {
+        let subscription = Subscription::new(&topic, &group);
+        // Queue and session brokers keep messages only for groups that exist.
+        let subscribed = match runtime.create_group(&subscription).await {
+            Ok(()) => runtime.subscribe(subscription, handler).await,
+            Err(e) => Err(e),
+        };
+        let subscription = match subscribed {
             Ok(handle) => {
                 tasks.push(tokio::spawn(publish_controls(
                     runtime.clone(),
@@ -415,8 +424,9 @@ mod tests {
         }
         records.push(lag(2.0, 0.01));
         let load = MachineLoad::of(&History { records }).unwrap();
-        assert_eq!(load.controls, 10);
-        assert_eq!(load.control_p50, Duration::from_millis(9));
+        // The first control, published before any had arrived, is a warm-up.
+        assert_eq!(load.controls, 9);
+        assert_eq!(load.control_p50, Duration::from_millis(10));
         assert_eq!(load.control_p99, Duration::from_millis(14));
         assert!(!load.loaded());
         assert!(!load.too_busy(Duration::from_millis(300)));
@@ -428,16 +438,18 @@ mod tests {
 
     #[test]
     fn a_slow_control_is_too_busy_only_on_a_loaded_machine() {
-        let mut records = control(0, 0, Some(800));
-        records.extend(control(1, 100, None));
-        records.extend(control(2, 4900, None));
+        let mut records = control(0, 0, Some(10));
+        records.extend(control(1, 100, Some(900)));
+        records.extend(control(2, 200, None));
+        records.extend(control(3, 4900, None));
         records.push(lag(3.0, 0.6));
         let history = History { records };
         let load = MachineLoad::of(&history).unwrap();
-        // The control never delivered counts as at least 4.9 s late; the one
-        // published at the end is not counted.
+        // The control never delivered counts as at least 4.8 s late; the one
+        // published at the end is not counted, nor the warm-up.
         assert_eq!(load.controls, 2);
-        assert_eq!(load.control_p99, Duration::from_millis(4900));
+        assert_eq!(load.control_p50, Duration::from_millis(800));
+        assert_eq!(load.control_p99, Duration::from_millis(4800));
         assert!(load.loaded());
         assert!(load.too_busy(Duration::from_millis(300)));
         // The same slow controls on an idle machine: the component's own slowness.

@@ -237,7 +237,8 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<SavedAttempt>> {
         let at = || format!("{} line {}", path.display(), n + 1);
         let value: serde_json::Value =
             serde_json::from_str(line).with_context(|| format!("{}: not JSON", at()))?;
-        if let Some(header) = value.get("attempt") {
+        // Records are tagged `record`; a line without the tag heads an attempt.
+        if let (None, Some(header)) = (value.get("record"), value.get("attempt")) {
             let header: AttemptHeader = serde_json::from_value(header.clone())
                 .with_context(|| format!("{}: not an attempt header", at()))?;
             attempts.push(SavedAttempt {

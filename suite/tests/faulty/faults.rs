@@ -107,6 +107,13 @@ pub enum Fault {
     /// A retry in one group also hands a copy to every other group of the topic when
     /// its retry delay ends.
     LeaksRetriesToOtherGroups,
+    /// No violation: declares a 1 s lease, after which the broker takes back what a
+    /// member has not settled, and cannot extend it (`extend_lease` refuses): the
+    /// runtime must defer delayed messages rather than hold them past the lease.
+    LeaseWithoutExtension,
+    /// Declares a 1 s lease and answers `extend_lease` with `Ok` without extending
+    /// anything: a message held past the lease is handed out again.
+    PretendsToExtendLease,
     /// Accepts a seek to an id without an owner topic (and moves nothing).
     AcceptsForeignSeeks,
     /// Seeking to earliest or latest moves only the first topic.
@@ -297,6 +304,9 @@ impl Component for Faulty {
             Fault::BlocksBehindDelayed | Fault::DeliversLate => {
                 caps.delayed_delivery = Support::Native
             }
+            Fault::LeaseWithoutExtension | Fault::PretendsToExtendLease => {
+                caps.lease = FAULTY_LEASE
+            }
             Fault::DelaysCappedAtLease => {
                 caps.delayed_delivery = Support::Native;
                 caps.lease = Duration::from_secs(1);
@@ -374,6 +384,7 @@ impl Component for Faulty {
             leaks: self.leaks.clone(),
             retried: Mutex::new(HashMap::new()),
             leaked: Mutex::new(HashSet::new()),
+            handed_at: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -478,7 +489,12 @@ struct FaultyConsumer {
     leaks: Arc<Mutex<Vec<Leak>>>,
     retried: Mutex<HashMap<MessageId, ReceivedMessage>>,
     leaked: Mutex<HashSet<MessageId>>,
+    /// For the lease faults: when each unsettled message was handed out.
+    handed_at: Mutex<HashMap<MessageId, Instant>>,
 }
+
+/// The lease the lease faults declare.
+const FAULTY_LEASE: Duration = Duration::from_secs(1);
 
 /// A retried message leaking to the other groups of its topic once `due`.
 struct Leak {
@@ -659,17 +675,49 @@ impl FaultyConsumer {
         }
         let mut held = self.held.lock().unwrap();
         held.extend(messages.iter().map(|m| m.id.clone()));
+        if matches!(
+            self.fault,
+            Fault::LeaseWithoutExtension | Fault::PretendsToExtendLease
+        ) {
+            let mut handed = self.handed_at.lock().unwrap();
+            for message in &messages {
+                handed.insert(message.id.clone(), Instant::now());
+            }
+        }
         Ok(messages)
+    }
+
+    /// The broker's side of a lease: what a member has held unsettled for longer
+    /// than the lease goes back to the group.
+    async fn expire_leases(&self) -> Result<()> {
+        let expired: Vec<MessageId> = {
+            let mut handed = self.handed_at.lock().unwrap();
+            let expired: Vec<MessageId> = handed
+                .iter()
+                .filter(|(_, at)| at.elapsed() >= FAULTY_LEASE)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in &expired {
+                handed.remove(id);
+            }
+            expired
+        };
+        for id in expired {
+            self.inner.nack(&id, Duration::ZERO).await?;
+        }
+        Ok(())
     }
 
     fn settled(&self, id: &MessageId) {
         self.held.lock().unwrap().remove(id);
+        self.handed_at.lock().unwrap().remove(id);
     }
 }
 
 #[async_trait]
 impl Consumer for FaultyConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        self.expire_leases().await?;
         let messages = self.inner.receive(max, wait).await?;
         if self.fault == Fault::RescansWhatItRead && !messages.is_empty() {
             let read = self
@@ -752,6 +800,13 @@ impl Consumer for FaultyConsumer {
             Fault::NoRedelivery => self.inner.ack(id).await,
             Fault::IgnoresRetryDelay => self.inner.nack(id, Duration::ZERO).await,
             _ => self.inner.nack(id, delay).await,
+        }
+    }
+
+    async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
+        match self.fault {
+            Fault::PretendsToExtendLease => Ok(()),
+            _ => self.inner.extend_lease(ids).await,
         }
     }
 

@@ -144,7 +144,9 @@ impl Component for OmniqueueComponent {
             recovery_bound: Duration::from_secs(10),
             lease,
             redelivers_slow_handlers: slow,
-            returns_on_close: true,
+            // omniqueue's Redis consumer cannot hand back what it read: another
+            // member reclaims it once ack_deadline_ms (the lease) has passed.
+            returns_on_close: !matches!(self.backend, Backend::Redis(_)),
         }
     }
 

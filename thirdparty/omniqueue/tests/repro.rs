@@ -133,7 +133,7 @@ async fn redis_receive_all_with_a_zero_deadline_waits_for_ever() {
 /// the stream although `reinsert_on_nack` is true (the setting is never read). The
 /// message comes back only when the pending-entry reclaim finds it, after
 /// `ack_deadline_ms` (catalogue: retry.*, dead-letter.max-deliveries,
-/// bulk-subscribe.statuses, certification.consumer-leaves).
+/// bulk-subscribe.statuses; a leaving member handing nothing back is declared instead).
 #[tokio::test]
 async fn redis_nack_does_not_reinsert_despite_reinsert_on_nack() {
     let stream = unique("nack");
