@@ -417,6 +417,7 @@ mod tests {
             outcome: if ok { Ok(None) } else { Err("refused".into()) },
             partition_key: None,
             due: None,
+            started: None,
         }
     }
 

@@ -24,7 +24,42 @@ pub struct CaseContext {
     pub connect: Option<crate::runner::ComponentFactory>,
     prefix: String,
     deadline: Instant,
+    /// How far the deadline has moved for time spent in publish calls (see
+    /// [`PublishTime`]).
+    publish_time: PublishTime,
     seed: u64,
+}
+
+/// Time a case spent waiting in the component's publish calls. The contract bounds
+/// delivery, not how long a publish takes to be acknowledged (a confirm after a disk
+/// write on a contended disk), so that time moves the case's deadline back, up to
+/// [`PublishTime::MAX_FACTOR`] times the bound. Shared with the runner, whose timeout
+/// moves with it.
+#[derive(Clone)]
+pub struct PublishTime {
+    spent: std::sync::Arc<std::sync::Mutex<Duration>>,
+    cap: Duration,
+}
+
+impl PublishTime {
+    /// The deadline moves back by at most this many bounds.
+    pub const MAX_FACTOR: u32 = 4;
+
+    fn new(bound: Duration) -> Self {
+        PublishTime {
+            spent: Default::default(),
+            cap: bound * Self::MAX_FACTOR,
+        }
+    }
+
+    /// How far the deadline has moved so far.
+    pub fn extension(&self) -> Duration {
+        (*self.spent.lock().unwrap_or_else(|p| p.into_inner())).min(self.cap)
+    }
+
+    fn add(&self, spent: Duration) {
+        *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += spent;
+    }
 }
 
 impl CaseContext {
@@ -39,8 +74,14 @@ impl CaseContext {
             connect: None,
             prefix: format!("pcs-{}-{}", &run[..8], case_id.replace('.', "-")),
             deadline: Instant::now() + bound,
+            publish_time: PublishTime::new(bound),
             seed,
         }
+    }
+
+    /// The time spent in publish calls, which moves the deadline back.
+    pub fn publish_time(&self) -> PublishTime {
+        self.publish_time.clone()
     }
 
     /// The faults this case can inject (see [`crate::faults::Faults`]).
@@ -63,14 +104,14 @@ impl CaseContext {
         self.seed
     }
 
-    /// The end of the case's bound.
+    /// The end of the case's bound, moved back by the time spent in publish calls.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        self.deadline + self.publish_time.extension()
     }
 
     /// Now plus `wait`, but never past the case's bound.
     pub fn within(&self, wait: Duration) -> Instant {
-        (Instant::now() + wait).min(self.deadline)
+        (Instant::now() + wait).min(self.deadline())
     }
 
     /// The deadline for messages published now to be delivered.
@@ -186,8 +227,12 @@ impl CaseContext {
         let topic = request.topic.clone();
         let partition_key = request.metadata.get("partitionKey").cloned();
         let due = due_time(&request.metadata);
+        let started = Instant::now();
+        let started_at = SystemTime::now();
         let result = runtime.publish(request).await;
-        self.recorder.published(
+        self.publish_time.add(started.elapsed());
+        self.recorder.published_since(
+            started_at,
             &key,
             &topic,
             result
@@ -253,7 +298,9 @@ impl CaseContext {
             })
             .collect();
         let topic = request.topic.clone();
+        let started = Instant::now();
         let result = runtime.bulk_publish(request).await;
+        self.publish_time.add(started.elapsed());
         for (entry_id, key, partition_key) in entries {
             let outcome = match &result {
                 Ok(response) => match response

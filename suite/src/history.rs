@@ -40,6 +40,10 @@ pub enum Record {
         partition_key: Option<String>,
         /// When the message is due (delayed delivery).
         due: Option<SystemTime>,
+        /// When the publish call started (`at` is when it returned): the message
+        /// reached the broker in between.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        started: Option<SystemTime>,
     },
     Delivered {
         key: Option<String>,
@@ -145,6 +149,7 @@ impl Record {
                 outcome,
                 partition_key,
                 due,
+                ..
             } => {
                 let result = match outcome {
                     Ok(Some(id)) => format!("ok {id}"),
@@ -490,6 +495,28 @@ impl Recorder {
             outcome,
             partition_key: partition_key.map(str::to_string),
             due,
+            started: None,
+        });
+    }
+
+    /// Records a publish attempt whose call started at `started`.
+    pub fn published_since(
+        &self,
+        started: SystemTime,
+        key: &str,
+        topic: &str,
+        outcome: Result<Option<MessageId>, String>,
+        partition_key: Option<&str>,
+        due: Option<SystemTime>,
+    ) {
+        self.push(Record::Published {
+            key: key.to_string(),
+            topic: topic.to_string(),
+            at: SystemTime::now(),
+            outcome,
+            partition_key: partition_key.map(str::to_string),
+            due,
+            started: Some(started),
         });
     }
 

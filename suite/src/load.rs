@@ -388,6 +388,7 @@ mod tests {
             outcome: Ok(None),
             partition_key: None,
             due: Some(at(published)),
+            started: None,
         }];
         if let Some(d) = delivered {
             records.push(Record::Delivered {

@@ -460,6 +460,7 @@ async fn run_once(
     context.broker = environment.broker.clone();
     context.connect = environment.connect.clone();
     let recorder = context.recorder.clone();
+    let publish_time = context.publish_time();
     let probe = if case.lane() == Lane::Timed {
         Some(
             crate::load::Probe::start(
@@ -483,7 +484,7 @@ async fn run_once(
         reason = health.gone() => Attempt::Errored(format!(
             "the broker died during the case: {reason}; this says nothing about the component"
         )),
-        attempt = run_body(case, bound, body, &recorder) => attempt,
+        attempt = run_body(case, bound, body, &recorder, &publish_time) => attempt,
     };
     if let Some(probe) = probe {
         probe.stop().await;
@@ -503,14 +504,30 @@ async fn run_body(
     bound: Duration,
     body: impl std::future::Future<Output = std::thread::Result<CaseRun>>,
     recorder: &crate::history::Recorder,
+    publish_time: &crate::context::PublishTime,
 ) -> Attempt {
-    // A little slack past the bound lets a case report its own findings at its deadline.
-    match tokio::time::timeout(bound + Duration::from_millis(500), body).await {
-        Err(_) => {
+    // A little slack past the bound lets a case report its own findings at its deadline;
+    // the bound moves back by the time the case spent in publish calls.
+    let started = tokio::time::Instant::now();
+    let limit = || started + bound + publish_time.extension() + Duration::from_millis(500);
+    tokio::pin!(body);
+    let finished = loop {
+        tokio::select! {
+            done = &mut body => break Some(done),
+            _ = tokio::time::sleep_until(limit()) => {
+                if tokio::time::Instant::now() >= limit() {
+                    break None;
+                }
+            }
+        }
+    };
+    match finished.ok_or(()) {
+        Err(()) => {
             let mut outcome = Outcome::new().with_history(&recorder.history());
             let finding = format!(
-                "did not finish within its bound of {bound:?} ({})",
-                case.bound.rule
+                "did not finish within its bound of {bound:?} ({}), plus the {:?} it spent waiting for publishes to be acknowledged",
+                case.bound.rule,
+                publish_time.extension()
             );
             // A timed case overrunning its bound is a timing finding.
             if case.lane() == Lane::Timed {
