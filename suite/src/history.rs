@@ -488,21 +488,25 @@ impl Recorder {
         partition_key: Option<&str>,
         due: Option<SystemTime>,
     ) {
-        self.push(Record::Published {
-            key: key.to_string(),
-            topic: topic.to_string(),
-            at: SystemTime::now(),
-            outcome,
-            partition_key: partition_key.map(str::to_string),
-            due,
-            started: None,
-        });
+        self.push_published(None, key, topic, outcome, partition_key, due);
     }
 
     /// Records a publish attempt whose call started at `started`.
     pub fn published_since(
         &self,
         started: SystemTime,
+        key: &str,
+        topic: &str,
+        outcome: Result<Option<MessageId>, String>,
+        partition_key: Option<&str>,
+        due: Option<SystemTime>,
+    ) {
+        self.push_published(Some(started), key, topic, outcome, partition_key, due);
+    }
+
+    fn push_published(
+        &self,
+        started: Option<SystemTime>,
         key: &str,
         topic: &str,
         outcome: Result<Option<MessageId>, String>,
@@ -516,7 +520,7 @@ impl Recorder {
             outcome,
             partition_key: partition_key.map(str::to_string),
             due,
-            started: Some(started),
+            started,
         });
     }
 

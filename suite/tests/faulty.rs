@@ -503,17 +503,7 @@ async fn a_busy_machine_makes_timing_findings_inconclusive_only() {
     assert_eq!(replay::judge(attempt).verdict, Verdict::Fail);
     // The same run with every control two seconds slow and the disk contended.
     let mut busy = attempt.clone();
-    for record in &mut busy.history.records {
-        match record {
-            Record::Delivered {
-                key: Some(k), at, ..
-            } if pubsub_conformance::history::is_control(k) && k != "pcs-control-0" => {
-                *at += std::time::Duration::from_secs(2);
-            }
-            Record::Lag { io_stall, .. } => *io_stall = Some(0.8),
-            _ => {}
-        }
-    }
+    slow_controls_on_a_contended_disk(&mut busy.history);
     let judged = replay::judge(&busy);
     assert_eq!(judged.verdict, Verdict::Busy, "{:?}", judged.findings);
     assert_eq!(
@@ -554,16 +544,23 @@ async fn a_busy_machine_makes_timing_findings_inconclusive_only() {
         "delay.deliver-after",
     ))
     .unwrap();
-    for record in &mut saved[0].history.records {
+    slow_controls_on_a_contended_disk(&mut saved[0].history);
+    assert_eq!(replay::judge(&saved[0]).verdict, Verdict::Fail);
+}
+
+/// Makes a saved history's controls (after the first) two seconds slow, with the disk
+/// contended: what a machine too busy to judge timing records.
+fn slow_controls_on_a_contended_disk(history: &mut pubsub_conformance::history::History) {
+    use pubsub_conformance::history::{is_control, Record};
+    for record in &mut history.records {
         match record {
             Record::Delivered {
                 key: Some(k), at, ..
-            } if pubsub_conformance::history::is_control(k) && k != "pcs-control-0" => {
+            } if is_control(k) && k != "pcs-control-0" => {
                 *at += std::time::Duration::from_secs(2);
             }
             Record::Lag { io_stall, .. } => *io_stall = Some(0.8),
             _ => {}
         }
     }
-    assert_eq!(replay::judge(&saved[0]).verdict, Verdict::Fail);
 }
