@@ -12,6 +12,9 @@ use pubsub_components::{Capabilities, ConsumerSpec, MessageId, PubSubError};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
+/// The key of the marker [`CaseContext::await_subscribed`] publishes.
+pub const SUBSCRIBED_MARKER: &str = "subscribed-marker";
+
 /// The environment of one run of one case.
 pub struct CaseContext {
     pub runtime: Runtime,
@@ -209,6 +212,29 @@ impl CaseContext {
             self.recorder.handler("s1"),
         )
         .await
+    }
+
+    /// Waits until the subscription on `topic` delivers: publishes an undelayed
+    /// marker (`subscribed-marker`, judged like any other message) and waits for it
+    /// up to a delivery bound plus `held` (a receiverDelay the marker also waits).
+    /// Timed cases start their clocks after it: a member still joining its group is
+    /// bounded by the delivery bound, not by the delay precision being judged.
+    pub async fn await_subscribed(&self, topic: &str, held: Duration) -> Result<(), CaseError> {
+        let key = SUBSCRIBED_MARKER.to_string();
+        self.publish(self.message(topic, &key))
+            .await
+            .doing("publishing the marker that shows the subscriber receives")?;
+        let ready = self
+            .recorder
+            .wait_for_keys(&[key], self.within(self.caps.delivery_bound + held))
+            .await;
+        if !ready {
+            self.recorder.note(format!(
+                "the subscriber did not deliver its marker within the delivery bound {:?}; timed messages published anyway",
+                self.caps.delivery_bound + held
+            ));
+        }
+        Ok(())
     }
 
     /// Publishes and records the attempt; returns the outcome.

@@ -18,21 +18,27 @@ use async_nats::jetstream::{
     self, consumer::pull, consumer::AckPolicy, consumer::DeliverPolicy, AckKind,
 };
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
-/// How long after a pull request's expiry a batch waits for the server's status
-/// that ends it. The server counts the expiry from when the request reached it: on a
-/// loaded machine that is hundreds of ms after the client sent it, and a message the
-/// server hands to the request after the client stopped listening is lost to this
-/// member until its ack wait ends (seen under `scripts/load.sh`: `retry.delay`'s
-/// redelivery came 5.6 s after RETRY, at the ack wait, as attempt 4 instead of 3).
-/// The status normally ends the batch at the expiry, so a long slack costs nothing.
+/// How long after a pull request's expiry its batch is still read for what the
+/// server hands it. The server counts the expiry from when the request reached it
+/// (on a loaded machine hundreds of ms after the client sent it), and the status
+/// that ends a batch can come late or not at all (seen: a receive stalled 1.5 s on
+/// one, a second into a fresh consumer, quiet machine or not). A batch that has not
+/// ended when its receive returns is parked ([`Parked`]) and read by later
+/// receives until it ends or this slack runs out: a message handed to it is neither
+/// waited for in one receive nor lost to this member until its ack wait ends (seen
+/// under `scripts/load.sh` before parking: `retry.delay`'s redelivery came 5.6 s
+/// after RETRY, at the ack wait).
 const BATCH_STATUS_SLACK: Duration = Duration::from_millis(1500);
+/// How long a request for what a topic holds now (no wait) is waited for before it
+/// is parked: the server answers at once, a loaded machine takes longer.
+const NO_WAIT_ANSWER: Duration = Duration::from_millis(250);
 const HEADER_METADATA: &str = "Pcs-Metadata";
 const HEADER_CONTENT_TYPE: &str = "Pcs-Content-Type";
 const HEADER_KEY: &str = "Pcs-Partition-Key";
@@ -238,6 +244,7 @@ impl Component for NatsJetStream {
             settled: Mutex::new(Settled::default()),
             closed: AtomicBool::new(false),
             opened_at: SystemTime::now(),
+            parked: Mutex::new(Vec::new()),
         };
         consumer.refresh().await?;
         Ok(Box::new(consumer))
@@ -261,6 +268,16 @@ struct NatsConsumer {
     closed: AtomicBool,
     /// When this member opened: a topic a pattern finds later is read from then on.
     opened_at: SystemTime,
+    /// Pull requests that had not ended when their receive returned.
+    parked: Mutex<Vec<Parked>>,
+}
+
+/// A pull request whose batch had not ended (no status yet) when its receive
+/// returned: later receives take what the server hands it, until it ends or `until`.
+struct Parked {
+    topic: String,
+    batch: pull::Batch,
+    until: Instant,
 }
 
 /// A durable name from a group and topic (no `.`, `*`, `>` or spaces).
@@ -427,16 +444,62 @@ impl NatsConsumer {
             None => consumer.fetch().max_messages(max).messages().await,
         }
         .map_err(nats("fetching a batch"))?;
-        // The batch ends with the server's status; when that status does not come
-        // (seen under load), async-nats waits 5 s more, holding what it already
-        // received past its ack wait (then redelivered to another member: a
-        // duplicate). Stop waiting soon after the expiry.
-        let batch_ends = Instant::now() + wait.unwrap_or_default() + BATCH_STATUS_SLACK;
-        while let Ok(Some(message)) = tokio::time::timeout_at(batch_ends, batch.next()).await {
-            let message = message.map_err(nats("fetching a batch"))?;
-            out.push(self.convert(topic, message)?);
+        // The batch ends with the server's status or when `max` came; one still open
+        // at its expiry is parked for later receives (see BATCH_STATUS_SLACK).
+        let expiry = Instant::now() + wait.unwrap_or(NO_WAIT_ANSWER);
+        loop {
+            match tokio::time::timeout_at(expiry, batch.next()).await {
+                Ok(Some(message)) => {
+                    let message = message.map_err(nats("fetching a batch"))?;
+                    out.push(self.convert(topic, message)?);
+                }
+                Ok(None) => return Ok(()),
+                Err(_) => {
+                    self.lock_parked().push(Parked {
+                        topic: topic.to_string(),
+                        batch,
+                        until: expiry + BATCH_STATUS_SLACK,
+                    });
+                    return Ok(());
+                }
+            }
         }
-        Ok(())
+    }
+
+    fn lock_parked(&self) -> std::sync::MutexGuard<'_, Vec<Parked>> {
+        self.parked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes what parked requests received meanwhile (up to `max` in `out`), without
+    /// waiting; requests that ended, failed or outlived their slack are dropped.
+    fn take_parked(&self, max: usize, out: &mut Vec<ReceivedMessage>) -> Result<()> {
+        let parked = std::mem::take(&mut *self.lock_parked());
+        let mut kept = Vec::new();
+        let mut first_error = None;
+        for mut request in parked {
+            let mut open = true;
+            while open && out.len() < max {
+                match request.batch.next().now_or_never() {
+                    Some(Some(Ok(message))) => match self.convert(&request.topic, message) {
+                        Ok(received) => out.push(received),
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    },
+                    Some(Some(Err(e))) => {
+                        tracing::debug!(error = %e, topic = %request.topic, "a parked pull request failed");
+                        open = false;
+                    }
+                    Some(None) => open = false,
+                    None => break,
+                }
+            }
+            if open && Instant::now() < request.until {
+                kept.push(request);
+            }
+        }
+        self.lock_parked().extend(kept);
+        first_error.map_or(Ok(()), Err)
     }
 
     fn convert(&self, topic: &str, message: jetstream::Message) -> Result<ReceivedMessage> {
@@ -486,6 +549,8 @@ impl Consumer for NatsConsumer {
         let max = max.max(1);
         loop {
             let mut out = Vec::new();
+            // What parked requests were handed meanwhile.
+            self.take_parked(max, &mut out)?;
             // What each topic holds now, without waiting.
             for (topic, consumer) in &consumers {
                 if out.len() >= max {
@@ -630,13 +695,20 @@ impl Consumer for NatsConsumer {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let held: Vec<jetstream::Message> = self
+        // What parked requests were handed goes back with what is held.
+        let mut parked = std::mem::take(&mut *self.lock_parked());
+        let mut held: Vec<jetstream::Message> = self
             .held
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .drain()
             .map(|(_, m)| m)
             .collect();
+        for request in &mut parked {
+            while let Some(Some(Ok(message))) = request.batch.next().now_or_never() {
+                held.push(message);
+            }
+        }
         for message in held {
             message
                 .ack_with(AckKind::Nak(None))

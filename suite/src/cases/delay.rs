@@ -137,6 +137,7 @@ async fn receiver_delay_from_publish(ctx: CaseContext) -> CaseRun {
 async fn beyond_lease(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;
+    ctx.await_subscribed(&topic, Duration::ZERO).await?;
     let delay = ctx.caps.lease + Duration::from_secs(1);
     let mut keys = Vec::new();
     for i in 0..4 {
@@ -288,6 +289,7 @@ async fn finish(
 async fn deliver_after(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;
+    ctx.await_subscribed(&topic, Duration::ZERO).await?;
     let mut keys = Vec::new();
     for (i, ms) in [1200u64, 300, 900, 600, 300, 1200, 600, 900]
         .into_iter()
@@ -310,6 +312,7 @@ async fn deliver_after(ctx: CaseContext) -> CaseRun {
 async fn deliver_at(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;
+    ctx.await_subscribed(&topic, Duration::ZERO).await?;
     let mut keys = Vec::new();
     for (i, ms) in [800u64, 400, 1200, 400].into_iter().enumerate() {
         let key = format!("at-{ms}ms-{i}");
@@ -330,6 +333,7 @@ async fn receiver_delay(ctx: CaseContext) -> CaseRun {
     let handle = ctx
         .subscribe(subscription, ctx.recorder.handler("s1"))
         .await?;
+    ctx.await_subscribed(&topic, delay).await?;
     let mut keys = Vec::new();
     for i in 0..6 {
         let key = format!("delayed-{i}");
