@@ -233,9 +233,10 @@ impl CaseResult {
             || self.passes_unexpectedly()
     }
 
-    /// A FAIL the expectations file predicts.
+    /// A FAIL the expectations file predicts (or a FLAKY one an intermittent entry
+    /// predicts: the expectations mark only those).
     pub fn is_expected_failure(&self) -> bool {
-        self.status == Status::Fail && self.expected_failure.is_some()
+        matches!(self.status, Status::Fail | Status::Flaky) && self.expected_failure.is_some()
     }
 
     /// A PASS where the expectations file predicts a FAIL (the entry is stale).

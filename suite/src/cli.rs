@@ -1,4 +1,5 @@
-//! The `pubsub-conformance` command line: `certify`, `merge`, `bench` and `list`.
+//! The `pubsub-conformance` command line: `certify`, `merge`, `bench`, `check`,
+//! `serve` and `list`.
 //! A library function, so that a crate with its own component types (a third-party
 //! adapter that registers them) offers the same command line from its own binary.
 
@@ -146,6 +147,30 @@ enum Command {
         #[arg(long = "case", value_name = "GLOB")]
         case: Option<String>,
     },
+    /// Serve components through Dapr's pub/sub HTTP API (a light Dapr-compatible
+    /// sidecar): publish, bulk publish, metadata and health endpoints, and, with
+    /// --app-port, the app's subscriptions (GET /dapr/subscribe) delivered to it.
+    /// Each component is built from its YAML as given (its broker must be running).
+    Serve {
+        /// A directory of component YAML files (each metadata.name is a pubsub name).
+        #[arg(long = "components", value_name = "DIR", default_value = "fixtures")]
+        components: PathBuf,
+        /// The port of the HTTP API.
+        #[arg(long, default_value_t = 3500)]
+        http_port: u16,
+        /// The app's port on 127.0.0.1 (its subscriptions are read at start).
+        #[arg(long)]
+        app_port: Option<u16>,
+        /// The app id: the consumer group of every subscription, the CloudEvent source.
+        #[arg(long, default_value = "pcs-app")]
+        app_id: String,
+        /// Requests must carry this token in `dapr-api-token` (also DAPR_API_TOKEN).
+        #[arg(long, env = "DAPR_API_TOKEN")]
+        api_token: Option<String>,
+        /// How long the app may take to answer a delivery.
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        app_timeout: std::time::Duration,
+    },
     /// List the catalogue: id, level, capability and MUST statement.
     List {
         #[arg(long, value_enum, default_value_t = ListFormat::Text)]
@@ -169,6 +194,11 @@ struct ProvisionOrder(Vec<ProvisionKind>);
 
 fn parse_order(text: &str) -> Result<ProvisionOrder, String> {
     ProvisionKind::parse_order(text).map(ProvisionOrder)
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("'{text}' is not a duration such as 30s or 500ms: {e}"))
 }
 
 fn parse_level(text: &str) -> Result<Level, String> {
@@ -231,10 +261,32 @@ fn init_logging(verbose: bool, out: Option<&Path>) -> anyhow::Result<()> {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let verbose = cli.verbose;
-    if !matches!(cli.command, Command::Certify { .. } | Command::Bench { .. }) {
-        init_logging(verbose, None)?;
+    match cli.command {
+        // A server logs to the terminal.
+        Command::Serve { .. } => init_logging(true, None)?,
+        Command::Certify { .. } | Command::Bench { .. } => {}
+        _ => init_logging(verbose, None)?,
     }
     match cli.command {
+        Command::Serve {
+            components,
+            http_port,
+            app_port,
+            app_id,
+            api_token,
+            app_timeout,
+        } => {
+            let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            tokio.block_on(crate::serve::serve(crate::serve::ServeCommand {
+                components,
+                http_port,
+                app_port,
+                app_id,
+                api_token,
+                app_timeout,
+            }))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check { report_dir, case } => {
             let recheck = crate::replay::recheck(&report_dir, case.as_deref())?;
             for d in &recheck.differences {

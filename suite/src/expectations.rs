@@ -118,9 +118,10 @@ impl Expectations {
         ))
     }
 
-    /// Marks a FAIL or PASS cell with its entry: a FAIL becomes expected; a PASS is
-    /// flagged (the entry is stale), unless the entry is intermittent, when the PASS
-    /// stands with a note.
+    /// Marks a FAIL or PASS cell with its entry: a FAIL becomes expected (and so does
+    /// a FLAKY cell, failed then passed, of an intermittent entry); a PASS is flagged
+    /// (the entry is stale), unless the entry is intermittent, when the PASS stands
+    /// with a note.
     pub fn apply(&self, result: &mut pubsub_reports::CaseResult, broker_version: &str) {
         use pubsub_reports::Status;
         let Some(entry) = self.entry(&result.id, broker_version) else {
@@ -128,6 +129,9 @@ impl Expectations {
         };
         match result.status {
             Status::Fail => result.expected_failure = self.for_cell(&result.id, broker_version),
+            Status::Flaky if entry.intermittent => {
+                result.expected_failure = self.for_cell(&result.id, broker_version)
+            }
             Status::Pass if entry.intermittent => result.evidence.notes.push(format!(
                 "listed as an intermittent expected failure, and passed this run: {}",
                 self.for_cell(&result.id, broker_version)
@@ -180,7 +184,8 @@ mod tests {
     }
 
     #[test]
-    fn a_pass_is_flagged_unless_the_entry_is_intermittent() {
+    fn a_pass_is_flagged_unless_the_entry_is_intermittent_and_only_intermittent_entries_expect_flaky(
+    ) {
         use pubsub_reports::{CaseResult, Status};
         let dir = tempfile::tempdir().unwrap();
         let definition = write(
@@ -213,6 +218,12 @@ mod tests {
         let passed = cell("certification.network-cut", Status::Pass);
         assert!(!passed.passes_unexpectedly() && passed.expected_failure.is_none());
         assert!(passed.evidence.notes[0].contains("intermittent"));
+        // Failed, then passed on retry: what an intermittent entry predicts, and only
+        // an intermittent one.
+        let flaky = cell("certification.network-cut", Status::Flaky);
+        assert!(flaky.is_expected_failure() && !flaky.counts_as_failure());
+        let flaky = cell("certification.broker-restart", Status::Flaky);
+        assert!(!flaky.is_expected_failure() && flaky.counts_as_failure());
         assert!(cell("publish.delivery", Status::Fail)
             .expected_failure
             .is_none());

@@ -25,6 +25,7 @@ pub mod progress;
 pub mod provision;
 pub mod replay;
 pub mod runner;
+pub mod serve;
 pub mod spans;
 
 pub use pubsub_components as components;

@@ -1,0 +1,159 @@
+//! Delivery to the app: runtime handlers that send each event (or batch) to the
+//! app's route in the documented bodies and turn its answer into a status.
+
+use crate::app::AppChannel;
+use crate::wire::{
+    self, AppVerdict, BulkDelivery, BulkDeliveryEntry, CLOUD_EVENT_CONTENT_TYPE, DAPR_EVENT_TYPE,
+};
+use async_trait::async_trait;
+use base64::Engine as _;
+use pubsub_components::runtime::{
+    Batch, BulkAnswer, BulkHandler, EntryStatus, Event, MessageHandler, Status,
+};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// Where a subscription's events go.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub app: AppChannel,
+    pub pubsub_name: String,
+    pub path: String,
+    /// The subscription asked for raw payloads (`rawPayload: "true"`).
+    pub raw_payload: bool,
+}
+
+/// The CloudEvent the app receives for `event`: the envelope it was published in;
+/// a raw payload (published raw, or asked raw by the subscription) wrapped as daprd
+/// wraps one, `data_base64` with `application/octet-stream`.
+pub fn cloud_event(event: &Event, route: &Route) -> Value {
+    match (&event.cloud_event, route.raw_payload) {
+        (Some(envelope), false) => envelope.clone(),
+        (envelope, _) => {
+            let bytes = match envelope {
+                Some(envelope) => serde_json::to_vec(envelope).unwrap_or_default(),
+                None => event.data.clone(),
+            };
+            json!({
+                "specversion": "1.0",
+                "id": event.id,
+                "source": "",
+                "type": DAPR_EVENT_TYPE,
+                "topic": event.topic,
+                "pubsubname": route.pubsub_name,
+                "datacontenttype": "application/octet-stream",
+                "data_base64": base64::engine::general_purpose::STANDARD.encode(bytes),
+            })
+        }
+    }
+}
+
+/// Delivers one event at a time to the app.
+pub struct SingleDelivery {
+    pub route: Route,
+}
+
+#[async_trait]
+impl MessageHandler for SingleDelivery {
+    async fn handle(&self, event: Event) -> Result<Status, String> {
+        let body =
+            serde_json::to_vec(&cloud_event(&event, &self.route)).map_err(|e| e.to_string())?;
+        let answer = self
+            .route
+            .app
+            .post(
+                &self.route.path,
+                body,
+                CLOUD_EVENT_CONTENT_TYPE,
+                event.trace_parent.as_deref(),
+            )
+            .await?;
+        Ok(match wire::single_answer(answer.status, &answer.body) {
+            AppVerdict::Success => Status::Success,
+            AppVerdict::Retry(why) => {
+                tracing::debug!(id = %event.id, %why, "the app asked for the event again");
+                Status::Retry
+            }
+            AppVerdict::Drop(why) => {
+                tracing::warn!(id = %event.id, %why, "the app dropped the event");
+                Status::Drop
+            }
+        })
+    }
+}
+
+/// Delivers batches to the app in the bulk body.
+pub struct BulkDeliveryHandler {
+    pub route: Route,
+}
+
+/// The bulk body of `batch`: each entry's CloudEvent as an object, or for a raw
+/// payload subscription its bytes as base64 text with `application/octet-stream`.
+pub fn bulk_body(batch: &Batch, route: &Route) -> BulkDelivery {
+    let entries = batch
+        .entries
+        .iter()
+        .map(|entry| {
+            let (event, content_type) = if route.raw_payload {
+                let bytes = match &entry.event.cloud_event {
+                    Some(envelope) => serde_json::to_vec(envelope).unwrap_or_default(),
+                    None => entry.event.data.clone(),
+                };
+                (
+                    Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
+                    "application/octet-stream".to_string(),
+                )
+            } else {
+                (
+                    cloud_event(&entry.event, route),
+                    CLOUD_EVENT_CONTENT_TYPE.to_string(),
+                )
+            };
+            BulkDeliveryEntry {
+                entry_id: entry.entry_id.clone(),
+                event,
+                content_type,
+                metadata: entry
+                    .event
+                    .metadata
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            }
+        })
+        .collect();
+    BulkDelivery {
+        id: batch.id.clone(),
+        event_type: DAPR_EVENT_TYPE.to_string(),
+        topic: batch.topic.clone(),
+        pubsub_name: route.pubsub_name.clone(),
+        metadata: BTreeMap::new(),
+        entries,
+    }
+}
+
+#[async_trait]
+impl BulkHandler for BulkDeliveryHandler {
+    async fn handle(&self, batch: Batch) -> Result<Vec<EntryStatus>, String> {
+        let body =
+            serde_json::to_vec(&bulk_body(&batch, &self.route)).map_err(|e| e.to_string())?;
+        let answer = self
+            .route
+            .app
+            .post(&self.route.path, body, "application/json", None)
+            .await?;
+        if !(200..300).contains(&answer.status) {
+            return Err(format!(
+                "the app answered the batch with HTTP {}: {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body[..answer.body.len().min(200)])
+            ));
+        }
+        let ids: Vec<&str> = batch.entries.iter().map(|e| e.entry_id.as_str()).collect();
+        let read = BulkAnswer::from_json(&answer.body, &ids)?;
+        for warning in &read.warnings {
+            tracing::warn!(batch = %batch.id, %warning, "the app's bulk answer");
+        }
+        Ok(read.statuses)
+    }
+}

@@ -1,0 +1,512 @@
+//! The bodies, status codes and error codes of Dapr's pub/sub HTTP API, as daprd
+//! sends and reads them: the API reference (docs.dapr.io/reference/api/pubsub_api),
+//! and daprd's own handlers where the reference is silent (each item names which).
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// CloudEvents' structured JSON content type.
+pub const CLOUD_EVENT_CONTENT_TYPE: &str = "application/cloudevents+json";
+/// The CloudEvent type daprd stamps on the events it wraps.
+pub const DAPR_EVENT_TYPE: &str = "com.dapr.event.sent";
+/// The query parameter prefix that carries publish metadata (`metadata.ttlInSeconds=5`).
+pub const METADATA_PREFIX: &str = "metadata.";
+/// The header carrying the API token when one is configured.
+pub const API_TOKEN_HEADER: &str = "dapr-api-token";
+
+/// One entry of a bulk publish request body (a JSON array of these).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BulkPublishEntry {
+    /// Unique and non-empty within the request (daprd refuses the request otherwise).
+    #[serde(rename = "entryId", default)]
+    pub entry_id: String,
+    /// The event: JSON for JSON content types, a string for text, base64 text for
+    /// binary content types.
+    pub event: serde_json::Value,
+    #[serde(rename = "contentType", default)]
+    pub content_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// An entry a bulk publish did not publish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedEntry {
+    #[serde(rename = "entryId")]
+    pub entry_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+/// The body of a bulk publish that failed for some entries (HTTP 500).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkPublishFailure {
+    #[serde(rename = "failedEntries")]
+    pub failed_entries: Vec<FailedEntry>,
+    #[serde(rename = "errorCode")]
+    pub error_code: String,
+}
+
+/// An error answer: `{"errorCode","message"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    #[serde(rename = "errorCode")]
+    pub error_code: String,
+    pub message: String,
+}
+
+/// An API error: the HTTP status and the body daprd answers with (the codes of
+/// daprd's `pkg/api/errors/pubsub.go` and `pkg/messages/errorcodes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub body: ErrorBody,
+}
+
+impl ApiError {
+    fn new(status: u16, code: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            body: ErrorBody {
+                error_code: code.to_string(),
+                message: message.into(),
+            },
+        }
+    }
+
+    /// No pub/sub component of that name: 404 `ERR_PUBSUB_NOT_FOUND`.
+    pub fn pubsub_not_found(pubsub: &str) -> Self {
+        ApiError::new(
+            404,
+            "ERR_PUBSUB_NOT_FOUND",
+            format!("pubsub {pubsub} is not found"),
+        )
+    }
+
+    /// An empty pub/sub name: 404 `ERR_PUBSUB_EMPTY`.
+    pub fn pubsub_empty() -> Self {
+        ApiError::new(404, "ERR_PUBSUB_EMPTY", "pubsub name is empty")
+    }
+
+    /// An empty topic: 404 `ERR_TOPIC_NAME_EMPTY`.
+    pub fn topic_empty(pubsub: &str) -> Self {
+        ApiError::new(
+            404,
+            "ERR_TOPIC_NAME_EMPTY",
+            format!("topic is empty in pubsub {pubsub}"),
+        )
+    }
+
+    /// Metadata that cannot be read (e.g. `rawPayload=maybe`): 400
+    /// `ERR_PUBSUB_REQUEST_METADATA`.
+    pub fn request_metadata(why: impl std::fmt::Display) -> Self {
+        ApiError::new(
+            400,
+            "ERR_PUBSUB_REQUEST_METADATA",
+            format!("failed deserializing metadata. Error: {why}"),
+        )
+    }
+
+    /// A bulk body that is not a JSON array of entries: 400 `ERR_PUBSUB_EVENTS_SER`.
+    pub fn unmarshal_events(pubsub: &str, topic: &str, why: impl std::fmt::Display) -> Self {
+        ApiError::new(
+            400,
+            "ERR_PUBSUB_EVENTS_SER",
+            format!("error when unmarshaling the request for topic {topic} pubsub {pubsub}: {why}"),
+        )
+    }
+
+    /// An entry whose event does not match its content type, or a missing or
+    /// duplicated entry id: 400 `ERR_PUBSUB_EVENTS_SER`.
+    pub fn marshal_events(pubsub: &str, topic: &str, why: impl std::fmt::Display) -> Self {
+        ApiError::new(
+            400,
+            "ERR_PUBSUB_EVENTS_SER",
+            format!(
+                "error marshaling events to bytes for topic {topic} pubsub {pubsub}. error: {why}"
+            ),
+        )
+    }
+
+    /// The component refused or failed the publish: 500 `ERR_PUBSUB_PUBLISH_MESSAGE`.
+    pub fn publish_message(pubsub: &str, topic: &str, why: impl std::fmt::Display) -> Self {
+        ApiError::new(
+            500,
+            "ERR_PUBSUB_PUBLISH_MESSAGE",
+            format!("error when publishing to topic {topic} in pubsub {pubsub}: {why}"),
+        )
+    }
+
+    /// A request without the configured API token: 401 `ERR_UNAUTHORIZED` (the text
+    /// daprd's token middleware answers with).
+    pub fn unauthorized() -> Self {
+        ApiError::new(401, "ERR_UNAUTHORIZED", "invalid api token")
+    }
+
+    /// A body larger than the sidecar accepts: 413 `ERR_BODY_TOO_LARGE`.
+    pub fn body_too_large(limit: usize) -> Self {
+        ApiError::new(
+            413,
+            "ERR_BODY_TOO_LARGE",
+            format!("the request body is larger than {limit} bytes"),
+        )
+    }
+}
+
+/// How an entry's event turns into bytes, by its content type (daprd's
+/// `ConvertEventToBytes`): binary types take base64 text, text types a string, JSON
+/// and CloudEvents types any JSON value (serialized). Anything else is a mismatch.
+pub fn event_bytes(event: &serde_json::Value, content_type: &str) -> Result<Vec<u8>, String> {
+    let essence = essence(content_type);
+    if is_binary(&essence) {
+        match event {
+            serde_json::Value::String(text) => base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|e| format!("unable to decode base64 {essence} data: {e}")),
+            other => Err(format!(
+                "content type {essence} takes base64 text, not {}",
+                json_kind(other)
+            )),
+        }
+    } else if is_text(&essence) {
+        match event {
+            serde_json::Value::String(text) => Ok(text.clone().into_bytes()),
+            other => Err(format!(
+                "content type {essence} takes a string, not {}",
+                json_kind(other)
+            )),
+        }
+    } else if is_json(&essence) {
+        serde_json::to_vec(event).map_err(|e| e.to_string())
+    } else {
+        Err(format!(
+            "content type '{content_type}' is neither binary, text nor JSON"
+        ))
+    }
+}
+
+/// The content type without parameters, lowercased (`Text/Plain; charset=utf-8` ->
+/// `text/plain`).
+pub fn essence(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+fn is_binary(essence: &str) -> bool {
+    essence == "application/octet-stream"
+}
+
+fn is_text(essence: &str) -> bool {
+    essence.starts_with("text/") || essence == "application/xml" || essence.ends_with("+xml")
+}
+
+/// JSON and CloudEvents content types (`application/json`, `…+json`).
+pub fn is_json(essence: &str) -> bool {
+    essence == "application/json" || essence.ends_with("+json")
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// One subscription an app declares in its `GET /dapr/subscribe` answer.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AppSubscription {
+    #[serde(rename = "pubsubname")]
+    pub pubsub_name: String,
+    pub topic: String,
+    /// The v1 form: one path for every event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    /// The v2 form: rules, and a default path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes: Option<Routes>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(
+        rename = "deadLetterTopic",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub dead_letter_topic: Option<String>,
+    #[serde(
+        rename = "bulkSubscribe",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub bulk_subscribe: Option<BulkSubscribe>,
+}
+
+/// A subscription's routes.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Routes {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<Rule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+}
+
+/// A routing rule: a CEL expression and the path of the events it matches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rule {
+    #[serde(rename = "match", default)]
+    pub matches: String,
+    pub path: String,
+}
+
+/// A subscription's bulk options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BulkSubscribe {
+    #[serde(default)]
+    pub enabled: bool,
+    #[serde(
+        rename = "maxMessagesCount",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_messages_count: Option<u32>,
+    #[serde(
+        rename = "maxAwaitDurationMs",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_await_duration_ms: Option<u64>,
+}
+
+impl AppSubscription {
+    /// The path events go to: `route`, else the default route, else the path of a
+    /// rule without a condition. A rule with a CEL condition is refused, naming it:
+    /// `serve` does not evaluate CEL.
+    pub fn path(&self) -> Result<String, String> {
+        let mut path = self.route.clone().filter(|r| !r.is_empty());
+        if let Some(routes) = &self.routes {
+            if let Some(rule) = routes.rules.iter().find(|r| !r.matches.trim().is_empty()) {
+                return Err(format!(
+                    "subscription to {} routes by the rule '{}': routing rules (CEL) are not supported by serve; use route or routes.default",
+                    self.topic, rule.matches
+                ));
+            }
+            path = path
+                .or_else(|| routes.default.clone())
+                .or_else(|| routes.rules.first().map(|r| r.path.clone()));
+        }
+        let path = path.ok_or_else(|| format!("subscription to {} has no route", self.topic))?;
+        Ok(if path.starts_with('/') {
+            path
+        } else {
+            format!("/{path}")
+        })
+    }
+}
+
+/// The body of a bulk delivery to an app.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BulkDelivery {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub topic: String,
+    #[serde(rename = "pubsubname")]
+    pub pubsub_name: String,
+    pub metadata: BTreeMap<String, String>,
+    pub entries: Vec<BulkDeliveryEntry>,
+}
+
+/// One entry of a bulk delivery: the CloudEvent (an object), or for a raw payload
+/// subscription the payload as base64 text with `application/octet-stream`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BulkDeliveryEntry {
+    #[serde(rename = "entryId")]
+    pub entry_id: String,
+    pub event: serde_json::Value,
+    #[serde(rename = "contentType")]
+    pub content_type: String,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// What an app's answer to a single delivery means (daprd's HTTP postman): a 2xx
+/// answer is read for `{"status"}` (no body, a body that is not such JSON, or an
+/// empty status: SUCCESS; RETRY; DROP; any other status: RETRY); 404 is DROP; any
+/// other code is RETRY.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppVerdict {
+    Success,
+    Retry(String),
+    Drop(String),
+}
+
+/// Reads an app's answer to a single delivery.
+pub fn single_answer(status: u16, body: &[u8]) -> AppVerdict {
+    if (200..300).contains(&status) {
+        #[derive(Deserialize)]
+        struct Answer {
+            #[serde(default)]
+            status: String,
+        }
+        return match serde_json::from_slice::<Answer>(body) {
+            Err(_) => AppVerdict::Success,
+            Ok(answer) => match answer.status.as_str() {
+                "" | "SUCCESS" => AppVerdict::Success,
+                "RETRY" => AppVerdict::Retry("the app answered RETRY".into()),
+                "DROP" => AppVerdict::Drop("the app answered DROP".into()),
+                other => AppVerdict::Retry(format!(
+                    "the app answered the unknown status '{other}' (counts as RETRY)"
+                )),
+            },
+        };
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+    if status == 404 {
+        AppVerdict::Drop(format!("the app answered 404 ({text}): dropped"))
+    } else {
+        AppVerdict::Retry(format!("the app answered HTTP {status} ({text})"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn events_turn_into_bytes_by_their_content_type() {
+        assert_eq!(
+            event_bytes(&json!({"a": 1}), "application/json").unwrap(),
+            br#"{"a":1}"#
+        );
+        assert_eq!(
+            event_bytes(&json!("hi"), "Text/Plain; charset=utf-8").unwrap(),
+            b"hi"
+        );
+        assert_eq!(
+            event_bytes(&json!("AAEC"), "application/octet-stream").unwrap(),
+            [0, 1, 2]
+        );
+        for (event, content_type, expected) in [
+            (json!(1), "text/plain", "takes a string, not a number"),
+            (
+                json!({"a": 1}),
+                "application/octet-stream",
+                "takes base64 text",
+            ),
+            (
+                json!("not base64!"),
+                "application/octet-stream",
+                "unable to decode base64",
+            ),
+            (json!("x"), "image/png", "neither binary, text nor JSON"),
+            (json!("x"), "", "neither binary, text nor JSON"),
+        ] {
+            let error = event_bytes(&event, content_type).unwrap_err();
+            assert!(error.contains(expected), "{content_type}: {error}");
+        }
+    }
+
+    #[test]
+    fn app_answers_map_as_daprd_maps_them() {
+        assert_eq!(single_answer(200, b""), AppVerdict::Success);
+        assert_eq!(single_answer(204, b"not json"), AppVerdict::Success);
+        assert_eq!(single_answer(200, br#"{"status":""}"#), AppVerdict::Success);
+        assert_eq!(
+            single_answer(200, br#"{"status":"SUCCESS"}"#),
+            AppVerdict::Success
+        );
+        assert!(matches!(
+            single_answer(200, br#"{"status":"RETRY"}"#),
+            AppVerdict::Retry(_)
+        ));
+        assert!(matches!(
+            single_answer(200, br#"{"status":"DROP"}"#),
+            AppVerdict::Drop(_)
+        ));
+        assert!(
+            matches!(single_answer(200, br#"{"status":"success"}"#), AppVerdict::Retry(w) if w.contains("unknown status 'success'"))
+        );
+        assert!(
+            matches!(single_answer(404, b"no route"), AppVerdict::Drop(w) if w.contains("404"))
+        );
+        assert!(
+            matches!(single_answer(500, b"boom"), AppVerdict::Retry(w) if w.contains("HTTP 500 (boom)"))
+        );
+        assert!(matches!(single_answer(302, b""), AppVerdict::Retry(_)));
+    }
+
+    #[test]
+    fn a_subscription_routes_by_route_or_default_and_refuses_cel_rules() {
+        let mut sub = AppSubscription {
+            topic: "orders".into(),
+            route: Some("orders".into()),
+            ..Default::default()
+        };
+        assert_eq!(sub.path().unwrap(), "/orders");
+        sub.route = None;
+        sub.routes = Some(Routes {
+            rules: vec![],
+            default: Some("/fallback".into()),
+        });
+        assert_eq!(sub.path().unwrap(), "/fallback");
+        sub.routes = Some(Routes {
+            rules: vec![Rule {
+                matches: "event.type == \"x\"".into(),
+                path: "/x".into(),
+            }],
+            default: Some("/d".into()),
+        });
+        assert!(sub
+            .path()
+            .unwrap_err()
+            .contains("routing rules (CEL) are not supported"));
+        sub.routes = None;
+        assert!(sub.path().unwrap_err().contains("has no route"));
+    }
+
+    #[test]
+    fn wire_bodies_are_pinned() {
+        let failure = BulkPublishFailure {
+            failed_entries: vec![FailedEntry {
+                entry_id: "2".into(),
+                error: "broker error".into(),
+            }],
+            error_code: "ERR_PUBSUB_PUBLISH_MESSAGE".into(),
+        };
+        insta::assert_json_snapshot!("bulk_publish_failure", failure);
+        insta::assert_json_snapshot!(
+            "error_pubsub_not_found",
+            ApiError::pubsub_not_found("nope").body
+        );
+        let subscriptions: Vec<AppSubscription> = serde_json::from_value(json!([
+            {"pubsubname": "p", "topic": "t", "route": "/t"},
+            {"pubsubname": "p", "topic": "b", "routes": {"default": "/b"},
+             "metadata": {"rawPayload": "true"}, "deadLetterTopic": "dead",
+             "bulkSubscribe": {"enabled": true, "maxMessagesCount": 10, "maxAwaitDurationMs": 40}}
+        ]))
+        .unwrap();
+        insta::assert_json_snapshot!("app_subscriptions", subscriptions);
+        let delivery = BulkDelivery {
+            id: "batch-1".into(),
+            event_type: DAPR_EVENT_TYPE.into(),
+            topic: "t".into(),
+            pubsub_name: "p".into(),
+            metadata: BTreeMap::new(),
+            entries: vec![BulkDeliveryEntry {
+                entry_id: "e1".into(),
+                event: json!("AAEC"),
+                content_type: "application/octet-stream".into(),
+                metadata: BTreeMap::from([("k".to_string(), "v".to_string())]),
+            }],
+        };
+        insta::assert_json_snapshot!("bulk_delivery", delivery);
+    }
+}
