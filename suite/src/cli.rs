@@ -151,6 +151,7 @@ enum Command {
     /// sidecar): publish, bulk publish, metadata and health endpoints, and, with
     /// --app-port, the app's subscriptions (GET /dapr/subscribe) delivered to it.
     /// Each component is built from its YAML as given (its broker must be running).
+    #[cfg(feature = "sidecar")]
     Serve {
         /// A directory of component YAML files (each metadata.name is a pubsub name).
         #[arg(long = "components", value_name = "DIR", default_value = "fixtures")]
@@ -196,6 +197,7 @@ fn parse_order(text: &str) -> Result<ProvisionOrder, String> {
     ProvisionKind::parse_order(text).map(ProvisionOrder)
 }
 
+#[cfg(feature = "sidecar")]
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(text)
         .map_err(|e| format!("'{text}' is not a duration such as 30s or 500ms: {e}"))
@@ -263,11 +265,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let verbose = cli.verbose;
     match cli.command {
         // A server logs to the terminal.
+        #[cfg(feature = "sidecar")]
         Command::Serve { .. } => init_logging(true, None)?,
         Command::Certify { .. } | Command::Bench { .. } => {}
         _ => init_logging(verbose, None)?,
     }
     match cli.command {
+        #[cfg(feature = "sidecar")]
         Command::Serve {
             components,
             http_port,

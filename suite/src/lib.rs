@@ -25,6 +25,7 @@ pub mod progress;
 pub mod provision;
 pub mod replay;
 pub mod runner;
+#[cfg(feature = "sidecar")]
 pub mod serve;
 pub mod spans;
 

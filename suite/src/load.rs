@@ -42,6 +42,21 @@ pub struct MachineLoad {
     /// The worst window's stall shares (0 to 1), where the kernel reports them.
     pub cpu_stall: Option<f64>,
     pub io_stall: Option<f64>,
+    /// The windows in which the suite's own tasks were held up (the ticker overshot
+    /// by more than [`LOADED_TICKER_P99_MS`] at worst).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stalls: Vec<HarnessStall>,
+}
+
+/// A window in which the suite's own tasks ran late.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HarnessStall {
+    /// When the window ended.
+    pub end: SystemTime,
+    /// Its length.
+    pub window: Duration,
+    /// The ticker's worst overshoot in it.
+    pub worst: Duration,
 }
 
 impl MachineLoad {
@@ -54,6 +69,7 @@ impl MachineLoad {
         let (mut ticker_p99, mut ticker_max) = (0f64, 0f64);
         let (mut cpu, mut io) = (None::<f64>, None::<f64>);
         let mut windows = 0;
+        let mut stalls = Vec::new();
         for record in &history.records {
             match record {
                 Record::Published {
@@ -76,12 +92,19 @@ impl MachineLoad {
                 }
                 Record::Lag {
                     at,
+                    window_ms,
                     ticker_p99_ms,
                     ticker_max_ms,
                     cpu_stall,
                     io_stall,
-                    ..
                 } => {
+                    if *ticker_max_ms > LOADED_TICKER_P99_MS {
+                        stalls.push(HarnessStall {
+                            end: *at,
+                            window: Duration::from_millis(*window_ms),
+                            worst: Duration::from_secs_f64(ticker_max_ms.max(0.0) / 1000.0),
+                        });
+                    }
                     windows += 1;
                     ticker_p99 = ticker_p99.max(*ticker_p99_ms);
                     ticker_max = ticker_max.max(*ticker_max_ms);
@@ -126,7 +149,26 @@ impl MachineLoad {
             ticker_max_ms: ticker_max,
             cpu_stall: cpu,
             io_stall: io,
+            stalls,
         })
+    }
+
+    /// How long the suite's own tasks were held up around `at`: the ticker's worst
+    /// overshoot in the window holding `at` and the one before it. A delivery the
+    /// suite recorded at `at` may have been recorded that much after it happened (the
+    /// handler ran late), which sparse controls can miss.
+    pub fn harness_lag_at(&self, at: SystemTime) -> Duration {
+        self.stalls
+            .iter()
+            .filter(|stall| {
+                let start = stall.end.checked_sub(stall.window).unwrap_or(stall.end);
+                // The window holding `at`, or the one that ended within a window
+                // before it.
+                start <= at + stall.window && at <= stall.end + stall.window
+            })
+            .map(|stall| stall.worst)
+            .max()
+            .unwrap_or_default()
     }
 
     /// Whether the machine itself showed load: the suite's ticker ran late, or the
@@ -460,6 +502,79 @@ mod tests {
         let idle = MachineLoad::of(&idle).unwrap();
         assert!(!idle.too_busy(Duration::from_millis(300)));
         assert_eq!(idle.allowance(Duration::from_millis(300)), Duration::ZERO);
+    }
+
+    /// A delivered message due at `due` ms, recorded at `delivered` ms.
+    fn delayed(key: &str, due: u64, delivered: u64) -> Vec<Record> {
+        let mut records = control(0, 0, None);
+        if let Record::Published {
+            key: k,
+            due: d,
+            at: a,
+            ..
+        } = &mut records[0]
+        {
+            *k = key.into();
+            *d = Some(at(due));
+            *a = at(0);
+        }
+        records.push(Record::Delivered {
+            key: Some(key.into()),
+            topic: "t".into(),
+            id: MessageId::new("t", None, 1),
+            at: at(delivered),
+            attempt: 1,
+            batch: None,
+            subscriber: "s1".into(),
+            group: None,
+            event_id: None,
+        });
+        records
+    }
+
+    #[test]
+    fn a_delivery_recorded_while_the_suite_stalled_is_late_only_beyond_the_stall() {
+        use crate::checker::{check, Expectation, Timing};
+        let mut expectation =
+            Expectation::delivery(pubsub_components::DeliveryGuarantee::AtLeastOnce);
+        expectation.timing = Some(Timing {
+            early_tolerance: Duration::from_millis(50),
+            late_precision: Duration::from_millis(300),
+        });
+        let stall = |worst_ms: f64| Record::Lag {
+            at: at(1500),
+            window_ms: 500,
+            ticker_p99_ms: worst_ms,
+            ticker_max_ms: worst_ms,
+            cpu_stall: Some(0.9),
+            io_stall: Some(0.0),
+        };
+        // Due at 1000 ms, recorded 120 ms past the precision, in a window where the
+        // suite's ticker ran 200 ms late: the suite's stall explains it.
+        let mut records = delayed("m", 1000, 1420);
+        records.push(stall(200.0));
+        let findings = check(&History { records }, &expectation);
+        assert!(findings.late.is_empty(), "{:?}", findings.late);
+        // No stall then: late.
+        let mut records = delayed("m", 1000, 1420);
+        records.push(stall(5.0));
+        let findings = check(&History { records }, &expectation);
+        assert_eq!(findings.late.len(), 1, "{:?}", findings.late);
+        // Late by more than the precision plus the stall (twice the precision, as
+        // the faulty DeliversLate is): late, naming the stall.
+        let mut records = delayed("m", 1000, 1000 + 300 + 200 + 150);
+        records.push(stall(200.0));
+        let findings = check(&History { records }, &expectation);
+        assert!(
+            findings.late.len() == 1 && findings.late[0].contains("the suite itself stalled"),
+            "{:?}",
+            findings.late
+        );
+        // A stall in a window far from the delivery explains nothing.
+        let mut records = delayed("m", 3000, 3420);
+        records.push(stall(200.0));
+        let findings = check(&History { records }, &expectation);
+        assert_eq!(findings.late.len(), 1, "{:?}", findings.late);
     }
 
     #[test]
