@@ -332,14 +332,21 @@ fn served<'a>(state: &'a ApiState, pubsub: &str) -> Result<&'a ServedComponent, 
         .ok_or_else(|| ApiError::pubsub_not_found(pubsub))
 }
 
-fn check_raw_payload(metadata: &Metadata) -> Result<(), ApiError> {
+/// The component a publish names and the request's metadata, or the documented error
+/// (an unknown pubsub, a `rawPayload` that is neither true nor false).
+fn request_target<'a>(
+    state: &'a ApiState,
+    pubsub: &str,
+    query: Option<&str>,
+) -> Result<(&'a ServedComponent, Metadata), ApiError> {
+    let served = served(state, pubsub)?;
+    let metadata = query_metadata(query);
     let map: BTreeMap<String, String> = metadata
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    flag(&map, "rawPayload")
-        .map(drop)
-        .map_err(ApiError::request_metadata)
+    flag(&map, "rawPayload").map_err(ApiError::request_metadata)?;
+    Ok((served, metadata))
 }
 
 /// A publish error as daprd answers it: a request the runtime refuses as malformed
@@ -362,14 +369,10 @@ async fn publish(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let served = match served(&state, &pubsub) {
-        Ok(served) => served,
+    let (served, metadata) = match request_target(&state, &pubsub, query.as_deref()) {
+        Ok(target) => target,
         Err(e) => return error_response(e),
     };
-    let metadata = query_metadata(query.as_deref());
-    if let Err(e) = check_raw_payload(&metadata) {
-        return error_response(e);
-    }
     // Unless specified, Dapr assumes text/plain (the API reference).
     let content_type = headers
         .get(axum::http::header::CONTENT_TYPE)
@@ -398,14 +401,10 @@ async fn bulk_publish(
     RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Response {
-    let served = match served(&state, &pubsub) {
-        Ok(served) => served,
+    let (served, metadata) = match request_target(&state, &pubsub, query.as_deref()) {
+        Ok(target) => target,
         Err(e) => return error_response(e),
     };
-    let metadata = query_metadata(query.as_deref());
-    if let Err(e) = check_raw_payload(&metadata) {
-        return error_response(e);
-    }
     let wire_entries: Vec<wire::BulkPublishEntry> = match serde_json::from_slice(&body) {
         Ok(entries) => entries,
         Err(e) => return error_response(ApiError::unmarshal_events(&pubsub, &topic, e)),
