@@ -29,11 +29,8 @@ pub struct Route {
 pub fn cloud_event(event: &Event, route: &Route) -> Value {
     match (&event.cloud_event, route.raw_payload) {
         (Some(envelope), false) => envelope.clone(),
-        (envelope, _) => {
-            let bytes = match envelope {
-                Some(envelope) => serde_json::to_vec(envelope).unwrap_or_default(),
-                None => event.data.clone(),
-            };
+        _ => {
+            let bytes = raw_bytes(event);
             json!({
                 "specversion": "1.0",
                 "id": event.id,
@@ -45,6 +42,14 @@ pub fn cloud_event(event: &Event, route: &Route) -> Value {
                 "data_base64": base64::engine::general_purpose::STANDARD.encode(bytes),
             })
         }
+    }
+}
+
+/// The bytes of `event` as the broker carried them: its envelope, or the raw payload.
+fn raw_bytes(event: &Event) -> Vec<u8> {
+    match &event.cloud_event {
+        Some(envelope) => serde_json::to_vec(envelope).unwrap_or_default(),
+        None => event.data.clone(),
     }
 }
 
@@ -95,12 +100,10 @@ pub fn bulk_body(batch: &Batch, route: &Route) -> BulkDelivery {
         .iter()
         .map(|entry| {
             let (event, content_type) = if route.raw_payload {
-                let bytes = match &entry.event.cloud_event {
-                    Some(envelope) => serde_json::to_vec(envelope).unwrap_or_default(),
-                    None => entry.event.data.clone(),
-                };
                 (
-                    Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
+                    Value::String(
+                        base64::engine::general_purpose::STANDARD.encode(raw_bytes(&entry.event)),
+                    ),
                     "application/octet-stream".to_string(),
                 )
             } else {

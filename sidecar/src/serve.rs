@@ -250,14 +250,11 @@ fn apply_subscription_metadata(
     Ok(())
 }
 
-/// A boolean metadata value (`true`/`false`, any case; absent is false).
+/// A boolean metadata value, as the runtime reads one (absent is false).
 fn flag(metadata: &BTreeMap<String, String>, key: &str) -> Result<bool, String> {
-    match metadata.get(key).map(|v| v.trim().to_ascii_lowercase()) {
-        None => Ok(false),
-        Some(v) if v == "true" || v == "1" => Ok(true),
-        Some(v) if v == "false" || v == "0" || v.is_empty() => Ok(false),
-        Some(v) => Err(format!("{key} '{v}' is not true or false")),
-    }
+    metadata.get(key).map_or(Ok(false), |value| {
+        pubsub_components::runtime::controls::parse_bool(key, value).map_err(|e| e.to_string())
+    })
 }
 
 fn router(state: Arc<ApiState>, options: &ServeOptions) -> Router {

@@ -189,12 +189,7 @@ pub fn event_bytes(event: &serde_json::Value, content_type: &str) -> Result<Vec<
 /// The content type without parameters, lowercased (`Text/Plain; charset=utf-8` ->
 /// `text/plain`).
 pub fn essence(content_type: &str) -> String {
-    content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase()
+    pubsub_components::runtime::envelope::essence(content_type).to_ascii_lowercase()
 }
 
 fn is_binary(essence: &str) -> bool {

@@ -23,7 +23,7 @@ pub struct EnvelopeFields<'a> {
 }
 
 /// A content type without its parameters (`text/plain; charset=utf-8` -> `text/plain`).
-fn essence(content_type: &str) -> &str {
+pub fn essence(content_type: &str) -> &str {
     content_type.split(';').next().unwrap_or("").trim()
 }
 
