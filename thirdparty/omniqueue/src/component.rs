@@ -15,6 +15,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+/// The shortest wait handed to omniqueue's receive_all: its Redis backend reads a
+/// zero deadline as "wait for ever".
+const MIN_RECEIVE_WAIT: Duration = Duration::from_millis(1);
+
 /// omniqueue over one backend.
 pub struct OmniqueueComponent {
     backend: Backend,
@@ -338,6 +342,12 @@ impl OmniqueueConsumer {
     /// until it is settled and counted as an attempt.
     async fn receive_all(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
         self.check_open()?;
+        // omniqueue's Redis receive_all sends its deadline in whole milliseconds as
+        // XREADGROUP BLOCK, and BLOCK 0 waits for ever (tests/repro.rs
+        // redis_receive_all_with_a_zero_deadline_waits_for_ever): a wait under a
+        // millisecond ("what is there now") blocked the subscriber, and the delayed
+        // messages the runtime held were never released.
+        let wait = wait.max(MIN_RECEIVE_WAIT);
         let deliveries = match &self.source {
             Source::Own { backend, consumer } => {
                 self.receive_from(consumer, Some(backend), max, wait)
