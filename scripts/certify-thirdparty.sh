@@ -13,7 +13,7 @@ for crate in thirdparty/*/; do
     [ -f "$crate/Cargo.toml" ] || continue
     name="$(basename "$crate")"
     out="$root/reports/thirdparty-$name"
-    (cd "$crate" && CARGO_TARGET_DIR="$root/target" cargo run --release --locked -- \
+    (cd "$crate" && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" cargo run --release --locked -- \
         certify --fixtures fixtures --out "$out" "$@") || status=$?
     [ -f "$out/report.json" ] && inputs+=("$out/report.json")
 done

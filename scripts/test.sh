@@ -25,6 +25,6 @@ fi
 for crate in thirdparty/*/ examples/*/; do
     [ -f "$crate/Cargo.toml" ] || continue
     echo "== $crate"
-    (cd "$crate" && CARGO_TARGET_DIR="$root/target" cargo nextest run --locked --no-fail-fast "$@") || status=$?
+    (cd "$crate" && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" cargo nextest run --locked --no-fail-fast "$@") || status=$?
 done
 exit "$status"
