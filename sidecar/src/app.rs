@@ -80,7 +80,7 @@ impl AppChannel {
         })
     }
 
-    /// POSTs `body` to the app's `path`; an `Err` is a transport failure (refused,
+    /// POSTs `body` to the app's `path` with the message's `metadata` as headers; an `Err` is a transport failure (refused,
     /// reset, timed out) naming it.
     pub async fn post(
         &self,
@@ -88,10 +88,22 @@ impl AppChannel {
         body: Vec<u8>,
         content_type: &str,
         traceparent: Option<&str>,
+        metadata: &pubsub_components::Metadata,
     ) -> Result<AppResponse, String> {
-        let mut request = self
-            .client
-            .post(format!("{}{path}", self.base))
+        let mut request = self.client.post(format!("{}{path}", self.base));
+        // The message's metadata as headers, as daprd adds them
+        // (WithCustomHTTPMetadata); a key or value no header can carry is left out.
+        for (key, value) in metadata {
+            let name = reqwest::header::HeaderName::from_bytes(key.as_bytes());
+            let value = reqwest::header::HeaderValue::from_bytes(value.as_bytes());
+            match (name, value) {
+                (Ok(name), Ok(value)) if name != reqwest::header::CONTENT_LENGTH => {
+                    request = request.header(name, value)
+                }
+                _ => tracing::debug!(%key, "metadata that no header can carry"),
+            }
+        }
+        let mut request = request
             .header(reqwest::header::CONTENT_TYPE, content_type)
             .body(body);
         if let Some(traceparent) = traceparent {

@@ -71,6 +71,7 @@ impl MessageHandler for SingleDelivery {
                 body,
                 CLOUD_EVENT_CONTENT_TYPE,
                 event.trace_parent.as_deref(),
+                &event.metadata,
             )
             .await?;
         Ok(match wire::single_answer(answer.status, &answer.body) {
@@ -143,7 +144,13 @@ impl BulkHandler for BulkDeliveryHandler {
         let answer = self
             .route
             .app
-            .post(&self.route.path, body, "application/json", None)
+            .post(
+                &self.route.path,
+                body,
+                "application/json",
+                None,
+                &Default::default(),
+            )
             .await?;
         if !(200..300).contains(&answer.status) {
             return Err(format!(

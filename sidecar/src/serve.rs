@@ -416,7 +416,7 @@ async fn bulk_publish(
                 &pubsub,
                 &topic,
                 format!(
-                    "entryId is duplicated or not present for entry {index} ('{}')",
+                    "entryId is duplicated or not present for the entry at index {index} ('{}')",
                     entry.entry_id
                 ),
             ));

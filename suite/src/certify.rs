@@ -121,6 +121,9 @@ pub struct CertifyOptions {
     /// The report directory whose `histories/` keep every attempt's history; `None`
     /// keeps none.
     pub histories: Option<PathBuf>,
+    /// Also certify each component through `serve`, over Dapr's HTTP API, as a row
+    /// of its own beside the in-process one (`--through-serve`).
+    pub through_serve: bool,
 }
 
 impl CertifyOptions {
@@ -157,7 +160,7 @@ pub async fn certify(
             match task.await {
                 Ok(done) => done,
                 Err(e) => (
-                    uniform_report(
+                    vec![uniform_report(
                         &definition,
                         &cases,
                         Status::Error,
@@ -168,13 +171,13 @@ pub async fn certify(
                             problem: None,
                         },
                         format!("certifying {name} stopped: {e} (a suite defect)"),
-                    ),
+                    )],
                     Vec::new(),
                 ),
             }
         }
     });
-    let done: Vec<(ComponentReport, Vec<String>)> = futures::stream::iter(runs)
+    let done: Vec<(Vec<ComponentReport>, Vec<String>)> = futures::stream::iter(runs)
         .buffered(options.jobs())
         .collect()
         .await;
@@ -197,21 +200,22 @@ pub async fn certify(
         started_at,
         finished_at: now_text(),
         machine: machine(),
-        components: done.into_iter().map(|(report, _)| report).collect(),
+        components: done.into_iter().flat_map(|(reports, _)| reports).collect(),
         conflicts: Vec::new(),
         bench: Vec::new(),
         baseline: None,
     }
 }
 
-/// Provisions one component's broker, runs the cases and shuts the broker down;
-/// also gives what is still running after the shutdown.
+/// Provisions one component's broker, runs the cases (in process, and through
+/// `serve` when asked) and shuts the broker down; also gives what is still running
+/// after the shutdown.
 async fn certify_component(
     definition: &ComponentDefinition,
     cases: &[&'static Case],
     options: &CertifyOptions,
     progress: &Progress,
-) -> (ComponentReport, Vec<String>) {
+) -> (Vec<ComponentReport>, Vec<String>) {
     let name = definition.name.as_str();
     let order = match &options.provision {
         Some(kinds) => provision::order_for(&definition.component_type, Some(kinds)),
@@ -229,7 +233,7 @@ async fn certify_component(
         Err(reasons) => {
             let report = not_provisioned(definition, cases, &reasons);
             progress(name, &format!("{name}: NOT PROVISIONED"));
-            return (report, Vec::new());
+            return (vec![report], Vec::new());
         }
     };
     let broker_version = provisioned.component.broker_version().await.ok();
@@ -249,11 +253,34 @@ async fn certify_component(
         definition,
         provisioning.broker_version.clone(),
         &provisioned,
+        Runtime::new(definition.name.clone(), provisioned.component.clone()),
         cases,
         options,
         progress,
     )
     .await;
+    progress(name, &format!("{name}: done: {}", tally(&results)));
+    #[cfg_attr(not(feature = "sidecar"), allow(unused_mut))]
+    let mut reports = vec![component_report(
+        definition,
+        provisioned.component.as_ref(),
+        provisioning.clone(),
+        results,
+    )];
+    #[cfg(feature = "sidecar")]
+    if options.through_serve {
+        reports.push(
+            certify_through_serve(
+                definition,
+                &provisioned,
+                provisioning,
+                cases,
+                options,
+                progress,
+            )
+            .await,
+        );
+    }
     let mut left = Vec::new();
     if let Some(broker) = &provisioned.broker {
         broker.shutdown().await;
@@ -261,14 +288,63 @@ async fn certify_component(
             left.push(still);
         }
     }
-    progress(name, &format!("{name}: done: {}", tally(&results)));
-    let report = component_report(
-        definition,
-        provisioned.component.as_ref(),
-        provisioning,
-        results,
+    (reports, left)
+}
+
+/// The component's row through `serve`: the same cases over Dapr's HTTP API, on the
+/// same broker, named `<component> via serve`.
+#[cfg(feature = "sidecar")]
+async fn certify_through_serve(
+    definition: &ComponentDefinition,
+    provisioned: &provision::Provisioned,
+    provisioning: Provisioning,
+    cases: &[&'static Case],
+    options: &CertifyOptions,
+    progress: &Progress,
+) -> ComponentReport {
+    let mut row = definition.clone();
+    row.name = format!("{}{}", definition.name, crate::through_serve::ROW_SUFFIX);
+    let name = row.name.clone();
+    progress(
+        &name,
+        &format!("{name}: starting serve in front of {}", definition.name),
     );
-    (report, left)
+    let (runtime, target) = match crate::through_serve::runtime(
+        definition,
+        provisioned.component.clone(),
+        provisioning.broker_version.clone(),
+    )
+    .await
+    {
+        Ok(started) => started,
+        Err(e) => {
+            return uniform_report(
+                &row,
+                cases,
+                Status::Error,
+                provisioning,
+                format!(
+                    "serve could not be started in front of {}: {e:#}",
+                    definition.name
+                ),
+            )
+        }
+    };
+    let description = runtime.component().clone();
+    // The row's own name: its progress lines, histories and expectations are its own.
+    let results = run_cases(
+        &row,
+        provisioning.broker_version.clone(),
+        provisioned,
+        runtime,
+        cases,
+        options,
+        progress,
+    )
+    .await;
+    target.stop().await;
+    progress(&name, &format!("{name}: done: {}", tally(&results)));
+    component_report(&row, description.as_ref(), provisioning, results)
 }
 
 /// The runtime the next case of a component runs on: replaced after a broker
@@ -426,6 +502,7 @@ async fn run_cases(
     definition: &ComponentDefinition,
     broker_version: Option<String>,
     provisioned: &provision::Provisioned,
+    runtime: Runtime,
     cases: &[&'static Case],
     options: &CertifyOptions,
     progress: &Progress,
@@ -439,7 +516,7 @@ async fn run_cases(
         options: options.clone(),
         progress: progress.clone(),
         state: tokio::sync::Mutex::new(LaneState {
-            runtime: Runtime::new(definition.name.clone(), provisioned.component.clone()),
+            runtime: runtime.clone(),
             restarted_after: None,
         }),
         done: AtomicUsize::new(0),
@@ -469,6 +546,16 @@ async fn run_cases(
     };
     let mut controlled: Option<Result<Controlled, String>> = None;
     for (index, case) in in_lane(cases, Lane::Exclusive) {
+        if runtime.is_remote() {
+            let mut cell = errored(
+                case,
+                "not run through serve: certification and fault cases restart or fault the broker and rebuild the component under the sidecar, which the sidecar target does not drive yet".to_string(),
+            );
+            cell.status = Status::NotProvisioned;
+            run.finished(case, &cell);
+            results.push((index, cell));
+            continue;
+        }
         let wants_control =
             !case.injects.is_empty() && options.provision.is_none() && why_control.is_some();
         if wants_control {

@@ -65,6 +65,11 @@ enum Command {
         /// (PASS only when all did; FLAKY when some did): flake rates, measured.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
         repeat: u32,
+        /// Also certify each component through `serve`, over Dapr's HTTP API: a row
+        /// `<component> via serve` beside the in-process one, on the same broker.
+        #[cfg(feature = "sidecar")]
+        #[arg(long)]
+        through_serve: bool,
         /// Seed for generated inputs (default: derived from each case id).
         #[arg(long)]
         seed: Option<u64>,
@@ -337,6 +342,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             fixtures,
             retries,
             repeat,
+            #[cfg(feature = "sidecar")]
+            through_serve,
             seed,
             provision,
             restart_broker,
@@ -373,6 +380,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 jobs: usize::from(jobs),
                 repeat,
                 histories: Some(out.clone()),
+                #[cfg(feature = "sidecar")]
+                through_serve,
+                #[cfg(not(feature = "sidecar"))]
+                through_serve: false,
             };
             init_logging(verbose, Some(&out))?;
             // Histories of an earlier run in the same directory would be judged as

@@ -28,6 +28,8 @@ pub mod runner;
 #[cfg(feature = "sidecar")]
 pub mod serve;
 pub mod spans;
+#[cfg(feature = "sidecar")]
+pub mod through_serve;
 
 pub use pubsub_components as components;
 pub use pubsub_reports as reports;

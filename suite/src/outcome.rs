@@ -132,7 +132,15 @@ pub trait Context<T> {
 
 impl<T> Context<T> for Result<T, PubSubError> {
     fn doing(self, doing: &str) -> Result<T, CaseError> {
-        self.map_err(|e| CaseError::Component(format!("{doing}: {e}")))
+        self.map_err(|e| match &e {
+            // A remote runtime's API cannot express what the case asks: not applicable.
+            PubSubError::Unsupported { component, .. }
+                if component == pubsub_components::runtime::BEYOND_REMOTE_API =>
+            {
+                CaseError::CannotProvoke(format!("{doing}: {e}"))
+            }
+            _ => CaseError::Component(format!("{doing}: {e}")),
+        })
     }
 }
 

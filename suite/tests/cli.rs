@@ -655,3 +655,53 @@ fn repeat_reports_passes_out_of_n() {
         "one saved attempt per run"
     );
 }
+
+/// `--through-serve`: the component's cases again over Dapr's HTTP API, through
+/// `serve` on the same broker, as a row of its own beside the in-process one; what
+/// the API cannot express is UNSUPPORTED with the reason, and the cases that fault
+/// the broker are not run, saying why.
+#[test]
+fn through_serve_certifies_a_second_row_over_http() {
+    let out = temp_dir("through-serve");
+    let output = cli()
+        .args([
+            "certify",
+            "--component",
+            "memory",
+            "--case",
+            "{publish.delivery,retry.redelivery,dead-letter.drop,bulk-subscribe.statuses,multi-topic.seek,certification.backlog}",
+            "--through-serve",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report = read(&out.join("report.json"));
+    let names: Vec<&str> = report.components.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["memory", "memory via serve"], "{stderr}");
+    let row = &report.components[1];
+    let status = |id: &str| {
+        let cell = row.cases.iter().find(|c| c.id == id).unwrap();
+        (cell.status.label(), cell.evidence.notes.join(" | "))
+    };
+    for id in [
+        "publish.delivery",
+        "retry.redelivery",
+        "dead-letter.drop",
+        "bulk-subscribe.statuses",
+    ] {
+        assert_eq!(status(id).0, "PASS", "{id} through serve: {:?}", status(id));
+    }
+    let (seek, why) = status("multi-topic.seek");
+    assert_eq!(seek, "UNSUPPORTED", "{why}");
+    let (backlog, why) = status("certification.backlog");
+    assert_eq!(backlog, "NOT PROVISIONED");
+    assert!(why.contains("not run through serve"), "{why}");
+    assert!(
+        out.join("histories/memory via serve/publish.delivery.jsonl")
+            .exists(),
+        "the row keeps its own histories"
+    );
+    assert!(output.status.success(), "{stderr}");
+}

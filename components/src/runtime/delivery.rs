@@ -35,6 +35,15 @@ pub struct SubscriptionHandle {
 }
 
 impl SubscriptionHandle {
+    /// A handle over `task`, which ends its subscription once `stop` says true (a
+    /// [`super::RemoteRuntime`]'s subscription).
+    pub fn new(stop: watch::Sender<bool>, task: JoinHandle<()>) -> Self {
+        SubscriptionHandle {
+            stop,
+            task: Some(task),
+        }
+    }
+
     /// Stops delivery, waits (bounded) for the handler call under way, and leaves the
     /// group, so unacknowledged messages go back to the broker.
     pub async fn stop(mut self) {

@@ -12,10 +12,12 @@ pub mod carrier;
 pub mod controls;
 mod delivery;
 pub mod envelope;
+mod remote;
 pub mod trace;
 mod types;
 
 pub use delivery::{to_event, SubscriptionHandle};
+pub use remote::{RemoteRuntime, BEYOND_REMOTE_API};
 pub use types::*;
 
 use crate::capability::{Capabilities, Feature, Support};
@@ -58,6 +60,8 @@ pub struct Runtime {
     /// The group of each topic, for a component without fan-out (one group per
     /// topic); empty otherwise.
     groups: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
+    /// Where publish and subscribe go when the runtime is answered elsewhere.
+    remote: Option<Arc<dyn RemoteRuntime>>,
 }
 
 /// The moment a publish call prepares its messages, with its RFC 3339 text (the
@@ -96,7 +100,32 @@ impl Runtime {
             capabilities,
             options,
             groups: Arc::default(),
+            remote: None,
         }
+    }
+
+    /// A runtime answered by `remote`, known to applications as pub/sub `name`:
+    /// publish, bulk publish and subscribe go to it as they are. `description`
+    /// declares what it offers (capabilities, bounds, kind, broker version); its
+    /// other methods are the remote's and are not called through this runtime.
+    pub fn remote(
+        name: impl Into<String>,
+        description: Arc<dyn Component>,
+        remote: Arc<dyn RemoteRuntime>,
+    ) -> Self {
+        Runtime {
+            name: name.into(),
+            capabilities: description.capabilities(),
+            component: description,
+            options: RuntimeOptions::default(),
+            groups: Arc::default(),
+            remote: Some(remote),
+        }
+    }
+
+    /// Whether publish and subscribe are answered elsewhere ([`Runtime::remote`]).
+    pub fn is_remote(&self) -> bool {
+        self.remote.is_some()
     }
 
     /// The pub/sub name.
@@ -136,6 +165,9 @@ impl Runtime {
 
     /// Publishes one message.
     pub async fn publish(&self, request: PublishRequest) -> Result<MessageId> {
+        if let Some(remote) = &self.remote {
+            return remote.publish(request).await;
+        }
         let message = self.wire_message(request)?;
         self.component.publish(message).await
     }
@@ -264,6 +296,9 @@ impl Runtime {
 
     /// Publishes a bulk request; see [`BulkPublishRequest`] and CONTRACT.md section 2.
     pub async fn bulk_publish(&self, request: BulkPublishRequest) -> Result<BulkPublishResponse> {
+        if let Some(remote) = &self.remote {
+            return remote.bulk_publish(request).await;
+        }
         bulk::publish(self, request).await
     }
 
@@ -273,6 +308,9 @@ impl Runtime {
         subscription: Subscription,
         handler: Handler,
     ) -> Result<SubscriptionHandle> {
+        if let Some(remote) = &self.remote {
+            return remote.subscribe(subscription, handler).await;
+        }
         self.validate_subscription(&subscription, &handler)?;
         let spec = self.consumer_spec(&subscription);
         let consumer = self.component.consumer(spec).await?;
@@ -289,6 +327,9 @@ impl Runtime {
     /// keep messages for groups that exist (queues, sessions). A no-op where groups
     /// see earlier messages anyway.
     pub async fn create_group(&self, subscription: &Subscription) -> Result<()> {
+        if let Some(remote) = &self.remote {
+            return remote.create_group(subscription).await;
+        }
         self.validate_topics(subscription)?;
         self.component
             .create_group(&self.consumer_spec(subscription))

@@ -1,0 +1,36 @@
+//! A runtime answered elsewhere: the application-facing API served by another
+//! process (a Dapr-compatible sidecar over HTTP), so that what is certified in
+//! process is certified through it, unchanged, by the same cases.
+
+use super::{
+    BulkPublishRequest, BulkPublishResponse, Handler, PublishRequest, Subscription,
+    SubscriptionHandle,
+};
+use crate::error::Result;
+use crate::message::MessageId;
+use async_trait::async_trait;
+
+/// The `component` of a [`crate::PubSubError::Unsupported`] that says the remote
+/// runtime's API has no words for what was asked, not that the component lacks it.
+pub const BEYOND_REMOTE_API: &str = "remote-api";
+
+/// The application-facing pub/sub API of a runtime the suite does not run itself.
+/// Requests go to it as they are: validating them is the remote runtime's job, and
+/// part of what is certified.
+#[async_trait]
+pub trait RemoteRuntime: Send + Sync {
+    /// Publishes one message.
+    async fn publish(&self, request: PublishRequest) -> Result<MessageId>;
+    /// Publishes a bulk request, answering its failed entries.
+    async fn bulk_publish(&self, request: BulkPublishRequest) -> Result<BulkPublishResponse>;
+    /// Starts delivering `subscription` to `handler`; ready once the remote runtime
+    /// has taken the subscription.
+    async fn subscribe(
+        &self,
+        subscription: Subscription,
+        handler: Handler,
+    ) -> Result<SubscriptionHandle>;
+    /// Makes the subscription's group keep messages from now on, ahead of its first
+    /// subscriber, where the remote API can express that.
+    async fn create_group(&self, subscription: &Subscription) -> Result<()>;
+}

@@ -1,0 +1,172 @@
+//! How the sidecar target gets a sidecar for each app it runs: `serve` in this
+//! process, or any sidecar started from a command line with placeholders. One
+//! sidecar serves one app, as in a deployment: its app id is the app's consumer
+//! group, and two members of a group are two apps with two sidecars.
+
+use crate::app::AppChannel;
+use crate::serve::{ServeOptions, ServedComponent, Sidecar};
+use async_trait::async_trait;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Starts sidecars for the suite's apps.
+#[async_trait]
+pub trait Launcher: Send + Sync {
+    /// Starts a sidecar with app id `app_id` for the app listening on `app_port`.
+    /// Returns once its API answers; the caller waits for it to read the app's
+    /// subscriptions.
+    async fn launch(&self, app_id: &str, app_port: u16) -> anyhow::Result<Box<dyn Launched>>;
+    /// What the sidecars are, for reports (e.g. `serve (in process)`).
+    fn describe(&self) -> String;
+}
+
+/// A sidecar the suite started.
+#[async_trait]
+pub trait Launched: Send + Sync {
+    /// Its API's address, e.g. `http://127.0.0.1:3500`.
+    fn base(&self) -> String;
+    /// Stops it; messages it had not settled go back to the broker.
+    async fn stop(self: Box<Self>);
+}
+
+/// `serve` in this process over the given components.
+pub struct ServeLauncher {
+    pub components: BTreeMap<String, ServedComponent>,
+    /// How long the app may take to answer a delivery.
+    pub app_timeout: Duration,
+}
+
+#[async_trait]
+impl Launcher for ServeLauncher {
+    async fn launch(&self, app_id: &str, app_port: u16) -> anyhow::Result<Box<dyn Launched>> {
+        let app = AppChannel::new(format!("http://127.0.0.1:{app_port}"), self.app_timeout)?;
+        let sidecar = Sidecar::start(
+            self.components.clone(),
+            ServeOptions {
+                app: Some(app),
+                app_id: app_id.to_string(),
+                ..ServeOptions::default()
+            },
+        )
+        .await?;
+        Ok(Box::new(sidecar))
+    }
+
+    fn describe(&self) -> String {
+        "serve (in process)".to_string()
+    }
+}
+
+#[async_trait]
+impl Launched for Sidecar {
+    fn base(&self) -> String {
+        format!("http://{}", self.address())
+    }
+
+    async fn stop(self: Box<Self>) {
+        Sidecar::stop(*self).await;
+    }
+}
+
+/// A sidecar started from a command line run by `sh -c`, with `{app_port}`,
+/// `{http_port}` and `{app_id}` replaced (e.g. `daprd --app-id {app_id} --app-port
+/// {app_port} --dapr-http-port {http_port} --resources-path ./components`).
+pub struct CommandLauncher {
+    pub template: String,
+    /// How long the sidecar may take until `GET /v1.0/healthz` answers 2xx.
+    pub ready_within: Duration,
+}
+
+impl CommandLauncher {
+    /// The command line for one sidecar.
+    pub fn command_line(&self, app_id: &str, app_port: u16, http_port: u16) -> String {
+        self.template
+            .replace("{app_port}", &app_port.to_string())
+            .replace("{http_port}", &http_port.to_string())
+            .replace("{app_id}", app_id)
+    }
+}
+
+/// A sidecar process the suite started.
+struct CommandSidecar {
+    base: String,
+    child: tokio::process::Child,
+}
+
+#[async_trait]
+impl Launcher for CommandLauncher {
+    async fn launch(&self, app_id: &str, app_port: u16) -> anyhow::Result<Box<dyn Launched>> {
+        let http_port = free_port()?;
+        let line = self.command_line(app_id, app_port, http_port);
+        let mut child = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec {line}"))
+            .kill_on_drop(true)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot start the sidecar `{line}`: {e}"))?;
+        let base = format!("http://127.0.0.1:{http_port}");
+        let health = format!("{base}/v1.0/healthz");
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()?;
+        let deadline = Instant::now() + self.ready_within;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                anyhow::bail!(
+                    "the sidecar `{line}` exited with {status} before it answered {health}"
+                );
+            }
+            if let Ok(answer) = client.get(&health).send().await {
+                if answer.status().is_success() {
+                    break;
+                }
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill().await;
+                anyhow::bail!(
+                    "the sidecar `{line}` did not answer {health} within {:?}",
+                    self.ready_within
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Box::new(CommandSidecar { base, child }))
+    }
+
+    fn describe(&self) -> String {
+        format!("`{}`", self.template)
+    }
+}
+
+#[async_trait]
+impl Launched for CommandSidecar {
+    fn base(&self) -> String {
+        self.base.clone()
+    }
+
+    /// SIGTERM, so that the sidecar leaves its groups; killed if it has not exited
+    /// within 10 s.
+    async fn stop(mut self: Box<Self>) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status();
+        }
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// A port free on loopback now.
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|e| anyhow::anyhow!("cannot find a free port for the sidecar: {e}"))?;
+    Ok(listener.local_addr()?.port())
+}

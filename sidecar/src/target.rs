@@ -1,0 +1,223 @@
+//! The sidecar target: the runtime API answered by sidecars over HTTP, for the
+//! suite's cases to run through unchanged. Publishing goes through one sidecar;
+//! each subscription is an app of the suite's with a sidecar of its own, started
+//! for it (its app id is the subscription's group) and stopped when it ends.
+
+use crate::client::SidecarClient;
+use crate::launch::{Launched, Launcher};
+use crate::subscriber::{declaration, SubscriberApp};
+use async_trait::async_trait;
+use pubsub_components::runtime::{
+    BulkPublishRequest, BulkPublishResponse, Handler, PublishRequest, RemoteRuntime, Subscription,
+    SubscriptionHandle, BEYOND_REMOTE_API,
+};
+use pubsub_components::{
+    Capabilities, Component, Consumer, ConsumerSpec, MessageId, OutgoingMessage, PubSubError,
+    Result, Support,
+};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{watch, Mutex};
+
+/// The app id of the sidecar that only publishes.
+const PUBLISHER_APP_ID: &str = "pcs-publisher";
+
+/// Sidecars started by `launcher`, addressed as pub/sub `pubsub`.
+pub struct SidecarTarget {
+    launcher: Arc<dyn Launcher>,
+    pubsub: String,
+    /// How long a sidecar may take to read its app's subscriptions.
+    discovery_within: Duration,
+    publisher: SidecarClient,
+    /// The publishing sidecar and its app (which declares nothing).
+    publishing: Mutex<Option<(Box<dyn Launched>, SubscriberApp)>>,
+}
+
+impl SidecarTarget {
+    /// Starts the publishing sidecar.
+    pub async fn start(
+        launcher: Arc<dyn Launcher>,
+        pubsub: &str,
+        discovery_within: Duration,
+    ) -> anyhow::Result<SidecarTarget> {
+        let app = SubscriberApp::start(Vec::new(), None).await?;
+        let sidecar = launcher.launch(PUBLISHER_APP_ID, app.port()).await?;
+        let publisher = SidecarClient::new(sidecar.base(), pubsub, None, Duration::from_secs(60))?;
+        Ok(SidecarTarget {
+            launcher,
+            pubsub: pubsub.to_string(),
+            discovery_within,
+            publisher,
+            publishing: Mutex::new(Some((sidecar, app))),
+        })
+    }
+
+    /// Stops the publishing sidecar (subscriptions stop with their handles).
+    pub async fn stop(&self) {
+        if let Some((sidecar, app)) = self.publishing.lock().await.take() {
+            sidecar.stop().await;
+            app.stop().await;
+        }
+    }
+}
+
+#[async_trait]
+impl RemoteRuntime for SidecarTarget {
+    async fn publish(&self, request: PublishRequest) -> Result<MessageId> {
+        self.publisher.publish(request).await
+    }
+
+    async fn bulk_publish(&self, request: BulkPublishRequest) -> Result<BulkPublishResponse> {
+        self.publisher.bulk_publish(request).await
+    }
+
+    async fn subscribe(
+        &self,
+        subscription: Subscription,
+        handler: Handler,
+    ) -> Result<SubscriptionHandle> {
+        let bulk = matches!(handler, Handler::Bulk(_));
+        let declared = declaration(&self.pubsub, &subscription, bulk).map_err(|feature| {
+            PubSubError::Unsupported {
+                component: BEYOND_REMOTE_API.into(),
+                feature,
+            }
+        })?;
+        let failed = |what: &str, e: anyhow::Error| PubSubError::Broker {
+            context: format!("{what} for {}", subscription.topics.describe()),
+            message: format!("{e:#}"),
+        };
+        let app = SubscriberApp::start(vec![declared], Some(handler))
+            .await
+            .map_err(|e| failed("starting the suite's app", e))?;
+        let sidecar = match self.launcher.launch(&subscription.group, app.port()).await {
+            Ok(sidecar) => sidecar,
+            Err(e) => {
+                app.stop().await;
+                return Err(failed("starting a sidecar", e));
+            }
+        };
+        if tokio::time::timeout(self.discovery_within, app.discovered())
+            .await
+            .is_err()
+        {
+            sidecar.stop().await;
+            app.stop().await;
+            return Err(PubSubError::Timeout {
+                after: self.discovery_within,
+                what: format!(
+                    "waiting for the sidecar at {} to read GET /dapr/subscribe",
+                    self.launcher.describe()
+                ),
+            });
+        }
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+            sidecar.stop().await;
+            app.stop().await;
+        });
+        Ok(SubscriptionHandle::new(stop, task))
+    }
+
+    /// Dapr's HTTP API has no call that creates a group: a group exists once an app
+    /// with that id has subscribed. So an app declaring the subscription (answering
+    /// any delivery with RETRY) is started with its sidecar, and both stop once the
+    /// sidecar has read the subscription.
+    async fn create_group(&self, subscription: &Subscription) -> Result<()> {
+        let declared = declaration(&self.pubsub, subscription, false).map_err(|feature| {
+            PubSubError::Unsupported {
+                component: BEYOND_REMOTE_API.into(),
+                feature,
+            }
+        })?;
+        let failed = |what: &str, e: anyhow::Error| PubSubError::Broker {
+            context: format!("{what} to create group {}", subscription.group),
+            message: format!("{e:#}"),
+        };
+        let app = SubscriberApp::start(vec![declared], None)
+            .await
+            .map_err(|e| failed("starting the suite's app", e))?;
+        let sidecar = match self.launcher.launch(&subscription.group, app.port()).await {
+            Ok(sidecar) => sidecar,
+            Err(e) => {
+                app.stop().await;
+                return Err(failed("starting a sidecar", e));
+            }
+        };
+        let read = tokio::time::timeout(self.discovery_within, app.discovered()).await;
+        sidecar.stop().await;
+        app.stop().await;
+        read.map_err(|_| PubSubError::Timeout {
+            after: self.discovery_within,
+            what: format!(
+                "waiting for the sidecar to read GET /dapr/subscribe to create group {}",
+                subscription.group
+            ),
+        })
+    }
+}
+
+/// What a component offers through Dapr's HTTP API: what the runtime gives it
+/// (emulated features are the sidecar's own, hence native from the wire), without
+/// what the API has no words for (several topics in one subscription, seek,
+/// partition updates).
+pub fn capabilities_over_http(inner: &Capabilities) -> Capabilities {
+    let over = |support: Support| match support {
+        Support::Unsupported => Support::Unsupported,
+        _ => Support::Native,
+    };
+    Capabilities {
+        bulk_publish: over(inner.bulk_publish),
+        bulk_subscribe: over(inner.bulk_subscribe),
+        ttl: over(inner.ttl),
+        dead_letter: over(inner.dead_letter),
+        delayed_delivery: over(inner.delayed_delivery),
+        receiver_delay: over(inner.receiver_delay),
+        multi_topic: false,
+        seek: false,
+        partitions: None,
+        ..inner.clone()
+    }
+}
+
+/// The description of a sidecar target for the suite's runtime: its kind,
+/// capabilities and broker version. It is never asked to publish or consume (the
+/// sidecars do); those calls are refused as not part of the HTTP API.
+pub struct WireDescription {
+    pub kind: String,
+    pub capabilities: Capabilities,
+    pub broker_version: String,
+}
+
+fn not_on_the_wire(what: &str) -> PubSubError {
+    PubSubError::Unsupported {
+        component: BEYOND_REMOTE_API.into(),
+        feature: format!("{what} (not part of Dapr's HTTP API)"),
+    }
+}
+
+#[async_trait]
+impl Component for WireDescription {
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities.clone()
+    }
+
+    async fn broker_version(&self) -> Result<String> {
+        Ok(self.broker_version.clone())
+    }
+
+    async fn publish(&self, _message: OutgoingMessage) -> Result<MessageId> {
+        Err(not_on_the_wire("publishing a broker message directly"))
+    }
+
+    async fn consumer(&self, _spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        Err(not_on_the_wire(
+            "a consumer that receives and settles messages itself",
+        ))
+    }
+}
