@@ -309,9 +309,28 @@ async fn certify_through_serve(
         &name,
         &format!("{name}: starting serve in front of {}", definition.name),
     );
+    // A fresh component: the in-process row's fault cases may have broken the first
+    // one's connections.
+    let component = match &provisioned.broker {
+        Some(broker) => {
+            match pubsub_components::registry::build(definition, Some(&broker.endpoint())).await {
+                Ok(component) => component,
+                Err(e) => {
+                    return uniform_report(
+                        &row,
+                        cases,
+                        Status::Error,
+                        provisioning,
+                        format!("the component could not be built again for serve: {e}"),
+                    )
+                }
+            }
+        }
+        None => provisioned.component.clone(),
+    };
     let (runtime, target) = match crate::through_serve::runtime(
         definition,
-        provisioned.component.clone(),
+        component,
         provisioning.broker_version.clone(),
     )
     .await
