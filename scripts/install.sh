@@ -138,4 +138,21 @@ if [ -n "$images_pid" ]; then
     ./scripts/images.sh tansu
 fi
 cargo fetch --locked 2>/dev/null || cargo fetch
+
+# Dapr's JavaScript SDK, pinned by sdk/js/package-lock.json, for the tests that drive
+# serve with it (sidecar/tests/sdk_js.rs); Node.js and npm from the machine, or Debian.
+if ! need node || ! need npm; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm
+    else
+        echo "install.sh: please install nodejs and npm (needs root)" >&2
+        exit 1
+    fi
+fi
+if ! cmp -s sdk/js/package-lock.json sdk/js/node_modules/.pcs-installed-lock; then
+    echo "install.sh: installing Dapr's JavaScript SDK (npm ci in sdk/js)"
+    npm ci --silent --no-audit --no-fund --prefix sdk/js
+    cp sdk/js/package-lock.json sdk/js/node_modules/.pcs-installed-lock
+fi
 echo "install.sh: ready"

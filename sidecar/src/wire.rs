@@ -15,8 +15,10 @@ pub const METADATA_PREFIX: &str = "metadata.";
 /// The header carrying the API token when one is configured.
 pub const API_TOKEN_HEADER: &str = "dapr-api-token";
 
-/// One entry of a bulk publish request body (a JSON array of these).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One entry of a bulk publish request body (a JSON array of these). Read as daprd
+/// reads it (Go's encoding/json): a field name matches its key exactly or, failing
+/// that, in any case (`entryID`, which Dapr's JavaScript SDK sends, is `entryId`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BulkPublishEntry {
     /// Unique and non-empty within the request (daprd refuses the request otherwise).
     #[serde(rename = "entryId", default)]
@@ -28,6 +30,47 @@ pub struct BulkPublishEntry {
     pub content_type: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<BTreeMap<String, String>>,
+}
+
+impl<'de> Deserialize<'de> for BulkPublishEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut fields = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        let mut take = |name: &str| -> Option<serde_json::Value> {
+            if let Some(value) = fields.remove(name) {
+                return Some(value);
+            }
+            let key = fields
+                .keys()
+                .find(|k| k.eq_ignore_ascii_case(name))?
+                .clone();
+            fields.remove(&key)
+        };
+        let text = |value: Option<serde_json::Value>, name: &str| match value {
+            None | Some(serde_json::Value::Null) => Ok(String::new()),
+            Some(serde_json::Value::String(text)) => Ok(text),
+            Some(other) => Err(D::Error::custom(format!(
+                "{name} must be a string, not {}",
+                json_kind(&other)
+            ))),
+        };
+        let entry_id = text(take("entryId"), "entryId")?;
+        let content_type = text(take("contentType"), "contentType")?;
+        let event = take("event").ok_or_else(|| D::Error::missing_field("event"))?;
+        let metadata = match take("metadata") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(value) => Some(
+                serde_json::from_value::<BTreeMap<String, String>>(value)
+                    .map_err(|e| D::Error::custom(format!("metadata: {e}")))?,
+            ),
+        };
+        Ok(BulkPublishEntry {
+            entry_id,
+            event,
+            content_type,
+            metadata,
+        })
+    }
 }
 
 /// An entry a bulk publish did not publish.
@@ -374,6 +417,28 @@ pub fn single_answer(status: u16, body: &[u8]) -> AppVerdict {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn entry_fields_match_in_any_case_as_daprd_reads_them() {
+        let entries: Vec<BulkPublishEntry> = serde_json::from_value(json!([
+            {"entryID": "a", "event": "x", "ContentType": "text/plain", "metadata": {"k": "v"}},
+            {"entryId": "b", "entryID": "other", "event": {"n": 1}, "contentType": "application/json"},
+            {"event": "no id"}
+        ]))
+        .unwrap();
+        assert_eq!(entries[0].entry_id, "a");
+        assert_eq!(entries[0].content_type, "text/plain");
+        assert_eq!(entries[0].metadata.as_ref().unwrap()["k"], "v");
+        assert_eq!(entries[1].entry_id, "b", "an exact match wins");
+        assert_eq!(entries[2].entry_id, "");
+        let refused =
+            serde_json::from_value::<Vec<BulkPublishEntry>>(json!([{"entryId": 1, "event": "x"}]))
+                .unwrap_err();
+        assert!(
+            refused.to_string().contains("entryId must be a string"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn events_turn_into_bytes_by_their_content_type() {
