@@ -176,11 +176,17 @@ fn wire_entry(entry: &pubsub_components::runtime::BulkPublishEntry) -> wire::Bul
     let content_type = entry.content_type.clone().unwrap_or_default();
     let essence = wire::essence(&content_type);
     let text = std::str::from_utf8(&entry.event).ok();
+    let string = |text: String| {
+        serde_json::value::to_raw_value(&serde_json::Value::String(text)).expect("a string is JSON")
+    };
     let (event, content_type) = if wire::is_json(&essence) {
-        let value = serde_json::from_slice(&entry.event).unwrap_or_else(|_| {
-            serde_json::Value::String(String::from_utf8_lossy(&entry.event).into_owned())
-        });
-        (value, content_type)
+        // The JSON as the app wrote it, bytes and all.
+        let json = text
+            .filter(|t| serde_json::from_str::<&serde_json::value::RawValue>(t).is_ok())
+            .and_then(|t| serde_json::value::RawValue::from_string(t.trim().to_string()).ok());
+        let event =
+            json.unwrap_or_else(|| string(String::from_utf8_lossy(&entry.event).into_owned()));
+        (event, content_type)
     } else if essence == "application/octet-stream" || text.is_none() {
         let encoded = base64::engine::general_purpose::STANDARD.encode(&entry.event);
         let content_type = if content_type.is_empty() || text.is_none() {
@@ -188,17 +194,14 @@ fn wire_entry(entry: &pubsub_components::runtime::BulkPublishEntry) -> wire::Bul
         } else {
             content_type
         };
-        (serde_json::Value::String(encoded), content_type)
+        (string(encoded), content_type)
     } else {
         let content_type = if content_type.is_empty() {
             "text/plain".to_string()
         } else {
             content_type
         };
-        (
-            serde_json::Value::String(text.unwrap_or_default().to_string()),
-            content_type,
-        )
+        (string(text.unwrap_or_default().to_string()), content_type)
     };
     wire::BulkPublishEntry {
         entry_id: entry.entry_id.clone(),
@@ -283,13 +286,17 @@ mod tests {
                 metadata: Metadata::new(),
             })
         };
-        let json = entry(br#"{"a":1}"#, Some("application/json"));
-        assert_eq!(json.event, serde_json::json!({"a": 1}));
+        let json = entry(br#"{"b": 2, "a": 1}"#, Some("application/json"));
+        assert_eq!(
+            json.event.get(),
+            r#"{"b": 2, "a": 1}"#,
+            "JSON keeps its bytes"
+        );
         let text = entry(b"hello", Some("text/plain"));
-        assert_eq!(text.event, serde_json::json!("hello"));
+        assert_eq!(text.event.get(), r#""hello""#);
         let binary = entry(&[0xff, 0x00], Some("text/plain"));
         assert_eq!(binary.content_type, "application/octet-stream");
-        assert_eq!(binary.event, serde_json::json!("/wA="));
+        assert_eq!(binary.event.get(), r#""/wA=""#);
         let untyped = entry(b"plain", None);
         assert_eq!(untyped.content_type, "text/plain");
     }

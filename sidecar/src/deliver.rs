@@ -10,6 +10,7 @@ use base64::Engine as _;
 use pubsub_components::runtime::{
     Batch, BulkAnswer, BulkHandler, EntryStatus, Event, MessageHandler, Status,
 };
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -45,6 +46,39 @@ pub fn cloud_event(event: &Event, route: &Route) -> Value {
     }
 }
 
+/// The CloudEvent the app receives for `event`, as JSON text: where the event's data
+/// is JSON, the bytes it was published with (the contract: payload bytes survive
+/// publish to delivery unchanged). daprd departs from this: it re-serializes the
+/// event (Go's encoding/json sorts the data's keys and drops its spacing).
+pub fn cloud_event_text(event: &Event, route: &Route) -> String {
+    let value = cloud_event(event, route);
+    let as_written = || serde_json::to_string(&value).unwrap_or_default();
+    let Some(object) = value.as_object().filter(|_| !route.raw_payload) else {
+        return as_written();
+    };
+    let Some(data) = object.get("data").filter(|d| !d.is_string()) else {
+        return as_written();
+    };
+    // The published bytes, where they are that same JSON value.
+    let published = std::str::from_utf8(&event.data)
+        .ok()
+        .filter(|text| serde_json::from_str::<Value>(text).ok().as_ref() == Some(data));
+    let Some(published) = published else {
+        return as_written();
+    };
+    let mut rest = object.clone();
+    rest.remove("data");
+    let mut text = serde_json::to_string(&rest).unwrap_or_default();
+    text.pop();
+    if !rest.is_empty() {
+        text.push(',');
+    }
+    text.push_str("\"data\":");
+    text.push_str(published.trim());
+    text.push('}');
+    text
+}
+
 /// The bytes of `event` as the broker carried them: its envelope, or the raw payload.
 fn raw_bytes(event: &Event) -> Vec<u8> {
     match &event.cloud_event {
@@ -61,8 +95,7 @@ pub struct SingleDelivery {
 #[async_trait]
 impl MessageHandler for SingleDelivery {
     async fn handle(&self, event: Event) -> Result<Status, String> {
-        let body =
-            serde_json::to_vec(&cloud_event(&event, &self.route)).map_err(|e| e.to_string())?;
+        let body = cloud_event_text(&event, &self.route).into_bytes();
         let answer = self
             .route
             .app
@@ -101,15 +134,16 @@ pub fn bulk_body(batch: &Batch, route: &Route) -> BulkDelivery {
         .iter()
         .map(|entry| {
             let (event, content_type) = if route.raw_payload {
+                let encoded =
+                    base64::engine::general_purpose::STANDARD.encode(raw_bytes(&entry.event));
                 (
-                    Value::String(
-                        base64::engine::general_purpose::STANDARD.encode(raw_bytes(&entry.event)),
-                    ),
+                    serde_json::value::to_raw_value(&encoded).expect("a string is JSON"),
                     "application/octet-stream".to_string(),
                 )
             } else {
+                let text = cloud_event_text(&entry.event, route);
                 (
-                    cloud_event(&entry.event, route),
+                    RawValue::from_string(text).expect("the CloudEvent is JSON"),
                     CLOUD_EVENT_CONTENT_TYPE.to_string(),
                 )
             };
@@ -165,5 +199,60 @@ impl BulkHandler for BulkDeliveryHandler {
             tracing::warn!(batch = %batch.id, %warning, "the app's bulk answer");
         }
         Ok(read.statuses)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pubsub_components::MessageId;
+
+    fn event(data: &[u8], envelope: Value) -> Event {
+        Event {
+            id: "1".into(),
+            topic: "t".into(),
+            data: data.to_vec(),
+            content_type: Some("application/json".into()),
+            metadata: Default::default(),
+            message_id: MessageId::new("t", None, 0),
+            attempt: 1,
+            trace_parent: None,
+            cloud_event: Some(envelope),
+            published_at: std::time::SystemTime::now(),
+        }
+    }
+
+    fn route(raw_payload: bool) -> Route {
+        Route {
+            app: AppChannel::new("http://127.0.0.1:1", std::time::Duration::from_secs(1)).unwrap(),
+            pubsub_name: "ps".into(),
+            path: "/r".into(),
+            raw_payload,
+        }
+    }
+
+    #[test]
+    fn json_data_reaches_the_app_in_the_bytes_it_was_published_with() {
+        let published = br#"{"order": "single", "lines": [1, 2]}"#;
+        let envelope = json!({"id": "1", "specversion": "1.0",
+            "data": {"order": "single", "lines": [1, 2]}});
+        let text = cloud_event_text(&event(published, envelope), &route(false));
+        assert!(
+            text.ends_with(r#""data":{"order": "single", "lines": [1, 2]}}"#),
+            "{text}"
+        );
+        let parsed: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed["id"], "1");
+        // Text data stays a string, even when it reads as JSON.
+        let envelope = json!({"id": "2", "data": "123"});
+        let text = cloud_event_text(&event(b"123", envelope), &route(false));
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["data"], "123");
+        // Bytes that are not the envelope's data are never spliced in.
+        let envelope = json!({"id": "3", "data": {"a": 1}});
+        let text = cloud_event_text(&event(br#"{"a": 2}"#, envelope), &route(false));
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).unwrap()["data"],
+            json!({"a": 1})
+        );
     }
 }

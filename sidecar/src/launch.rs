@@ -70,21 +70,34 @@ impl Launched for Sidecar {
 }
 
 /// A sidecar started from a command line run by `sh -c`, with `{app_port}`,
-/// `{http_port}` and `{app_id}` replaced (e.g. `daprd --app-id {app_id} --app-port
+/// `{http_port}`, `{app_id}` and each `{free_port}` replaced (e.g. `daprd --app-id {app_id} --app-port
 /// {app_port} --dapr-http-port {http_port} --resources-path ./components`).
 pub struct CommandLauncher {
     pub template: String,
     /// How long the sidecar may take until `GET /v1.0/healthz` answers 2xx.
     pub ready_within: Duration,
+    /// Where each sidecar's output goes (`sidecar-<http_port>.log`); `None`: nowhere.
+    pub log_dir: Option<std::path::PathBuf>,
 }
 
 impl CommandLauncher {
-    /// The command line for one sidecar.
-    pub fn command_line(&self, app_id: &str, app_port: u16, http_port: u16) -> String {
-        self.template
+    /// The command line for one sidecar; each `{free_port}` becomes a port of its own
+    /// (for the other ports a sidecar opens: gRPC, metrics...).
+    pub fn command_line(
+        &self,
+        app_id: &str,
+        app_port: u16,
+        http_port: u16,
+    ) -> anyhow::Result<String> {
+        let mut line = self
+            .template
             .replace("{app_port}", &app_port.to_string())
             .replace("{http_port}", &http_port.to_string())
-            .replace("{app_id}", app_id)
+            .replace("{app_id}", app_id);
+        while line.contains("{free_port}") {
+            line = line.replacen("{free_port}", &free_port()?.to_string(), 1);
+        }
+        Ok(line)
     }
 }
 
@@ -98,14 +111,41 @@ struct CommandSidecar {
 impl Launcher for CommandLauncher {
     async fn launch(&self, app_id: &str, app_port: u16) -> anyhow::Result<Box<dyn Launched>> {
         let http_port = free_port()?;
-        let line = self.command_line(app_id, app_port, http_port);
+        let line = self.command_line(app_id, app_port, http_port)?;
+        let log = self
+            .log_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("sidecar-{http_port}.log")));
+        let output = || -> anyhow::Result<std::process::Stdio> {
+            Ok(match &log {
+                Some(path) => std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?
+                    .into(),
+                None => std::process::Stdio::null(),
+            })
+        };
         let mut child = tokio::process::Command::new("sh")
             .arg("-c")
             .arg(format!("exec {line}"))
             .kill_on_drop(true)
             .stdin(std::process::Stdio::null())
+            .stdout(output()?)
+            .stderr(output()?)
             .spawn()
             .map_err(|e| anyhow::anyhow!("cannot start the sidecar `{line}`: {e}"))?;
+        let said = || {
+            log.as_ref()
+                .and_then(|path| std::fs::read_to_string(path).ok())
+                .map(|text| {
+                    let tail: Vec<&str> = text.lines().rev().take(5).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    format!("; it said: {}", tail.join(" | "))
+                })
+                .unwrap_or_default()
+        };
         let base = format!("http://127.0.0.1:{http_port}");
         let health = format!("{base}/v1.0/healthz");
         let client = reqwest::Client::builder()
@@ -126,8 +166,9 @@ impl Launcher for CommandLauncher {
             if Instant::now() >= deadline {
                 let _ = child.kill().await;
                 anyhow::bail!(
-                    "the sidecar `{line}` did not answer {health} within {:?}",
-                    self.ready_within
+                    "the sidecar `{line}` did not answer {health} within {:?}{}",
+                    self.ready_within,
+                    said()
                 );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -169,4 +210,29 @@ fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
         .map_err(|e| anyhow::anyhow!("cannot find a free port for the sidecar: {e}"))?;
     Ok(listener.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_replaced_and_each_free_port_is_its_own() {
+        let launcher = CommandLauncher {
+            template: "daprd --app-id {app_id} --app-port {app_port} --dapr-http-port {http_port} --dapr-grpc-port {free_port} --metrics-port {free_port}".into(),
+            ready_within: Duration::from_secs(1),
+            log_dir: None,
+        };
+        let line = launcher.command_line("g", 3000, 3500).unwrap();
+        assert!(
+            line.starts_with(
+                "daprd --app-id g --app-port 3000 --dapr-http-port 3500 --dapr-grpc-port "
+            ),
+            "{line}"
+        );
+        let ports: Vec<&str> = line.split(' ').skip(8).step_by(2).collect();
+        assert_eq!(ports.len(), 2, "{line}");
+        assert_ne!(ports[0], ports[1], "{line}");
+        assert!(!line.contains('{'), "{line}");
+    }
 }

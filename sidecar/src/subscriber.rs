@@ -264,8 +264,8 @@ impl AppState {
         let mut entries = Vec::with_capacity(delivery.entries.len());
         for entry in delivery.entries {
             let metadata: Metadata = entry.metadata.into_iter().collect();
-            let event = match &entry.event {
-                serde_json::Value::String(encoded) => {
+            let event = match serde_json::from_str::<String>(entry.event.get()) {
+                Ok(encoded) => {
                     let data = base64::engine::general_purpose::STANDARD
                         .decode(encoded)
                         .map_err(|e| {
@@ -278,10 +278,7 @@ impl AppState {
                         metadata,
                     )
                 }
-                object => {
-                    let bytes = serde_json::to_vec(object).map_err(|e| e.to_string())?;
-                    self.decode(&bytes, metadata)?
-                }
+                Err(_) => self.decode(entry.event.get().as_bytes(), metadata)?,
             };
             entries.push(BatchEntry {
                 entry_id: entry.entry_id,

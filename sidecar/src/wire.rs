@@ -4,6 +4,7 @@
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 
 /// CloudEvents' structured JSON content type.
@@ -18,14 +19,15 @@ pub const API_TOKEN_HEADER: &str = "dapr-api-token";
 /// One entry of a bulk publish request body (a JSON array of these). Read as daprd
 /// reads it (Go's encoding/json): a field name matches its key exactly or, failing
 /// that, in any case (`entryID`, which Dapr's JavaScript SDK sends, is `entryId`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct BulkPublishEntry {
     /// Unique and non-empty within the request (daprd refuses the request otherwise).
     #[serde(rename = "entryId", default)]
     pub entry_id: String,
     /// The event: JSON for JSON content types, a string for text, base64 text for
-    /// binary content types.
-    pub event: serde_json::Value,
+    /// binary content types; kept as the JSON text it came in, so that JSON data
+    /// keeps its bytes.
+    pub event: Box<RawValue>,
     #[serde(rename = "contentType", default)]
     pub content_type: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -35,8 +37,8 @@ pub struct BulkPublishEntry {
 impl<'de> Deserialize<'de> for BulkPublishEntry {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
-        let mut fields = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
-        let mut take = |name: &str| -> Option<serde_json::Value> {
+        let mut fields = BTreeMap::<String, Box<RawValue>>::deserialize(deserializer)?;
+        let mut take = |name: &str| -> Option<Box<RawValue>> {
             if let Some(value) = fields.remove(name) {
                 return Some(value);
             }
@@ -46,23 +48,27 @@ impl<'de> Deserialize<'de> for BulkPublishEntry {
                 .clone();
             fields.remove(&key)
         };
-        let text = |value: Option<serde_json::Value>, name: &str| match value {
-            None | Some(serde_json::Value::Null) => Ok(String::new()),
-            Some(serde_json::Value::String(text)) => Ok(text),
-            Some(other) => Err(D::Error::custom(format!(
-                "{name} must be a string, not {}",
-                json_kind(&other)
-            ))),
+        let text = |raw: Option<Box<RawValue>>, name: &str| {
+            let value = match raw {
+                Some(raw) => serde_json::from_str(raw.get()).map_err(D::Error::custom)?,
+                None => serde_json::Value::Null,
+            };
+            match value {
+                serde_json::Value::Null => Ok(String::new()),
+                serde_json::Value::String(text) => Ok(text),
+                other => Err(D::Error::custom(format!(
+                    "{name} must be a string, not {}",
+                    json_kind(&other)
+                ))),
+            }
         };
         let entry_id = text(take("entryId"), "entryId")?;
         let content_type = text(take("contentType"), "contentType")?;
         let event = take("event").ok_or_else(|| D::Error::missing_field("event"))?;
         let metadata = match take("metadata") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(value) => Some(
-                serde_json::from_value::<BTreeMap<String, String>>(value)
-                    .map_err(|e| D::Error::custom(format!("metadata: {e}")))?,
-            ),
+            None => None,
+            Some(raw) => serde_json::from_str::<Option<BTreeMap<String, String>>>(raw.get())
+                .map_err(|e| D::Error::custom(format!("metadata: {e}")))?,
         };
         Ok(BulkPublishEntry {
             entry_id,
@@ -200,8 +206,14 @@ impl ApiError {
 /// How an entry's event turns into bytes, by its content type (daprd's
 /// `ConvertEventToBytes`): binary types take base64 text, text types a string, JSON
 /// and CloudEvents types any JSON value (serialized). Anything else is a mismatch.
-pub fn event_bytes(event: &serde_json::Value, content_type: &str) -> Result<Vec<u8>, String> {
+pub fn event_bytes(event: &RawValue, content_type: &str) -> Result<Vec<u8>, String> {
     let essence = essence(content_type);
+    if is_json(&essence) {
+        // The JSON text as it came: its bytes are the event's.
+        return Ok(event.get().trim().as_bytes().to_vec());
+    }
+    let event: serde_json::Value = serde_json::from_str(event.get()).map_err(|e| e.to_string())?;
+    let event = &event;
     if is_binary(&essence) {
         match event {
             serde_json::Value::String(text) => base64::engine::general_purpose::STANDARD
@@ -220,8 +232,6 @@ pub fn event_bytes(event: &serde_json::Value, content_type: &str) -> Result<Vec<
                 json_kind(other)
             )),
         }
-    } else if is_json(&essence) {
-        serde_json::to_vec(event).map_err(|e| e.to_string())
     } else {
         Err(format!(
             "content type '{content_type}' is neither binary, text nor JSON"
@@ -350,7 +360,7 @@ impl AppSubscription {
 }
 
 /// The body of a bulk delivery to an app.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BulkDelivery {
     pub id: String,
     #[serde(rename = "type")]
@@ -364,11 +374,12 @@ pub struct BulkDelivery {
 
 /// One entry of a bulk delivery: the CloudEvent (an object), or for a raw payload
 /// subscription the payload as base64 text with `application/octet-stream`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BulkDeliveryEntry {
     #[serde(rename = "entryId")]
     pub entry_id: String,
-    pub event: serde_json::Value,
+    /// As JSON text, so that an event's JSON data keeps its bytes.
+    pub event: Box<RawValue>,
     #[serde(rename = "contentType")]
     pub content_type: String,
     pub metadata: BTreeMap<String, String>,
@@ -442,16 +453,18 @@ mod tests {
 
     #[test]
     fn events_turn_into_bytes_by_their_content_type() {
+        let raw = |text: &str| RawValue::from_string(text.to_string()).unwrap();
         assert_eq!(
-            event_bytes(&json!({"a": 1}), "application/json").unwrap(),
-            br#"{"a":1}"#
+            event_bytes(&raw(r#"{"b": 2, "a": 1}"#), "application/json").unwrap(),
+            br#"{"b": 2, "a": 1}"#,
+            "JSON keeps the bytes it came in"
         );
         assert_eq!(
-            event_bytes(&json!("hi"), "Text/Plain; charset=utf-8").unwrap(),
+            event_bytes(&raw(r#""hi""#), "Text/Plain; charset=utf-8").unwrap(),
             b"hi"
         );
         assert_eq!(
-            event_bytes(&json!("AAEC"), "application/octet-stream").unwrap(),
+            event_bytes(&raw(r#""AAEC""#), "application/octet-stream").unwrap(),
             [0, 1, 2]
         );
         for (event, content_type, expected) in [
@@ -469,6 +482,7 @@ mod tests {
             (json!("x"), "image/png", "neither binary, text nor JSON"),
             (json!("x"), "", "neither binary, text nor JSON"),
         ] {
+            let event = serde_json::value::to_raw_value(&event).unwrap();
             let error = event_bytes(&event, content_type).unwrap_err();
             assert!(error.contains(expected), "{content_type}: {error}");
         }
@@ -562,11 +576,12 @@ mod tests {
             metadata: BTreeMap::new(),
             entries: vec![BulkDeliveryEntry {
                 entry_id: "e1".into(),
-                event: json!("AAEC"),
+                event: serde_json::value::to_raw_value(&json!("AAEC")).unwrap(),
                 content_type: "application/octet-stream".into(),
                 metadata: BTreeMap::from([("k".to_string(), "v".to_string())]),
             }],
         };
-        insta::assert_json_snapshot!("bulk_delivery", delivery);
+        // As the app reads it (insta does not serialize raw JSON text itself).
+        insta::assert_json_snapshot!("bulk_delivery", serde_json::to_value(&delivery).unwrap());
     }
 }

@@ -124,6 +124,9 @@ pub struct CertifyOptions {
     /// Also certify each component through `serve`, over Dapr's HTTP API, as a row
     /// of its own beside the in-process one (`--through-serve`).
     pub through_serve: bool,
+    /// Also certify each component through sidecars started from this command line
+    /// (`--sidecar-command`), as a row `<component> via sidecar`.
+    pub sidecar_command: Option<String>,
 }
 
 impl CertifyOptions {
@@ -268,18 +271,29 @@ async fn certify_component(
         results,
     )];
     #[cfg(feature = "sidecar")]
-    if options.through_serve {
-        reports.push(
-            certify_through_serve(
-                definition,
-                &provisioned,
-                provisioning,
-                cases,
-                options,
-                progress,
-            )
-            .await,
-        );
+    {
+        use crate::through_serve::Sidecars;
+        let mut rows = Vec::new();
+        if options.through_serve {
+            rows.push(Sidecars::Serve);
+        }
+        if let Some(command) = &options.sidecar_command {
+            rows.push(Sidecars::Command(command.clone()));
+        }
+        for sidecars in rows {
+            reports.push(
+                certify_over_http(
+                    &sidecars,
+                    definition,
+                    &provisioned,
+                    provisioning.clone(),
+                    cases,
+                    options,
+                    progress,
+                )
+                .await,
+            );
+        }
     }
     let mut left = Vec::new();
     if let Some(broker) = &provisioned.broker {
@@ -291,10 +305,11 @@ async fn certify_component(
     (reports, left)
 }
 
-/// The component's row through `serve`: the same cases over Dapr's HTTP API, on the
-/// same broker, named `<component> via serve`.
+/// The component's row over Dapr's HTTP API: the same cases through `sidecars`, on
+/// the same broker, named `<component> via serve` or `<component> via sidecar`.
 #[cfg(feature = "sidecar")]
-async fn certify_through_serve(
+async fn certify_over_http(
+    sidecars: &crate::through_serve::Sidecars,
     definition: &ComponentDefinition,
     provisioned: &provision::Provisioned,
     provisioning: Provisioning,
@@ -302,13 +317,29 @@ async fn certify_through_serve(
     options: &CertifyOptions,
     progress: &Progress,
 ) -> ComponentReport {
+    use crate::through_serve::Sidecars;
     let mut row = definition.clone();
-    row.name = format!("{}{}", definition.name, crate::through_serve::ROW_SUFFIX);
+    row.name = format!("{}{}", definition.name, sidecars.row_suffix());
     let name = row.name.clone();
-    progress(
-        &name,
-        &format!("{name}: starting serve in front of {}", definition.name),
-    );
+    let refuse =
+        |note: String| uniform_report(&row, cases, Status::Error, provisioning.clone(), note);
+    if let Sidecars::Command(_) = sidecars {
+        // A sidecar process reads the definition as it is: the broker it names.
+        if provisioned.broker.is_none() {
+            return refuse(format!(
+                "{} runs in process: a sidecar started from a command line cannot share it",
+                definition.name
+            ));
+        }
+        if provisioned.kind != ProvisionKind::External {
+            return refuse(format!(
+                "a sidecar started from a command line reaches the broker named in {}, not the one this run provisioned ({}): run with --provision external",
+                definition.source.display(),
+                provisioned.kind
+            ));
+        }
+    }
+    progress(&name, &format!("{name}: starting its sidecars"));
     // A fresh component: the in-process row's fault cases may have broken the first
     // one's connections.
     let component = match &provisioned.broker {
@@ -316,52 +347,43 @@ async fn certify_through_serve(
             match pubsub_components::registry::build(definition, Some(&broker.endpoint())).await {
                 Ok(component) => component,
                 Err(e) => {
-                    return uniform_report(
-                        &row,
-                        cases,
-                        Status::Error,
-                        provisioning,
-                        format!("the component could not be built again for serve: {e}"),
-                    )
+                    return refuse(format!(
+                        "the component could not be built again for its row over HTTP: {e}"
+                    ))
                 }
             }
         }
         None => provisioned.component.clone(),
     };
-    let (runtime, target) = match crate::through_serve::runtime(
+    let over = match crate::through_serve::over_http(
+        sidecars,
         definition,
         component,
         provisioning.broker_version.clone(),
     )
     .await
     {
-        Ok(started) => started,
+        Ok(over) => over,
         Err(e) => {
-            return uniform_report(
-                &row,
-                cases,
-                Status::Error,
-                provisioning,
-                format!(
-                    "serve could not be started in front of {}: {e:#}",
-                    definition.name
-                ),
-            )
+            return refuse(format!(
+                "the sidecars for {} could not be started: {e:#}",
+                definition.name
+            ))
         }
     };
-    let description = runtime.component().clone();
+    let description = over.runtime.component().clone();
     // The row's own name: its progress lines, histories and expectations are its own.
     let results = run_cases(
         &row,
         provisioning.broker_version.clone(),
         provisioned,
-        runtime,
+        over.runtime.clone(),
         cases,
         options,
         progress,
     )
     .await;
-    target.stop().await;
+    over.target.stop().await;
     progress(&name, &format!("{name}: done: {}", tally(&results)));
     component_report(&row, description.as_ref(), provisioning, results)
 }
@@ -568,7 +590,7 @@ async fn run_cases(
         if runtime.is_remote() {
             let mut cell = errored(
                 case,
-                "not run through serve: certification and fault cases restart or fault the broker and rebuild the component under the sidecar, which the sidecar target does not drive yet".to_string(),
+                "not run over HTTP: certification and fault cases restart or fault the broker and rebuild the component under the sidecar, which the sidecar target does not drive yet".to_string(),
             );
             cell.status = Status::NotProvisioned;
             run.finished(case, &cell);

@@ -70,6 +70,13 @@ enum Command {
         #[cfg(feature = "sidecar")]
         #[arg(long)]
         through_serve: bool,
+        /// Also certify each component through sidecars started from this command
+        /// line (a row `<component> via sidecar`), one per app: `{app_port}`,
+        /// `{http_port}`, `{app_id}` and `{components_dir}` (holding the component's
+        /// definition) are replaced. Needs --provision external.
+        #[cfg(feature = "sidecar")]
+        #[arg(long, value_name = "COMMAND")]
+        sidecar_command: Option<String>,
         /// Seed for generated inputs (default: derived from each case id).
         #[arg(long)]
         seed: Option<u64>,
@@ -137,6 +144,11 @@ enum Command {
         /// drains a topic ten times larger).
         #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
         consume_messages: u64,
+        /// Also publish through `serve` over Dapr's HTTP API, in turn with the
+        /// in-process runtime (single and bulk x100, the ratio of the two).
+        #[cfg(feature = "sidecar")]
+        #[arg(long)]
+        through_serve: bool,
         #[arg(long, default_value = "reports/latest")]
         out: PathBuf,
         #[arg(long, default_value = "fixtures")]
@@ -344,6 +356,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             repeat,
             #[cfg(feature = "sidecar")]
             through_serve,
+            #[cfg(feature = "sidecar")]
+            sidecar_command,
             seed,
             provision,
             restart_broker,
@@ -384,6 +398,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 through_serve,
                 #[cfg(not(feature = "sidecar"))]
                 through_serve: false,
+                #[cfg(feature = "sidecar")]
+                sidecar_command,
+                #[cfg(not(feature = "sidecar"))]
+                sidecar_command: None,
             };
             init_logging(verbose, Some(&out))?;
             // Histories of an earlier run in the same directory would be judged as
@@ -459,6 +477,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             repeats,
             min_seconds,
             consume_messages,
+            #[cfg(feature = "sidecar")]
+            through_serve,
             out,
             fixtures,
         } => {
@@ -473,6 +493,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 repeats: usize::from(repeats),
                 min_seconds,
                 consume_messages: consume_messages as usize,
+                #[cfg(feature = "sidecar")]
+                through_serve,
                 ..BenchOptions::default()
             };
             init_logging(verbose, Some(&out))?;

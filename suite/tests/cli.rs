@@ -697,11 +697,84 @@ fn through_serve_certifies_a_second_row_over_http() {
     assert_eq!(seek, "UNSUPPORTED", "{why}");
     let (backlog, why) = status("certification.backlog");
     assert_eq!(backlog, "NOT PROVISIONED");
-    assert!(why.contains("not run through serve"), "{why}");
+    assert!(why.contains("not run over HTTP"), "{why}");
     assert!(
         out.join("histories/memory via serve/publish.delivery.jsonl")
             .exists(),
         "the row keeps its own histories"
     );
     assert!(output.status.success(), "{stderr}");
+}
+
+/// `--sidecar-command`: sidecars started from a command line, one process per app
+/// (here this program's own `serve`, as a user would start daprd), certified over
+/// HTTP against the Redis server scripts/services.sh runs; a component the command's
+/// sidecars cannot reach is refused with the reason.
+#[test]
+fn sidecar_command_certifies_sidecar_processes() {
+    let bin = env!("CARGO_BIN_EXE_pubsub-conformance");
+    let command = format!(
+        "{bin} serve --components {{components_dir}} --http-port {{http_port}} --app-port {{app_port}} --app-id {{app_id}}"
+    );
+    let out = temp_dir("sidecar-command");
+    let output = cli()
+        .args([
+            "certify",
+            "--component",
+            "redis",
+            "--provision",
+            "external",
+            "--case",
+            "{publish.delivery,retry.redelivery,dead-letter.drop,bulk-subscribe.statuses}",
+            "--sidecar-command",
+            &command,
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report = read(&out.join("report.json"));
+    let row = report
+        .components
+        .iter()
+        .find(|c| c.name == "redis via sidecar")
+        .unwrap_or_else(|| panic!("no sidecar row: {stderr}"));
+    for cell in &row.cases {
+        assert_eq!(
+            cell.status,
+            pubsub_conformance::reports::Status::Pass,
+            "{} through sidecar processes: {:?}",
+            cell.id,
+            cell.evidence
+        );
+    }
+    assert_eq!(row.cases.len(), 4);
+
+    // The in-memory component lives in this process: no other process can serve it.
+    let out = temp_dir("sidecar-command-memory");
+    let output = cli()
+        .args([
+            "certify",
+            "--component",
+            "memory",
+            "--case",
+            "publish.delivery",
+            "--sidecar-command",
+            &command,
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let report = read(&out.join("report.json"));
+    let cell = &report.components[1].cases[0];
+    assert_eq!(cell.status, pubsub_conformance::reports::Status::Error);
+    assert!(
+        cell.evidence.notes[0].contains("runs in process"),
+        "{:?}",
+        cell.evidence
+    );
 }

@@ -44,6 +44,9 @@ pub struct BenchOptions {
     /// Groups per consume measurement (single and bulk), each draining the topic once:
     /// the median and the spread are over them.
     pub consume_repeats: usize,
+    /// Also publish through `serve` over Dapr's HTTP API, in turn with the
+    /// in-process runtime on the same messages (`--through-serve`).
+    pub through_serve: bool,
 }
 
 impl Default for BenchOptions {
@@ -57,6 +60,7 @@ impl Default for BenchOptions {
             max_messages: 500_000,
             consume_messages: 20_000,
             consume_repeats: 3,
+            through_serve: false,
         }
     }
 }
@@ -429,6 +433,95 @@ async fn publish_in_turn(
     Ok(times.into_iter().map(Cell::into_inner).collect())
 }
 
+/// Publishing through `serve` (over Dapr's HTTP API, in this process) against the
+/// in-process runtime on the same component: single publishes and bulk x100, each
+/// message through both paths in turn, so that both meet the same machine and broker.
+/// The serve path's ratio is its rate over the in-process one's.
+#[cfg(feature = "sidecar")]
+async fn bench_through_serve(
+    name: &str,
+    runtime: &Runtime,
+    component: Arc<dyn Component>,
+    prefix: &str,
+    options: &BenchOptions,
+) -> anyhow::Result<Vec<Measurement>> {
+    let kind = component.kind().to_string();
+    let (served, target) = crate::through_serve::runtime(name, &kind, component, None)
+        .await
+        .context("starting serve for the bench")?;
+    let mut measurements = Vec::new();
+    for batch in [1, 100] {
+        let what = if batch == 1 {
+            "single publish".to_string()
+        } else {
+            format!("bulk publish x{batch}")
+        };
+        let probe_topic = format!("{prefix}-serve-{batch}-probe");
+        let probe_path = [(&served, probe_topic.as_str(), false)];
+        let probing = publish_paths_in_turn(&probe_path, batch, options);
+        let probe = discarding(runtime, &[&probe_topic], probing).await?[0];
+        let (messages, mut paths) =
+            timed_rounds(options, sized_messages(options, probe), |run, sized| {
+                let (runtime, served, prefix) = (runtime, &served, prefix);
+                async move {
+                    let in_process = format!("{prefix}-in-process-{batch}-{run}");
+                    let through = format!("{prefix}-serve-{batch}-{run}");
+                    let paths = [
+                        (runtime, in_process.as_str(), false),
+                        (served, through.as_str(), false),
+                    ];
+                    let publishing = publish_paths_in_turn(&paths, batch, &sized);
+                    discarding(runtime, &[&in_process, &through], publishing).await
+                }
+            })
+            .await?;
+        let mut path = |i: usize| Timed {
+            messages,
+            times: paths.get_mut(i).map(std::mem::take).unwrap_or_default(),
+        };
+        let in_process = measurement(
+            &format!("{what}, in process, in turn with serve"),
+            &path(0),
+            None,
+        );
+        let through = measurement(
+            &format!("{what} through serve (HTTP)"),
+            &path(1),
+            Some(&in_process),
+        );
+        measurements.push(in_process);
+        measurements.push(through);
+    }
+    target.stop().await;
+    Ok(measurements)
+}
+
+/// Publishes the messages through each path in turn: batches of `batch` as bulk
+/// requests, or with `batch` 1 each message as a single publish.
+#[cfg(feature = "sidecar")]
+async fn publish_paths_in_turn(
+    paths: &[BulkPath<'_>],
+    batch: usize,
+    options: &BenchOptions,
+) -> anyhow::Result<Vec<Duration>> {
+    if batch > 1 {
+        return publish_in_turn(paths, batch, options).await;
+    }
+    let payload = vec![b'x'; options.payload_bytes];
+    let mut times = vec![Duration::ZERO; paths.len()];
+    for i in 0..options.messages {
+        for ((runtime, topic, _), time) in paths.iter().zip(times.iter_mut()) {
+            let request = PublishRequest::new(*topic, payload.clone())
+                .with_content_type("application/octet-stream")
+                .with_metadata(KEY, i.to_string());
+            let started = Instant::now();
+            runtime.publish(request).await?;
+            *time += started.elapsed();
+        }
+    }
+    Ok(times)
+}
+
 /// One batch of the messages `ids` through each path in turn, each call's time added
 /// to its path's slot in `times`.
 async fn publish_batch_in_turn(
@@ -750,6 +843,12 @@ pub async fn bench_component(
         );
         measurements.push(native);
         measurements.push(emulation);
+    }
+    #[cfg(feature = "sidecar")]
+    if options.through_serve {
+        measurements.extend(
+            bench_through_serve(name, &runtime, component.clone(), &prefix, options).await?,
+        );
     }
     let bulk_100 = measurements
         .iter()
