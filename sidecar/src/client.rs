@@ -169,9 +169,9 @@ fn metadata_query(metadata: &Metadata) -> String {
     query.finish()
 }
 
-/// An entry as the wire carries it: JSON content types as JSON (the bytes as a
-/// string where they are not JSON, for the sidecar to refuse), binary ones and bytes
-/// that are not text as base64 with `application/octet-stream`, text as a string.
+/// An entry as the wire carries it: JSON content types as JSON, text as a string,
+/// binary types and bytes the API cannot carry in their own type (not text, or
+/// JSON-typed but not JSON) as base64 with `application/octet-stream`.
 fn wire_entry(entry: &pubsub_components::runtime::BulkPublishEntry) -> wire::BulkPublishEntry {
     let content_type = entry.content_type.clone().unwrap_or_default();
     let essence = wire::essence(&content_type);
@@ -179,17 +179,19 @@ fn wire_entry(entry: &pubsub_components::runtime::BulkPublishEntry) -> wire::Bul
     let string = |text: String| {
         serde_json::value::to_raw_value(&serde_json::Value::String(text)).expect("a string is JSON")
     };
-    let (event, content_type) = if wire::is_json(&essence) {
-        // The JSON as the app wrote it, bytes and all.
-        let json = text
-            .filter(|t| serde_json::from_str::<&serde_json::value::RawValue>(t).is_ok())
-            .and_then(|t| serde_json::value::RawValue::from_string(t.trim().to_string()).ok());
-        let event =
-            json.unwrap_or_else(|| string(String::from_utf8_lossy(&entry.event).into_owned()));
-        (event, content_type)
-    } else if essence == "application/octet-stream" || text.is_none() {
+    // The JSON as the app wrote it, bytes and all, where it is JSON.
+    let json = text
+        .filter(|_| wire::is_json(&essence))
+        .filter(|t| serde_json::from_str::<&serde_json::value::RawValue>(t).is_ok())
+        .and_then(|t| serde_json::value::RawValue::from_string(t.trim().to_string()).ok());
+    // Bytes the API cannot carry in their own type (not text, or JSON-typed but not
+    // JSON) go as binary: their bytes arrive, their content type does not.
+    let binary = text.is_none() || (wire::is_json(&essence) && json.is_none());
+    let (event, content_type) = if let Some(json) = json {
+        (json, content_type)
+    } else if essence == "application/octet-stream" || binary {
         let encoded = base64::engine::general_purpose::STANDARD.encode(&entry.event);
-        let content_type = if content_type.is_empty() || text.is_none() {
+        let content_type = if content_type.is_empty() || binary {
             "application/octet-stream".to_string()
         } else {
             content_type
@@ -299,6 +301,13 @@ mod tests {
         assert_eq!(binary.event.get(), r#""/wA=""#);
         let untyped = entry(b"plain", None);
         assert_eq!(untyped.content_type, "text/plain");
+        let not_json = entry(b"{not json", Some("application/json"));
+        assert_eq!(not_json.content_type, "application/octet-stream");
+        assert_eq!(
+            not_json.event.get(),
+            r#""e25vdCBqc29u""#,
+            "its bytes, as base64"
+        );
     }
 
     #[test]

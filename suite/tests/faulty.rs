@@ -564,3 +564,62 @@ fn slow_controls_on_a_contended_disk(history: &mut pubsub_conformance::history::
         }
     }
 }
+
+/// The same deliberately faulty components behind `serve`, certified over Dapr's
+/// HTTP API: the wire path must not hide a component's defect, and the correct
+/// component must pass through it.
+#[rstest]
+#[case::drops(Fault::Drops, &["publish.delivery"], "lost")]
+#[case::duplicates(Fault::Duplicates, &["publish.delivery"], "duplicated")]
+#[case::never_dead_letters(Fault::NeverDeadLetters, &["dead-letter.drop", "dead-letter.max-deliveries"], "never reached the dead-letter topic")]
+#[case::lies_in_bulk_statuses(Fault::LiesInBulkStatuses, &["bulk-publish.partial-failure"], "lost")]
+#[case::no_redelivery(Fault::NoRedelivery, &["retry.redelivery", "bulk-subscribe.statuses"], "not redelivered")]
+#[case::ignores_retry_delay(Fault::IgnoresRetryDelay, &["retry.delay"], "before its retry delay")]
+#[case::delivers_early(Fault::DeliversEarly, &["delay.deliver-after"], "early")]
+#[case::ignores_ttl(Fault::IgnoresTtl, &["ttl.expired-not-delivered"], "after its 1 s TTL")]
+#[case::truncates_large_payloads(Fault::TruncatesLargePayloads, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
+#[case::merges_groups(Fault::MergesGroups, &["subscribe.fan-out"], "missed")]
+#[case::ignores_groups(Fault::IgnoresGroups, &["subscribe.competing-consumers"], "more than one member")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faulty_component_fails_through_serve(
+    #[case] fault: Fault,
+    #[case] case_ids: &[&str],
+    #[case] evidence: &str,
+) {
+    use pubsub_conformance::through_serve;
+    let (correct, correct_target) =
+        through_serve::runtime("memory", "in-memory", Arc::new(memory()), None)
+            .await
+            .unwrap();
+    let (faulty, faulty_target) =
+        through_serve::runtime("faulty", "in-memory", Faulty::shared(memory(), fault), None)
+            .await
+            .unwrap();
+    for id in case_ids {
+        let case = find(id).unwrap_or_else(|| panic!("no case {id} in the catalogue"));
+        // The correct component passes, or fails only on what the HTTP API cannot
+        // carry (README, "Certifying over the wire"), never on what the fault breaks.
+        let passed = run_case(case, &correct, &NO_RETRY).await;
+        let breaks = |finding: &String| finding.to_lowercase().contains(&evidence.to_lowercase());
+        assert!(
+            passed.status == Status::Pass
+                || (passed.status == Status::Fail && !passed.evidence.findings.iter().any(breaks)),
+            "the correct component must not show '{evidence}' in {id} through serve:\n{}",
+            describe(&passed)
+        );
+        let failed = run_case(case, &faulty, &NO_RETRY).await;
+        assert_eq!(
+            failed.status,
+            Status::Fail,
+            "{fault:?} must fail {id} through serve:\n{}",
+            describe(&failed)
+        );
+        assert!(
+            failed.evidence.findings.iter().any(breaks),
+            "{fault:?} failed {id} through serve, but no finding mentions '{evidence}':\n{}",
+            describe(&failed)
+        );
+    }
+    correct_target.stop().await;
+    faulty_target.stop().await;
+}
