@@ -169,26 +169,7 @@ enum Command {
     /// --app-port, the app's subscriptions (GET /dapr/subscribe) delivered to it.
     /// Each component is built from its YAML as given (its broker must be running).
     #[cfg(feature = "sidecar")]
-    Serve {
-        /// A directory of component YAML files (each metadata.name is a pubsub name).
-        #[arg(long = "components", value_name = "DIR", default_value = "fixtures")]
-        components: PathBuf,
-        /// The port of the HTTP API.
-        #[arg(long, default_value_t = 3500)]
-        http_port: u16,
-        /// The app's port on 127.0.0.1 (its subscriptions are read at start).
-        #[arg(long)]
-        app_port: Option<u16>,
-        /// The app id: the consumer group of every subscription, the CloudEvent source.
-        #[arg(long, default_value = "pcs-app")]
-        app_id: String,
-        /// Requests must carry this token in `dapr-api-token` (also DAPR_API_TOKEN).
-        #[arg(long, env = "DAPR_API_TOKEN")]
-        api_token: Option<String>,
-        /// How long the app may take to answer a delivery.
-        #[arg(long, default_value = "60s", value_parser = parse_duration)]
-        app_timeout: std::time::Duration,
-    },
+    Serve(crate::serve::ServeCommand),
     /// List the catalogue: id, level, capability and MUST statement.
     List {
         #[arg(long, value_enum, default_value_t = ListFormat::Text)]
@@ -212,12 +193,6 @@ struct ProvisionOrder(Vec<ProvisionKind>);
 
 fn parse_order(text: &str) -> Result<ProvisionOrder, String> {
     ProvisionKind::parse_order(text).map(ProvisionOrder)
-}
-
-#[cfg(feature = "sidecar")]
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    humantime::parse_duration(text)
-        .map_err(|e| format!("'{text}' is not a duration such as 30s or 500ms: {e}"))
 }
 
 fn parse_level(text: &str) -> Result<Level, String> {
@@ -289,23 +264,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     match cli.command {
         #[cfg(feature = "sidecar")]
-        Command::Serve {
-            components,
-            http_port,
-            app_port,
-            app_id,
-            api_token,
-            app_timeout,
-        } => {
+        Command::Serve(command) => {
             let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-            tokio.block_on(crate::serve::serve(crate::serve::ServeCommand {
-                components,
-                http_port,
-                app_port,
-                app_id,
-                api_token,
-                app_timeout,
-            }))?;
+            tokio.block_on(crate::serve::serve(command))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { report_dir, case } => {

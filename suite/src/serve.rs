@@ -12,13 +12,31 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// What `serve` was asked for on the command line.
+#[derive(Debug, Clone, clap::Args)]
 pub struct ServeCommand {
+    /// A directory of component YAML files (each metadata.name is a pubsub name).
+    #[arg(long = "components", value_name = "DIR", default_value = "fixtures")]
     pub components: PathBuf,
+    /// The port of the HTTP API.
+    #[arg(long, default_value_t = 3500)]
     pub http_port: u16,
+    /// The app's port on 127.0.0.1 (its subscriptions are read at start).
+    #[arg(long)]
     pub app_port: Option<u16>,
+    /// The app id: the consumer group of every subscription, the CloudEvent source.
+    #[arg(long, default_value = "pcs-app")]
     pub app_id: String,
+    /// Requests must carry this token in `dapr-api-token` (also DAPR_API_TOKEN).
+    #[arg(long, env = "DAPR_API_TOKEN")]
     pub api_token: Option<String>,
+    /// How long the app may take to answer a delivery.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub app_timeout: Duration,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("'{text}' is not a duration such as 30s or 500ms: {e}"))
 }
 
 /// Builds every component of the directory, serves them until Ctrl-C, then stops
