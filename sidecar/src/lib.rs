@@ -8,6 +8,7 @@ pub mod client;
 pub mod deliver;
 pub mod launch;
 pub mod serve;
+mod server;
 pub mod subscriber;
 pub mod target;
 pub mod wire;

@@ -101,18 +101,7 @@ impl Sidecar {
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.listen))?;
         let address = listener.local_addr()?;
         let router = router(state.clone(), &options);
-        let (stop, mut stopped) = watch::channel(false);
-        let server = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            if let Err(e) = axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "the sidecar's HTTP server failed");
-            }
-        });
+        let (stop, server) = crate::server::spawn(listener, router, "the sidecar's HTTP server");
         let mut sidecar = Sidecar {
             address,
             stop,

@@ -156,18 +156,7 @@ impl SubscriberApp {
             .route("/dapr/config", get(config))
             .route(ROUTE, post(deliver))
             .with_state(state);
-        let (stop, mut stopped) = watch::channel(false);
-        let server = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            if let Err(e) = axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "the suite's app server failed");
-            }
-        });
+        let (stop, server) = crate::server::spawn(listener, router, "the suite's app server");
         Ok(SubscriberApp {
             address,
             discovered,

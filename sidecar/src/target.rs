@@ -61,6 +61,68 @@ impl SidecarTarget {
     }
 }
 
+/// An app of the suite's with its own sidecar, the sidecar having read the app's
+/// subscription.
+struct Member {
+    sidecar: Box<dyn Launched>,
+    app: SubscriberApp,
+}
+
+impl Member {
+    async fn stop(self) {
+        self.sidecar.stop().await;
+        self.app.stop().await;
+    }
+}
+
+impl SidecarTarget {
+    /// Starts an app declaring `subscription` (delivering to `handler`; none: every
+    /// delivery is answered RETRY) with a sidecar of its own, whose app id is the
+    /// subscription's group; returns once the sidecar has read the subscription.
+    async fn join(&self, subscription: &Subscription, handler: Option<Handler>) -> Result<Member> {
+        let bulk = matches!(handler, Some(Handler::Bulk(_)));
+        let declared = declaration(&self.pubsub, subscription, bulk).map_err(|feature| {
+            PubSubError::Unsupported {
+                component: BEYOND_REMOTE_API.into(),
+                feature,
+            }
+        })?;
+        let failed = |what: &str, e: anyhow::Error| PubSubError::Broker {
+            context: format!(
+                "{what} for {} in group {}",
+                subscription.topics.describe(),
+                subscription.group
+            ),
+            message: format!("{e:#}"),
+        };
+        let app = SubscriberApp::start(vec![declared], handler)
+            .await
+            .map_err(|e| failed("starting the suite's app", e))?;
+        let sidecar = match self.launcher.launch(&subscription.group, app.port()).await {
+            Ok(sidecar) => sidecar,
+            Err(e) => {
+                app.stop().await;
+                return Err(failed("starting a sidecar", e));
+            }
+        };
+        let member = Member { sidecar, app };
+        if tokio::time::timeout(self.discovery_within, member.app.discovered())
+            .await
+            .is_err()
+        {
+            member.stop().await;
+            return Err(PubSubError::Timeout {
+                after: self.discovery_within,
+                what: format!(
+                    "waiting for the sidecar ({}) to read GET /dapr/subscribe",
+                    self.launcher.describe()
+                ),
+            });
+        }
+        Ok(member)
+    }
+}
+
 #[async_trait]
 impl RemoteRuntime for SidecarTarget {
     async fn publish(&self, request: PublishRequest) -> Result<MessageId> {
@@ -76,46 +138,11 @@ impl RemoteRuntime for SidecarTarget {
         subscription: Subscription,
         handler: Handler,
     ) -> Result<SubscriptionHandle> {
-        let bulk = matches!(handler, Handler::Bulk(_));
-        let declared = declaration(&self.pubsub, &subscription, bulk).map_err(|feature| {
-            PubSubError::Unsupported {
-                component: BEYOND_REMOTE_API.into(),
-                feature,
-            }
-        })?;
-        let failed = |what: &str, e: anyhow::Error| PubSubError::Broker {
-            context: format!("{what} for {}", subscription.topics.describe()),
-            message: format!("{e:#}"),
-        };
-        let app = SubscriberApp::start(vec![declared], Some(handler))
-            .await
-            .map_err(|e| failed("starting the suite's app", e))?;
-        let sidecar = match self.launcher.launch(&subscription.group, app.port()).await {
-            Ok(sidecar) => sidecar,
-            Err(e) => {
-                app.stop().await;
-                return Err(failed("starting a sidecar", e));
-            }
-        };
-        if tokio::time::timeout(self.discovery_within, app.discovered())
-            .await
-            .is_err()
-        {
-            sidecar.stop().await;
-            app.stop().await;
-            return Err(PubSubError::Timeout {
-                after: self.discovery_within,
-                what: format!(
-                    "waiting for the sidecar at {} to read GET /dapr/subscribe",
-                    self.launcher.describe()
-                ),
-            });
-        }
+        let member = self.join(&subscription, Some(handler)).await?;
         let (stop, mut stopped) = watch::channel(false);
         let task = tokio::spawn(async move {
             let _ = stopped.wait_for(|s| *s).await;
-            sidecar.stop().await;
-            app.stop().await;
+            member.stop().await;
         });
         Ok(SubscriptionHandle::new(stop, task))
     }
@@ -125,36 +152,8 @@ impl RemoteRuntime for SidecarTarget {
     /// any delivery with RETRY) is started with its sidecar, and both stop once the
     /// sidecar has read the subscription.
     async fn create_group(&self, subscription: &Subscription) -> Result<()> {
-        let declared = declaration(&self.pubsub, subscription, false).map_err(|feature| {
-            PubSubError::Unsupported {
-                component: BEYOND_REMOTE_API.into(),
-                feature,
-            }
-        })?;
-        let failed = |what: &str, e: anyhow::Error| PubSubError::Broker {
-            context: format!("{what} to create group {}", subscription.group),
-            message: format!("{e:#}"),
-        };
-        let app = SubscriberApp::start(vec![declared], None)
-            .await
-            .map_err(|e| failed("starting the suite's app", e))?;
-        let sidecar = match self.launcher.launch(&subscription.group, app.port()).await {
-            Ok(sidecar) => sidecar,
-            Err(e) => {
-                app.stop().await;
-                return Err(failed("starting a sidecar", e));
-            }
-        };
-        let read = tokio::time::timeout(self.discovery_within, app.discovered()).await;
-        sidecar.stop().await;
-        app.stop().await;
-        read.map_err(|_| PubSubError::Timeout {
-            after: self.discovery_within,
-            what: format!(
-                "waiting for the sidecar to read GET /dapr/subscribe to create group {}",
-                subscription.group
-            ),
-        })
+        self.join(subscription, None).await?.stop().await;
+        Ok(())
     }
 }
 
