@@ -35,6 +35,8 @@ pub struct ServeLauncher {
     pub components: BTreeMap<String, ServedComponent>,
     /// How long the app may take to answer a delivery.
     pub app_timeout: Duration,
+    /// The largest request body each sidecar takes (daprd's `--max-body-size`).
+    pub max_body_bytes: usize,
 }
 
 #[async_trait]
@@ -46,6 +48,7 @@ impl Launcher for ServeLauncher {
             ServeOptions {
                 app: Some(app),
                 app_id: app_id.to_string(),
+                max_body_bytes: self.max_body_bytes,
                 ..ServeOptions::default()
             },
         )

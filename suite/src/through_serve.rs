@@ -23,6 +23,12 @@ pub const COMMAND_ROW_SUFFIX: &str = " via sidecar";
 /// answer a delivery.
 const SIDECAR_WITHIN: Duration = Duration::from_secs(30);
 
+/// The largest request body `serve` takes in these rows, as daprd's
+/// `--max-body-size 64Mi` would: above daprd's default of 4 MiB, so that a bulk request
+/// of entries just over a component's own message size limit (Kafka's is 1 MiB) fits,
+/// and the component, not the HTTP server, refuses them.
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
 /// Where a row's sidecars come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sidecars {
@@ -71,6 +77,7 @@ pub async fn runtime(
     let launcher = Arc::new(ServeLauncher {
         components,
         app_timeout: SIDECAR_WITHIN,
+        max_body_bytes: MAX_BODY_BYTES,
     });
     remote(launcher, name, component, ROW_SUFFIX, broker_version).await
 }
