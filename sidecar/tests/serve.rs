@@ -399,3 +399,159 @@ async fn health_metadata_and_the_api_token() {
     assert_eq!(accepted.status().as_u16(), 204);
     sidecar.stop().await;
 }
+
+/// How the misbehaving app answers its n-th delivery.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Misbehaviour {
+    /// Reads the request and closes the connection without an answer.
+    Closes,
+    /// Never answers (longer than the sidecar's app timeout).
+    Hangs,
+    /// Answers 200 with a body that is not JSON.
+    Garbage,
+}
+
+/// An app written over raw TCP, to misbehave as no framework lets it: answers
+/// GET /dapr/subscribe with `subscriptions`, and each delivery as `script` says, in
+/// turn (then as its last entry); counts the deliveries.
+async fn start_raw_app(
+    subscriptions: Value,
+    script: Vec<Misbehaviour>,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let deliveries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = deliveries.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let (subscriptions, script, counted) =
+                (subscriptions.clone(), script.clone(), counted.clone());
+            tokio::spawn(async move {
+                // One request per connection is all this app reads.
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                let head_end = loop {
+                    let Ok(n) = socket.read(&mut buffer).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buffer[..n]);
+                    if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&request[..head_end]).to_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                while request.len() < head_end + length {
+                    let Ok(n) = socket.read(&mut buffer).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buffer[..n]);
+                }
+                let answer = |body: &str| {
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                if head.starts_with("get /dapr/subscribe") {
+                    let _ = socket
+                        .write_all(answer(&subscriptions.to_string()).as_bytes())
+                        .await;
+                    return;
+                }
+                let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                match script[n.min(script.len() - 1)] {
+                    Misbehaviour::Closes => drop(socket),
+                    Misbehaviour::Hangs => {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                    }
+                    Misbehaviour::Garbage => {
+                        let _ = socket.write_all(answer("<not json>").as_bytes()).await;
+                    }
+                }
+            });
+        }
+    });
+    (base, deliveries)
+}
+
+/// An app that closes the connection, then hangs past the app timeout, then answers
+/// 2xx with garbage: daprd's HTTP postman reads the first two as failures (RETRY)
+/// and the last as SUCCESS (a 2xx whose body is not a status), so the message is
+/// delivered three times and then no more: nothing is lost, nothing loops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_that_closes_hangs_or_answers_garbage_is_read_as_daprd_reads_it() {
+    let subscriptions = json!([{
+        "pubsubname": "mem", "topic": "rough", "route": "/rough",
+        "metadata": {"retryDelay": "50ms", "maxDeliveries": "10"}
+    }]);
+    let (base, deliveries) = start_raw_app(
+        subscriptions,
+        vec![
+            Misbehaviour::Closes,
+            Misbehaviour::Hangs,
+            Misbehaviour::Garbage,
+        ],
+    )
+    .await;
+    let runtime = Runtime::new("mem", Arc::new(MemoryComponent::default()));
+    let components = BTreeMap::from([(
+        "mem".to_string(),
+        ServedComponent {
+            runtime,
+            component_type: "pubsub.in-memory".into(),
+        },
+    )]);
+    let app_timeout = Duration::from_millis(500);
+    let sidecar = Sidecar::start(
+        components,
+        ServeOptions {
+            app: Some(AppChannel::new(&base, app_timeout).unwrap()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let published = reqwest::Client::new()
+        .post(format!(
+            "http://{}/v1.0/publish/mem/rough",
+            sidecar.address()
+        ))
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(published.status(), 204);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while deliveries.load(std::sync::atomic::Ordering::SeqCst) < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        deliveries.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "closed, then timed out, then answered: three deliveries"
+    );
+    // The garbage 2xx settled it: a further delivery would come within the retry
+    // delay (50 ms) plus the app timeout; four times that passes without one.
+    tokio::time::sleep(4 * (app_timeout + Duration::from_millis(50))).await;
+    assert_eq!(
+        deliveries.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "a 2xx answer without a status is SUCCESS: not delivered again"
+    );
+    sidecar.stop().await;
+}
