@@ -10,6 +10,7 @@ use crate::wire::{
     METADATA_PREFIX,
 };
 use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
@@ -81,6 +82,7 @@ struct ApiState {
     components: BTreeMap<String, ServedComponent>,
     app_id: String,
     declared: std::sync::Mutex<Vec<AppSubscription>>,
+    max_body_bytes: usize,
 }
 
 impl Sidecar {
@@ -95,6 +97,7 @@ impl Sidecar {
             components,
             app_id: options.app_id.clone(),
             declared: std::sync::Mutex::new(Vec::new()),
+            max_body_bytes: options.max_body_bytes,
         });
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
@@ -348,13 +351,36 @@ async fn publish_without_topic(Path(pubsub): Path<String>) -> Response {
     error_response(ApiError::topic_empty(&pubsub))
 }
 
+/// The pub/sub and topic a publish path names, and its body, or the documented
+/// error: a path that is not UTF-8 once decoded is malformed (400
+/// `ERR_MALFORMED_REQUEST`), a body over the limit 413 `ERR_BODY_TOO_LARGE`.
+fn read_publish(
+    state: &ApiState,
+    path: Result<Path<(String, String)>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(String, String, Bytes), ApiError> {
+    let Path((pubsub, topic)) = path.map_err(|e| ApiError::malformed(e.body_text()))?;
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::body_too_large(state.max_body_bytes)
+        } else {
+            ApiError::malformed(e.body_text())
+        }
+    })?;
+    Ok((pubsub, topic, body))
+}
+
 async fn publish(
     State(state): State<Arc<ApiState>>,
-    Path((pubsub, topic)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let (pubsub, topic, body) = match read_publish(&state, path, body) {
+        Ok(read) => read,
+        Err(e) => return error_response(e),
+    };
     let (served, metadata) = match request_target(&state, &pubsub, query.as_deref()) {
         Ok(target) => target,
         Err(e) => return error_response(e),
@@ -383,10 +409,14 @@ async fn publish(
 
 async fn bulk_publish(
     State(state): State<Arc<ApiState>>,
-    Path((pubsub, topic)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
     RawQuery(query): RawQuery,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let (pubsub, topic, body) = match read_publish(&state, path, body) {
+        Ok(read) => read,
+        Err(e) => return error_response(e),
+    };
     let (served, metadata) = match request_target(&state, &pubsub, query.as_deref()) {
         Ok(target) => target,
         Err(e) => return error_response(e),

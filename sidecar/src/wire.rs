@@ -193,6 +193,16 @@ impl ApiError {
         ApiError::new(401, "ERR_UNAUTHORIZED", "invalid api token")
     }
 
+    /// A request that cannot be read (a path that is not UTF-8 once decoded): 400
+    /// `ERR_MALFORMED_REQUEST`, daprd's common code for it.
+    pub fn malformed(why: impl std::fmt::Display) -> Self {
+        ApiError::new(
+            400,
+            "ERR_MALFORMED_REQUEST",
+            format!("malformed request: {why}"),
+        )
+    }
+
     /// A body larger than the sidecar accepts: 413 `ERR_BODY_TOO_LARGE`.
     pub fn body_too_large(limit: usize) -> Self {
         ApiError::new(

@@ -286,6 +286,26 @@ async fn bad_requests_get_the_documented_codes_and_publish_nothing() {
             400,
             "ERR_PUBSUB_EVENTS_SER",
         ),
+        // A topic that is not UTF-8 once decoded, on both publish paths.
+        (
+            format!("{base}/v1.0/publish/mem/t%FF"),
+            "x".into(),
+            400,
+            "ERR_MALFORMED_REQUEST",
+        ),
+        (
+            format!("{base}/v1.0-alpha1/publish/bulk/mem/t%C3%28"),
+            "[]".into(),
+            400,
+            "ERR_MALFORMED_REQUEST",
+        ),
+        // Over the 4 MiB body limit (daprd's default --max-body-size).
+        (
+            format!("{base}/v1.0/publish/mem/t"),
+            "x".repeat(4 * 1024 * 1024 + 1),
+            413,
+            "ERR_BODY_TOO_LARGE",
+        ),
     ];
     for (url, body, status, code) in cases {
         let response = http
@@ -295,9 +315,10 @@ async fn bad_requests_get_the_documented_codes_and_publish_nothing() {
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status().as_u16(), status, "{url} {body}");
+        let shown = &body[..body.len().min(80)];
+        assert_eq!(response.status().as_u16(), status, "{url} {shown}");
         let answer: Value = response.json().await.unwrap();
-        assert_eq!(answer["errorCode"], code, "{url} {body}: {answer}");
+        assert_eq!(answer["errorCode"], code, "{url} {shown}: {answer}");
         assert!(
             !answer["message"].as_str().unwrap_or_default().is_empty(),
             "{answer}"
