@@ -58,12 +58,16 @@ async fn run_node(program: &str, steps: &Value, port: u16) -> Vec<Value> {
 
 /// What the in-process subscriber of the served component received.
 #[derive(Default)]
-struct Received(Mutex<Vec<Event>>);
+struct Received {
+    events: Mutex<Vec<Event>>,
+    arrived: tokio::sync::Notify,
+}
 
 #[async_trait::async_trait]
 impl MessageHandler for Received {
     async fn handle(&self, event: Event) -> Result<Status, String> {
-        self.0.lock().unwrap().push(event);
+        self.events.lock().unwrap().push(event);
+        self.arrived.notify_waiters();
         Ok(Status::Success)
     }
 }
@@ -73,18 +77,24 @@ impl Received {
     async fn wait_for(&self, count: usize) -> Vec<Event> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let events = self.0.lock().unwrap().clone();
-            if events.len() >= count || tokio::time::Instant::now() >= deadline {
+            let arrived = self.arrived.notified();
+            let events = self.events.lock().unwrap().clone();
+            if events.len() >= count || tokio::time::timeout_at(deadline, arrived).await.is_err() {
                 return events;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }
 
 /// `serve` over an in-memory component named `pubsub`, with a subscriber of
 /// `topic` in process.
-async fn serve_with_subscriber(topic: &str) -> (Sidecar, Arc<Received>) {
+async fn serve_with_subscriber(
+    topic: &str,
+) -> (
+    Sidecar,
+    Arc<Received>,
+    pubsub_components::runtime::SubscriptionHandle,
+) {
     let component = Arc::new(MemoryComponent::new(MemoryConfig {
         max_message_bytes: MAX_EVENT_BYTES,
         ..MemoryConfig::default()
@@ -98,7 +108,6 @@ async fn serve_with_subscriber(topic: &str) -> (Sidecar, Arc<Received>) {
         )
         .await
         .unwrap();
-    std::mem::forget(handle);
     let mut components = BTreeMap::new();
     components.insert(
         "pubsub".to_string(),
@@ -110,12 +119,12 @@ async fn serve_with_subscriber(topic: &str) -> (Sidecar, Arc<Received>) {
     let sidecar = Sidecar::start(components, ServeOptions::default())
         .await
         .unwrap();
-    (sidecar, received)
+    (sidecar, received, handle)
 }
 
 #[tokio::test]
 async fn the_sdk_client_publishes_single_events_as_documented() {
-    let (sidecar, received) = serve_with_subscriber("orders").await;
+    let (sidecar, received, _subscribed) = serve_with_subscriber("orders").await;
     let steps = json!([
         {"op": "publish", "pubsub": "pubsub", "topic": "orders", "data": "hello",
          "contentType": "text/plain", "metadata": {"app-label": "one"}},
@@ -159,7 +168,7 @@ async fn the_sdk_client_publishes_single_events_as_documented() {
 
 #[tokio::test]
 async fn the_sdk_client_publishes_in_bulk_and_reads_failed_entries() {
-    let (sidecar, received) = serve_with_subscriber("bulk").await;
+    let (sidecar, received, _subscribed) = serve_with_subscriber("bulk").await;
     let too_big = "x".repeat(MAX_EVENT_BYTES + 1);
     let steps = json!([
         {"op": "publishBulk", "pubsub": "pubsub", "topic": "bulk", "messages": [

@@ -438,19 +438,28 @@ enum Misbehaviour {
 async fn start_raw_app(
     subscriptions: Value,
     script: Vec<Misbehaviour>,
-) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+) -> (
+    String,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<tokio::sync::Notify>,
+) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let deliveries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = deliveries.clone();
+    let delivered = Arc::new(tokio::sync::Notify::new());
+    let (counted, told) = (deliveries.clone(), delivered.clone());
     tokio::spawn(async move {
         loop {
             let Ok((mut socket, _)) = listener.accept().await else {
                 return;
             };
-            let (subscriptions, script, counted) =
-                (subscriptions.clone(), script.clone(), counted.clone());
+            let (subscriptions, script, counted, told) = (
+                subscriptions.clone(),
+                script.clone(),
+                counted.clone(),
+                told.clone(),
+            );
             tokio::spawn(async move {
                 // One request per connection is all this app reads.
                 let mut request = Vec::new();
@@ -495,6 +504,7 @@ async fn start_raw_app(
                     return;
                 }
                 let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                told.notify_waiters();
                 match script[n.min(script.len() - 1)] {
                     Misbehaviour::Closes => drop(socket),
                     Misbehaviour::Hangs => {
@@ -507,7 +517,7 @@ async fn start_raw_app(
             });
         }
     });
-    (base, deliveries)
+    (base, deliveries, delivered)
 }
 
 /// An app that closes the connection, then hangs past the app timeout, then answers
@@ -520,7 +530,7 @@ async fn an_app_that_closes_hangs_or_answers_garbage_is_read_as_daprd_reads_it()
         "pubsubname": "mem", "topic": "rough", "route": "/rough",
         "metadata": {"retryDelay": "50ms", "maxDeliveries": "10"}
     }]);
-    let (base, deliveries) = start_raw_app(
+    let (base, deliveries, delivered) = start_raw_app(
         subscriptions,
         vec![
             Misbehaviour::Closes,
@@ -558,8 +568,13 @@ async fn an_app_that_closes_hangs_or_answers_garbage_is_read_as_daprd_reads_it()
         .unwrap();
     assert_eq!(published.status(), 204);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while deliveries.load(std::sync::atomic::Ordering::SeqCst) < 3 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    while deliveries.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+        let counted = delivered.notified();
+        if deliveries.load(std::sync::atomic::Ordering::SeqCst) >= 3
+            || tokio::time::timeout_at(deadline, counted).await.is_err()
+        {
+            break;
+        }
     }
     assert_eq!(
         deliveries.load(std::sync::atomic::Ordering::SeqCst),
