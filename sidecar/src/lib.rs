@@ -4,9 +4,11 @@
 //! client and apps that certify any sidecar speaking the API ([`target`]).
 
 pub mod app;
+pub mod attach;
 pub mod client;
 pub mod deliver;
 pub mod launch;
+pub mod resources;
 pub mod serve;
 mod server;
 pub mod subscriber;

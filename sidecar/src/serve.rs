@@ -24,6 +24,7 @@ use pubsub_components::runtime::{
 use pubsub_components::{Metadata, PubSubError};
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -54,6 +55,12 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// How long the app may take to answer `GET /dapr/subscribe` at start.
     pub app_start_within: Duration,
+    /// A resources directory whose declarative subscriptions (`kind:
+    /// Subscription`) are delivered to the app, as daprd's `--resources-path`.
+    pub resources: Option<PathBuf>,
+    /// Whether changes to the resources directory's subscriptions take effect while
+    /// running (daprd's `HotReload` feature): looked for every 100 ms.
+    pub hot_reload: bool,
 }
 
 impl Default for ServeOptions {
@@ -65,6 +72,8 @@ impl Default for ServeOptions {
             api_token: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             app_start_within: Duration::from_secs(30),
+            resources: None,
+            hot_reload: false,
         }
     }
 }
@@ -76,13 +85,26 @@ pub struct Sidecar {
     server: JoinHandle<()>,
     subscriptions: Vec<SubscriptionHandle>,
     declared: Vec<AppSubscription>,
+    /// The declarative subscriptions, and the task that reloads them.
+    declarative: Arc<tokio::sync::Mutex<Declarative>>,
+    reloader: Option<JoinHandle<()>>,
+}
+
+/// The declarative subscriptions being delivered, by name.
+#[derive(Default)]
+struct Declarative {
+    running: BTreeMap<String, (AppSubscription, SubscriptionHandle)>,
 }
 
 struct ApiState {
     components: BTreeMap<String, ServedComponent>,
     app_id: String,
+    /// The app's subscriptions (`PROGRAMMATIC`) and the resources' (`DECLARATIVE`),
+    /// as `GET /v1.0/metadata` lists them.
     declared: std::sync::Mutex<Vec<AppSubscription>>,
+    declarative: std::sync::Mutex<Vec<AppSubscription>>,
     max_body_bytes: usize,
+    hot_reload: bool,
 }
 
 impl Sidecar {
@@ -97,7 +119,9 @@ impl Sidecar {
             components,
             app_id: options.app_id.clone(),
             declared: std::sync::Mutex::new(Vec::new()),
+            declarative: std::sync::Mutex::new(Vec::new()),
             max_body_bytes: options.max_body_bytes,
+            hot_reload: options.hot_reload,
         });
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
@@ -111,6 +135,8 @@ impl Sidecar {
             server,
             subscriptions: Vec::new(),
             declared: Vec::new(),
+            declarative: Arc::default(),
+            reloader: None,
         };
         if let Some(app) = &options.app {
             let declared = app.subscriptions(options.app_start_within).await?;
@@ -125,6 +151,38 @@ impl Sidecar {
             }
             *state.declared.lock().unwrap_or_else(|p| p.into_inner()) = declared.clone();
             sidecar.declared = declared;
+        }
+        if let Some(dir) = &options.resources {
+            let wanted = crate::resources::load_subscriptions(dir, &options.app_id)?;
+            let Some(app) = &options.app else {
+                if wanted.is_empty() {
+                    return Ok(sidecar);
+                }
+                sidecar.stop().await;
+                anyhow::bail!(
+                    "{} declares subscriptions ({}) but no app port was given to deliver them to",
+                    dir.display(),
+                    wanted.keys().cloned().collect::<Vec<_>>().join(", ")
+                );
+            };
+            let mut declarative = sidecar.declarative.lock().await;
+            if let Err(e) = reconcile(&state, app, &options.app_id, &mut declarative, wanted).await
+            {
+                drop(declarative);
+                sidecar.stop().await;
+                return Err(e);
+            }
+            drop(declarative);
+            if options.hot_reload {
+                sidecar.reloader = Some(tokio::spawn(reload_while_running(
+                    state.clone(),
+                    app.clone(),
+                    options.app_id.clone(),
+                    dir.clone(),
+                    sidecar.declarative.clone(),
+                    sidecar.stop.subscribe(),
+                )));
+            }
         }
         Ok(sidecar)
     }
@@ -141,11 +199,103 @@ impl Sidecar {
 
     /// Stops delivery (unsettled messages go back to their brokers) and the API.
     pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Some(reloader) = self.reloader {
+            let _ = reloader.await;
+        }
+        let running = std::mem::take(&mut self.declarative.lock().await.running);
+        for (_, (_, handle)) in running {
+            handle.stop().await;
+        }
         for handle in self.subscriptions {
             handle.stop().await;
         }
         let _ = self.stop.send(true);
         let _ = self.server.await;
+    }
+}
+
+/// Makes the declarative subscriptions delivered those `wanted`: a new name is
+/// subscribed, a removed one stopped, a changed one stopped and subscribed again.
+/// The first that cannot start is an error naming it (those before it run).
+async fn reconcile(
+    state: &ApiState,
+    app: &AppChannel,
+    app_id: &str,
+    declarative: &mut Declarative,
+    wanted: BTreeMap<String, AppSubscription>,
+) -> anyhow::Result<()> {
+    let gone: Vec<String> = declarative
+        .running
+        .iter()
+        .filter(|(name, (spec, _))| wanted.get(*name) != Some(spec))
+        .map(|(name, _)| name.clone())
+        .collect();
+    let mut outcome = Ok(());
+    for name in gone {
+        if let Some((spec, handle)) = declarative.running.remove(&name) {
+            tracing::info!(%name, topic = %spec.topic, "declarative subscription removed");
+            handle.stop().await;
+        }
+    }
+    for (name, spec) in wanted {
+        if declarative.running.contains_key(&name) {
+            continue;
+        }
+        match subscribe(state, app, app_id, &spec).await {
+            Ok(handle) => {
+                tracing::info!(%name, topic = %spec.topic, "declarative subscription started");
+                declarative.running.insert(name, (spec, handle));
+            }
+            Err(e) => {
+                outcome = Err(e.context(format!("the declarative subscription '{name}'")));
+                break;
+            }
+        }
+    }
+    *state.declarative.lock().unwrap_or_else(|p| p.into_inner()) = declarative
+        .running
+        .values()
+        .map(|(spec, _)| spec.clone())
+        .collect();
+    outcome
+}
+
+/// Reads the resources directory every 100 ms until the sidecar stops, and
+/// reconciles its subscriptions; what does not read or start is logged and tried
+/// again on the next change, as daprd's hot reload does.
+async fn reload_while_running(
+    state: Arc<ApiState>,
+    app: AppChannel,
+    app_id: String,
+    dir: PathBuf,
+    declarative: Arc<tokio::sync::Mutex<Declarative>>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut last_error = String::new();
+    loop {
+        tokio::select! {
+            _ = stopped.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        let result = match crate::resources::load_subscriptions(&dir, &app_id) {
+            Ok(wanted) => {
+                let mut declarative = declarative.lock().await;
+                reconcile(&state, &app, &app_id, &mut declarative, wanted).await
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => last_error.clear(),
+            Err(e) => {
+                let text = format!("{e:#}");
+                if text != last_error {
+                    tracing::warn!(error = %text, "reloading the declarative subscriptions");
+                    eprintln!("serve: reloading the declarative subscriptions: {text}");
+                    last_error = text;
+                }
+            }
+        }
     }
 }
 
@@ -497,26 +647,36 @@ async fn metadata(State(state): State<Arc<ApiState>>) -> Response {
             })
         })
         .collect();
-    let subscriptions: Vec<serde_json::Value> = state
+    let programmatic = state
         .declared
         .lock()
         .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let declarative = state
+        .declarative
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let subscriptions: Vec<serde_json::Value> = programmatic
         .iter()
-        .map(|s| {
+        .map(|s| (s, "PROGRAMMATIC"))
+        .chain(declarative.iter().map(|s| (s, "DECLARATIVE")))
+        .map(|(s, kind)| {
             serde_json::json!({
                 "pubsubname": s.pubsub_name,
                 "topic": s.topic,
                 "metadata": s.metadata,
-                "rules": {"rules": [{"match": "", "path": s.path().unwrap_or_default()}]},
+                // daprd lists the rules flat, a match left out when empty.
+                "rules": [{"path": s.path().unwrap_or_default()}],
                 "deadLetterTopic": s.dead_letter_topic.clone().unwrap_or_default(),
-                "type": "PROGRAMMATIC",
+                "type": kind,
             })
         })
         .collect();
     Json(serde_json::json!({
         "id": state.app_id,
         "runtimeVersion": format!("pubsub-conformance serve {}", env!("CARGO_PKG_VERSION")),
-        "enabledFeatures": [],
+        "enabledFeatures": if state.hot_reload { vec!["HotReload"] } else { Vec::new() },
         "components": components,
         "subscriptions": subscriptions,
         "extended": {},

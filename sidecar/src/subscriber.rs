@@ -141,16 +141,9 @@ impl SubscriberApp {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen for the sidecar's deliveries: {e}"))?;
         let address = listener.local_addr()?;
-        let discovered = Arc::new(Notify::new());
-        let asked = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let state = Arc::new(AppState {
-            declared,
-            handler,
-            discovered: discovered.clone(),
-            asked: asked.clone(),
-            attempts: Mutex::new(HashMap::new()),
-            positions: AtomicU64::new(0),
-        });
+        let state = Arc::new(AppState::new(declared, handler));
+        let discovered = state.discovered.clone();
+        let asked = state.asked.clone();
         let router = Router::new()
             .route("/dapr/subscribe", get(subscriptions))
             .route("/dapr/config", get(config))
@@ -184,6 +177,103 @@ impl SubscriberApp {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.server.await;
+    }
+}
+
+/// The shared app's subscriptions, by route number.
+type RouteTable = Arc<Mutex<HashMap<u64, Arc<AppState>>>>;
+
+/// One app for many subscriptions, each at a route of its own
+/// (`/pcs/<n>/deliver`): the app of a sidecar the suite attaches to, whose
+/// subscriptions are declared to the sidecar as resources rather than in `GET
+/// /dapr/subscribe` (which answers none).
+pub struct SharedApp {
+    address: SocketAddr,
+    routes: RouteTable,
+    next: AtomicU64,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<()>,
+}
+
+impl SharedApp {
+    /// Starts the app on `port` of 127.0.0.1 (the port the sidecar was started
+    /// with as its app port).
+    pub async fn start(port: u16) -> anyhow::Result<SharedApp> {
+        let address = SocketAddr::from(([127, 0, 0, 1], port));
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {address} as the sidecar's app: {e}"))?;
+        let address = listener.local_addr()?;
+        let routes: RouteTable = Arc::default();
+        let router = Router::new()
+            .route(
+                "/dapr/subscribe",
+                get(|| async { Json(Vec::<AppSubscription>::new()) }),
+            )
+            .route("/dapr/config", get(config))
+            .route("/pcs/{route}/deliver", post(deliver_to_route))
+            .with_state(routes.clone());
+        let (stop, server) =
+            crate::server::spawn(listener, router, "the suite's shared app server");
+        Ok(SharedApp {
+            address,
+            routes,
+            next: AtomicU64::new(1),
+            stop,
+            server,
+        })
+    }
+
+    /// The app's port.
+    pub fn port(&self) -> u16 {
+        self.address.port()
+    }
+
+    /// A new route handing what arrives there to `handler` (none: every delivery
+    /// is answered 503, to be delivered again): its number and path.
+    pub fn add(&self, handler: Option<Handler>) -> (u64, String) {
+        let route = self.next.fetch_add(1, Ordering::Relaxed);
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(route, Arc::new(AppState::new(Vec::new(), handler)));
+        (route, format!("/pcs/{route}/deliver"))
+    }
+
+    /// Removes a route: what still arrives there is answered 503 (retried), never
+    /// 404 (which a sidecar reads as DROP).
+    pub fn remove(&self, route: u64) {
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&route);
+    }
+
+    /// Stops the app.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+    }
+}
+
+async fn deliver_to_route(
+    State(routes): State<RouteTable>,
+    axum::extract::Path(route): axum::extract::Path<u64>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let state = routes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&route)
+        .cloned();
+    match state {
+        Some(state) => deliver(State(state), headers, body).await,
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no subscription at route {route} now"),
+        )
+            .into_response(),
     }
 }
 
@@ -227,6 +317,17 @@ async fn deliver(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
 }
 
 impl AppState {
+    fn new(declared: Vec<AppSubscription>, handler: Option<Handler>) -> AppState {
+        AppState {
+            declared,
+            handler,
+            discovered: Arc::new(Notify::new()),
+            asked: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            attempts: Mutex::new(HashMap::new()),
+            positions: AtomicU64::new(0),
+        }
+    }
+
     /// A single delivery: its CloudEvent, metadata from the headers daprd adds.
     fn event(&self, headers: &HeaderMap, body: &[u8]) -> Result<Event, String> {
         let metadata: Metadata = headers

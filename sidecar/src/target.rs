@@ -1,8 +1,11 @@
 //! The sidecar target: the runtime API answered by sidecars over HTTP, for the
-//! suite's cases to run through unchanged. Publishing goes through one sidecar;
-//! each subscription is an app of the suite's with a sidecar of its own, started
-//! for it (its app id is the subscription's group) and stopped when it ends.
+//! suite's cases to run through unchanged. Publishing goes through one sidecar.
+//! Each subscription is an app of the suite's with a sidecar of its own, started
+//! for it (its app id is the subscription's group) and stopped when it ends; or,
+//! attached to a running sidecar ([`crate::attach`]), a subscription declared to
+//! it as a resource and delivered to the suite's app on its app port.
 
+use crate::attach::{AttachOptions, Attached, AttachedMember};
 use crate::client::SidecarClient;
 use crate::launch::{Launched, Launcher};
 use crate::subscriber::{declaration, SubscriberApp};
@@ -22,15 +25,23 @@ use tokio::sync::{watch, Mutex};
 /// The app id of the sidecar that only publishes.
 const PUBLISHER_APP_ID: &str = "pcs-publisher";
 
-/// Sidecars started by `launcher`, addressed as pub/sub `pubsub`.
+/// Sidecars addressed as pub/sub `pubsub`: started by a launcher, or one running
+/// sidecar attached to.
 pub struct SidecarTarget {
-    launcher: Arc<dyn Launcher>,
     pubsub: String,
-    /// How long a sidecar may take to read its app's subscriptions.
-    discovery_within: Duration,
     publisher: SidecarClient,
-    /// The publishing sidecar and its app (which declares nothing).
-    publishing: Mutex<Option<(Box<dyn Launched>, SubscriberApp)>>,
+    sidecars: Sidecars,
+}
+
+enum Sidecars {
+    Launched {
+        launcher: Arc<dyn Launcher>,
+        /// How long a sidecar may take to read its app's subscriptions.
+        discovery_within: Duration,
+        /// The publishing sidecar and its app (which declares nothing).
+        publishing: Mutex<Option<(Box<dyn Launched>, SubscriberApp)>>,
+    },
+    Attached(Attached),
 }
 
 impl SidecarTarget {
@@ -44,34 +55,81 @@ impl SidecarTarget {
         let sidecar = launcher.launch(PUBLISHER_APP_ID, app.port()).await?;
         let publisher = SidecarClient::new(sidecar.base(), pubsub, None, Duration::from_secs(60))?;
         Ok(SidecarTarget {
-            launcher,
             pubsub: pubsub.to_string(),
-            discovery_within,
             publisher,
-            publishing: Mutex::new(Some((sidecar, app))),
+            sidecars: Sidecars::Launched {
+                launcher,
+                discovery_within,
+                publishing: Mutex::new(Some((sidecar, app))),
+            },
         })
     }
 
-    /// Stops the publishing sidecar (subscriptions stop with their handles).
+    /// Attaches to a running sidecar ([`crate::attach`]): it publishes, and
+    /// delivers the subscriptions the suite declares to it.
+    pub async fn attach(options: AttachOptions) -> anyhow::Result<SidecarTarget> {
+        let publisher = SidecarClient::new(
+            options.base.clone(),
+            &options.pubsub,
+            options.api_token.clone(),
+            Duration::from_secs(60),
+        )?;
+        let pubsub = options.pubsub.clone();
+        let attached = Attached::connect(options).await?;
+        Ok(SidecarTarget {
+            pubsub,
+            publisher,
+            sidecars: Sidecars::Attached(attached),
+        })
+    }
+
+    /// What the sidecars are, for reports.
+    pub fn describe(&self) -> String {
+        match &self.sidecars {
+            Sidecars::Launched { launcher, .. } => launcher.describe(),
+            Sidecars::Attached(attached) => format!(
+                "the running sidecar at {} (app id {})",
+                attached.base(),
+                attached.app_id()
+            ),
+        }
+    }
+
+    /// Stops the publishing sidecar, or the app of an attached one (subscriptions
+    /// stop with their handles).
     pub async fn stop(&self) {
-        if let Some((sidecar, app)) = self.publishing.lock().await.take() {
-            sidecar.stop().await;
-            app.stop().await;
+        match &self.sidecars {
+            Sidecars::Launched { publishing, .. } => {
+                if let Some((sidecar, app)) = publishing.lock().await.take() {
+                    sidecar.stop().await;
+                    app.stop().await;
+                }
+            }
+            Sidecars::Attached(attached) => attached.stop().await,
         }
     }
 }
 
-/// An app of the suite's with its own sidecar, the sidecar having read the app's
-/// subscription.
-struct Member {
-    sidecar: Box<dyn Launched>,
-    app: SubscriberApp,
+/// A subscription a sidecar delivers: an app of the suite's with its own sidecar,
+/// the sidecar having read the app's subscription; or a subscription declared to
+/// an attached sidecar.
+enum Member {
+    Launched {
+        sidecar: Box<dyn Launched>,
+        app: SubscriberApp,
+    },
+    Attached(AttachedMember),
 }
 
 impl Member {
     async fn stop(self) {
-        self.sidecar.stop().await;
-        self.app.stop().await;
+        match self {
+            Member::Launched { sidecar, app } => {
+                sidecar.stop().await;
+                app.stop().await;
+            }
+            Member::Attached(member) => member.leave().await,
+        }
     }
 }
 
@@ -80,6 +138,19 @@ impl SidecarTarget {
     /// delivery is answered RETRY) with a sidecar of its own, whose app id is the
     /// subscription's group; returns once the sidecar has read the subscription.
     async fn join(&self, subscription: &Subscription, handler: Option<Handler>) -> Result<Member> {
+        let (launcher, discovery_within) = match &self.sidecars {
+            Sidecars::Launched {
+                launcher,
+                discovery_within,
+                ..
+            } => (launcher, *discovery_within),
+            Sidecars::Attached(attached) => {
+                return attached
+                    .join(subscription, handler)
+                    .await
+                    .map(Member::Attached)
+            }
+        };
         let bulk = matches!(handler, Some(Handler::Bulk(_)));
         let declared = declaration(&self.pubsub, subscription, bulk).map_err(|feature| {
             PubSubError::Unsupported {
@@ -98,28 +169,28 @@ impl SidecarTarget {
         let app = SubscriberApp::start(vec![declared], handler)
             .await
             .map_err(|e| failed("starting the suite's app", e))?;
-        let sidecar = match self.launcher.launch(&subscription.group, app.port()).await {
+        let sidecar = match launcher.launch(&subscription.group, app.port()).await {
             Ok(sidecar) => sidecar,
             Err(e) => {
                 app.stop().await;
                 return Err(failed("starting a sidecar", e));
             }
         };
-        let member = Member { sidecar, app };
-        if tokio::time::timeout(self.discovery_within, member.app.discovered())
+        if tokio::time::timeout(discovery_within, app.discovered())
             .await
             .is_err()
         {
-            member.stop().await;
+            sidecar.stop().await;
+            app.stop().await;
             return Err(PubSubError::Timeout {
-                after: self.discovery_within,
+                after: discovery_within,
                 what: format!(
                     "waiting for the sidecar ({}) to read GET /dapr/subscribe",
-                    self.launcher.describe()
+                    launcher.describe()
                 ),
             });
         }
-        Ok(member)
+        Ok(Member::Launched { sidecar, app })
     }
 }
 

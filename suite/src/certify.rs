@@ -66,6 +66,11 @@ pub fn load_definitions(dir: &Path) -> anyhow::Result<Vec<ComponentDefinition>> 
     paths.sort();
     let mut definitions = Vec::new();
     for path in paths {
+        // A directory a sidecar loads may hold declarative subscriptions too.
+        #[cfg(feature = "sidecar")]
+        if pubsub_sidecar::resources::is_subscription_file(&path) {
+            continue;
+        }
         let definition = ComponentDefinition::from_file(&path)?;
         // A type this build leaves out is kept: its row says NOT PROVISIONED, naming
         // the cargo feature that compiles it in.
@@ -127,6 +132,26 @@ pub struct CertifyOptions {
     /// Also certify each component through sidecars started from this command line
     /// (`--sidecar-command`), as a row `<component> via sidecar`.
     pub sidecar_command: Option<String>,
+    /// Also certify each component through a running sidecar (`--sidecar`), as a
+    /// row `<component> via attached sidecar`.
+    pub attach: Option<AttachTo>,
+}
+
+/// A running sidecar to certify through (`--sidecar`): where it is and how it was
+/// started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachTo {
+    /// Its HTTP API, e.g. `http://127.0.0.1:3500`.
+    pub base: String,
+    /// The pub/sub name there; `None`: the component's name.
+    pub pubsub: Option<String>,
+    /// The app port it was started with (the suite's app listens there).
+    pub app_port: u16,
+    /// The directory it loads resources from (the suite writes its subscriptions
+    /// there).
+    pub resources: PathBuf,
+    /// Its `dapr-api-token`, if it wants one.
+    pub api_token: Option<String>,
 }
 
 impl CertifyOptions {
@@ -276,6 +301,9 @@ async fn certify_component(
         let mut rows = Vec::new();
         if options.through_serve {
             rows.push(Sidecars::Serve);
+        }
+        if let Some(attach) = &options.attach {
+            rows.push(Sidecars::Attached(attach.clone()));
         }
         if let Some(command) = &options.sidecar_command {
             rows.push(Sidecars::Command(command.clone()));

@@ -77,6 +77,9 @@ enum Command {
         #[cfg(feature = "sidecar")]
         #[arg(long, value_name = "COMMAND")]
         sidecar_command: Option<String>,
+        #[cfg(feature = "sidecar")]
+        #[command(flatten)]
+        attach: crate::through_serve::AttachArgs,
         /// Seed for generated inputs (default: derived from each case id).
         #[arg(long)]
         seed: Option<u64>,
@@ -319,6 +322,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             through_serve,
             #[cfg(feature = "sidecar")]
             sidecar_command,
+            #[cfg(feature = "sidecar")]
+            attach,
             seed,
             provision,
             restart_broker,
@@ -363,6 +368,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 sidecar_command,
                 #[cfg(not(feature = "sidecar"))]
                 sidecar_command: None,
+                #[cfg(feature = "sidecar")]
+                attach: attach.attach_to(definitions.len())?,
+                #[cfg(not(feature = "sidecar"))]
+                attach: None,
             };
             init_logging(verbose, Some(&out))?;
             // Histories of an earlier run in the same directory would be judged as

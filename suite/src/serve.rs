@@ -14,9 +14,15 @@ use std::time::Duration;
 /// What `serve` was asked for on the command line.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeCommand {
-    /// A directory of component YAML files (each metadata.name is a pubsub name).
+    /// A directory of component YAML files (each metadata.name is a pubsub name),
+    /// and of declarative subscriptions (`kind: Subscription`), delivered to the
+    /// app as daprd delivers those of its `--resources-path`.
     #[arg(long = "components", value_name = "DIR", default_value = "fixtures")]
     pub components: PathBuf,
+    /// Take up declarative subscriptions added to, changed in or removed from the
+    /// components directory while running (daprd's `HotReload` feature).
+    #[arg(long)]
+    pub hot_reload: bool,
     /// The port of the HTTP API.
     #[arg(long, default_value_t = 3500)]
     pub http_port: u16,
@@ -29,6 +35,9 @@ pub struct ServeCommand {
     /// Requests must carry this token in `dapr-api-token` (also DAPR_API_TOKEN).
     #[arg(long, env = "DAPR_API_TOKEN")]
     pub api_token: Option<String>,
+    /// How long the app may take to answer `GET /dapr/subscribe` at start.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub app_start_within: Duration,
     /// How long the app may take to answer a delivery.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub app_timeout: Duration,
@@ -83,6 +92,9 @@ pub async fn serve(command: ServeCommand) -> anyhow::Result<()> {
         app,
         app_id: command.app_id.clone(),
         api_token: command.api_token.clone(),
+        resources: Some(command.components.clone()),
+        app_start_within: command.app_start_within,
+        hot_reload: command.hot_reload,
         ..Default::default()
     };
     let names: Vec<String> = components.keys().cloned().collect();

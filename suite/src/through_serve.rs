@@ -3,9 +3,11 @@
 //! the same component, or processes started from a command line (`serve` as its own
 //! program, daprd, any sidecar that speaks the API).
 
+use crate::certify::AttachTo;
 use pubsub_components::config::ComponentDefinition;
 use pubsub_components::runtime::Runtime;
 use pubsub_components::Component;
+use pubsub_sidecar::attach::AttachOptions;
 use pubsub_sidecar::launch::{CommandLauncher, Launcher, ServeLauncher};
 use pubsub_sidecar::target::{capabilities_over_http, WireDescription};
 use pubsub_sidecar::{ServedComponent, SidecarTarget};
@@ -18,6 +20,8 @@ use std::time::Duration;
 pub const ROW_SUFFIX: &str = " via serve";
 /// The suffix of a row certified through sidecars started from a command line.
 pub const COMMAND_ROW_SUFFIX: &str = " via sidecar";
+/// The suffix of a row certified through a running sidecar.
+pub const ATTACHED_ROW_SUFFIX: &str = " via attached sidecar";
 
 /// How long a sidecar may take to read its app's subscriptions, and the app to
 /// answer a delivery.
@@ -38,6 +42,9 @@ pub enum Sidecars {
     /// `{app_id}` and `{components_dir}` (a directory holding the component's
     /// definition, as certified) replaced.
     Command(String),
+    /// A sidecar already running, attached to (its subscriptions declared as
+    /// resources).
+    Attached(AttachTo),
 }
 
 impl Sidecars {
@@ -46,9 +53,78 @@ impl Sidecars {
         match self {
             Sidecars::Serve => ROW_SUFFIX,
             Sidecars::Command(_) => COMMAND_ROW_SUFFIX,
+            Sidecars::Attached(_) => ATTACHED_ROW_SUFFIX,
         }
     }
 }
+
+/// `certify --sidecar`: a running sidecar to certify through.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AttachArgs {
+    /// Also certify each component through the sidecar running at this address (a
+    /// row `<component> via attached sidecar`): it publishes, and delivers the
+    /// subscriptions the suite writes to its resources directory (it must take
+    /// them up while running: daprd with the HotReload feature, serve with
+    /// --hot-reload) to the suite's app on its app port.
+    #[arg(long, value_name = "URL")]
+    pub sidecar: Option<String>,
+    /// The app port the running sidecar was started with (`--sidecar`).
+    #[arg(long, value_name = "PORT", requires = "sidecar")]
+    pub sidecar_app_port: Option<u16>,
+    /// The directory the running sidecar loads resources from (`--sidecar`).
+    #[arg(long, value_name = "DIR", requires = "sidecar")]
+    pub sidecar_resources: Option<PathBuf>,
+    /// The pub/sub name on the running sidecar (default: the component's name).
+    #[arg(long, value_name = "NAME", requires = "sidecar")]
+    pub pubsub: Option<String>,
+    /// The running sidecar's API token (`dapr-api-token`; also DAPR_API_TOKEN).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "DAPR_API_TOKEN",
+        requires = "sidecar"
+    )]
+    pub sidecar_api_token: Option<String>,
+}
+
+impl AttachArgs {
+    /// The sidecar to attach to, if one is named; errors name what is missing.
+    pub fn attach_to(self, components: usize) -> anyhow::Result<Option<AttachTo>> {
+        let Some(base) = self.sidecar else {
+            return Ok(None);
+        };
+        let app_port = self.sidecar_app_port.ok_or_else(|| {
+            anyhow::anyhow!(
+                "--sidecar needs --sidecar-app-port: the app port the sidecar was started with"
+            )
+        })?;
+        let resources = self.sidecar_resources.ok_or_else(|| {
+            anyhow::anyhow!("--sidecar needs --sidecar-resources: the directory the sidecar loads resources from")
+        })?;
+        if !resources.is_dir() {
+            anyhow::bail!(
+                "--sidecar-resources {} is not a directory",
+                resources.display()
+            );
+        }
+        if self.pubsub.is_some() && components != 1 {
+            anyhow::bail!(
+                "--pubsub names the pub/sub of one component: select exactly one with --component"
+            );
+        }
+        Ok(Some(AttachTo {
+            base: base.trim_end_matches('/').to_string(),
+            pubsub: self.pubsub,
+            app_port,
+            resources,
+            api_token: self.sidecar_api_token,
+        }))
+    }
+}
+
+/// One attached row at a time: the rows share the sidecar's app port.
+static ATTACHED_ROWS: std::sync::LazyLock<Arc<tokio::sync::Mutex<()>>> =
+    std::sync::LazyLock::new(Arc::default);
 
 /// A row's runtime over HTTP, the target to stop once the row is done, and the
 /// directory the sidecars read the definition from (removed on drop).
@@ -56,6 +132,7 @@ pub struct OverHttp {
     pub runtime: Runtime,
     pub target: Arc<SidecarTarget>,
     _components_dir: Option<tempfile::TempDir>,
+    _one_at_a_time: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 /// A runtime whose publish and subscribe go over HTTP to `serve` in front of
@@ -103,6 +180,34 @@ pub async fn over_http(
                 runtime,
                 target,
                 _components_dir: None,
+                _one_at_a_time: None,
+            })
+        }
+        Sidecars::Attached(to) => {
+            let guard = ATTACHED_ROWS.clone().lock_owned().await;
+            let target = Arc::new(
+                SidecarTarget::attach(AttachOptions {
+                    base: to.base.clone(),
+                    pubsub: to.pubsub.clone().unwrap_or_else(|| definition.name.clone()),
+                    api_token: to.api_token.clone(),
+                    app_port: to.app_port,
+                    resources: to.resources.clone(),
+                    ready_within: SIDECAR_WITHIN,
+                })
+                .await?,
+            );
+            let runtime = described(
+                &definition.name,
+                component,
+                ATTACHED_ROW_SUFFIX,
+                broker_version,
+                target.clone(),
+            );
+            Ok(OverHttp {
+                runtime,
+                target,
+                _components_dir: None,
+                _one_at_a_time: Some(guard),
             })
         }
         Sidecars::Command(template) => {
@@ -137,6 +242,7 @@ pub async fn over_http(
                 runtime,
                 target,
                 _components_dir: Some(dir),
+                _one_at_a_time: None,
             })
         }
     }
@@ -150,10 +256,22 @@ async fn remote(
     broker_version: Option<String>,
 ) -> anyhow::Result<(Runtime, Arc<SidecarTarget>)> {
     let target = Arc::new(SidecarTarget::start(launcher, name, SIDECAR_WITHIN).await?);
+    let runtime = described(name, component, suffix, broker_version, target.clone());
+    Ok((runtime, target))
+}
+
+/// The runtime answered by `target`, judged against what `component` declares.
+fn described(
+    name: &str,
+    component: Arc<dyn Component>,
+    suffix: &str,
+    broker_version: Option<String>,
+    target: Arc<SidecarTarget>,
+) -> Runtime {
     let description = Arc::new(WireDescription {
         kind: format!("{}{suffix}", component.kind()),
         capabilities: capabilities_over_http(&component.capabilities()),
         broker_version: broker_version.unwrap_or_default(),
     });
-    Ok((Runtime::remote(name, description, target.clone()), target))
+    Runtime::remote(name, description, target)
 }

@@ -778,3 +778,124 @@ fn sidecar_command_certifies_sidecar_processes() {
         cell.evidence
     );
 }
+
+/// A port free on loopback now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Kills the process when dropped (a test that fails leaves no sidecar behind).
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `--sidecar`: a sidecar already running (this program's `serve` with hot reload,
+/// started before the suite, as a user runs daprd) is attached to: the suite's app
+/// listens on the sidecar's app port and each subscription is a resource the
+/// suite writes to the sidecar's directory. What one app id cannot do (two groups
+/// or two members on a topic) is UNSUPPORTED with the reason.
+#[test]
+fn sidecar_attaches_to_a_running_sidecar() {
+    let resources = temp_dir("attached-resources");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/memory.yaml"),
+        resources.join("memory.yaml"),
+    )
+    .unwrap();
+    let (http_port, app_port) = (free_port(), free_port());
+    let _sidecar = Running(
+        Command::new(env!("CARGO_BIN_EXE_pubsub-conformance"))
+            .args(["serve", "--hot-reload", "--app-id", "attached"])
+            .args(["--app-start-within", "10m", "--components"])
+            .arg(&resources)
+            .args([
+                "--http-port",
+                &http_port.to_string(),
+                "--app-port",
+                &app_port.to_string(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let out = temp_dir("attached");
+    let output = cli()
+        .args([
+            "certify",
+            "--component",
+            "memory",
+            "--case",
+            "{publish.delivery,retry.redelivery,dead-letter.drop,bulk-subscribe.statuses,subscribe.fan-out,subscribe.competing-consumers}",
+            "--sidecar",
+            &format!("http://127.0.0.1:{http_port}"),
+            "--sidecar-app-port",
+            &app_port.to_string(),
+            "--sidecar-resources",
+        ])
+        .arg(&resources)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report = read(&out.join("report.json"));
+    let row = report
+        .components
+        .iter()
+        .find(|c| c.name == "memory via attached sidecar")
+        .unwrap_or_else(|| panic!("no attached row: {stderr}"));
+    for cell in &row.cases {
+        let expected = if cell.id.starts_with("subscribe.") {
+            "UNSUPPORTED"
+        } else {
+            "PASS"
+        };
+        assert_eq!(
+            cell.status.label(),
+            expected,
+            "{} through the attached sidecar: {:?}",
+            cell.id,
+            cell.evidence
+        );
+        if expected == "UNSUPPORTED" {
+            let notes = cell.evidence.notes.join(" | ");
+            assert!(notes.contains("--sidecar-command"), "{notes}");
+        }
+    }
+    assert_eq!(row.cases.len(), 6);
+    let left: Vec<_> = std::fs::read_dir(&resources)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        [std::ffi::OsString::from("memory.yaml")],
+        "every subscription the suite declared is removed"
+    );
+
+    // Half a description of the sidecar is refused before anything runs.
+    let output = cli()
+        .args([
+            "certify",
+            "--component",
+            "memory",
+            "--sidecar",
+            "http://127.0.0.1:1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--sidecar-app-port"), "{stderr}");
+}

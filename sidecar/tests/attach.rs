@@ -1,0 +1,303 @@
+//! Attaching to a running sidecar: `serve` with hot reload over the in-memory
+//! component, started before the suite's app exists (as a user starts daprd), and
+//! the sidecar target attached to it. Subscriptions are declared as resources,
+//! taken up while running, delivered to the suite's app on the sidecar's app port,
+//! and dropped when they end; what one sidecar with one app id cannot do is refused
+//! with the reason.
+
+use async_trait::async_trait;
+use pubsub_components::memory::MemoryComponent;
+use pubsub_components::runtime::{
+    Event, Handler, MessageHandler, PublishRequest, RemoteRuntime, Runtime, Status, Subscription,
+};
+use pubsub_components::PubSubError;
+use pubsub_sidecar::attach::AttachOptions;
+use pubsub_sidecar::{AppChannel, ServeOptions, ServedComponent, Sidecar, SidecarTarget};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Records the data of what it is handed.
+#[derive(Default)]
+struct Recorder {
+    seen: Mutex<Vec<Vec<u8>>>,
+    arrived: Notify,
+}
+
+#[async_trait]
+impl MessageHandler for Recorder {
+    async fn handle(&self, event: Event) -> Result<Status, String> {
+        self.seen.lock().unwrap().push(event.data);
+        self.arrived.notify_waiters();
+        Ok(Status::Success)
+    }
+}
+
+impl Recorder {
+    /// Waits (at most 10 s) until `count` events arrived.
+    async fn wait_for(&self, count: usize) -> Vec<Vec<u8>> {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let arrived = self.arrived.notified();
+                if self.seen.lock().unwrap().len() >= count {
+                    return;
+                }
+                arrived.await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{count} deliveries did not arrive within 10 s"));
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn a_running_sidecar_takes_up_the_suites_subscriptions_as_resources() {
+    let resources = tempfile::tempdir().unwrap();
+    let (http_port, app_port) = (free_port(), free_port());
+    let mut components = BTreeMap::new();
+    components.insert(
+        "ps".to_string(),
+        ServedComponent {
+            runtime: Runtime::new("ps", Arc::new(MemoryComponent::default())),
+            component_type: "pubsub.in-memory".into(),
+        },
+    );
+    // The sidecar starts first and waits for its app, as daprd does.
+    let sidecar = tokio::spawn(Sidecar::start(
+        components,
+        ServeOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], http_port)),
+            app: Some(
+                AppChannel::new(
+                    format!("http://127.0.0.1:{app_port}"),
+                    Duration::from_secs(5),
+                )
+                .unwrap(),
+            ),
+            app_id: "certified-app".into(),
+            resources: Some(resources.path().to_path_buf()),
+            hot_reload: true,
+            ..ServeOptions::default()
+        },
+    ));
+    let options = AttachOptions {
+        base: format!("http://127.0.0.1:{http_port}"),
+        pubsub: "ps".into(),
+        api_token: None,
+        app_port,
+        resources: resources.path().to_path_buf(),
+        ready_within: Duration::from_secs(10),
+    };
+    let target = {
+        let mut tries = 0;
+        loop {
+            match SidecarTarget::attach(options.clone()).await {
+                Ok(target) => break target,
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("cannot attach: {e:#}"),
+            }
+        }
+    };
+    let sidecar = sidecar.await.unwrap().expect("serve started");
+
+    let recorder = Arc::new(Recorder::default());
+    let handle = target
+        .subscribe(
+            Subscription::new("orders", "g1"),
+            Handler::Single(recorder.clone()),
+        )
+        .await
+        .expect("the sidecar took up the subscription");
+    let declared: Vec<_> = std::fs::read_dir(resources.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(declared.len(), 1, "one resource: {declared:?}");
+    let text = std::fs::read_to_string(&declared[0]).unwrap();
+    assert!(text.contains("kind: Subscription"), "{text}");
+    assert!(
+        text.contains("- certified-app"),
+        "scoped to the app id: {text}"
+    );
+
+    for n in 0..3 {
+        target
+            .publish(PublishRequest::new("orders", format!("m{n}").into_bytes()))
+            .await
+            .unwrap();
+    }
+    let seen = recorder.wait_for(3).await;
+    assert_eq!(seen, [b"m0".to_vec(), b"m1".to_vec(), b"m2".to_vec()]);
+
+    // One app id: a second subscription to the topic, or another group on it, is
+    // beyond what one attached sidecar can do, and says so.
+    let second = target
+        .subscribe(
+            Subscription::new("orders", "g1"),
+            Handler::Single(Arc::new(Recorder::default())),
+        )
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&second, PubSubError::Unsupported { feature, .. } if feature.contains("--sidecar-command")),
+        "{second}"
+    );
+
+    handle.stop().await;
+    assert_eq!(
+        std::fs::read_dir(resources.path()).unwrap().count(),
+        0,
+        "the resource is removed when the subscription ends"
+    );
+    let metadata: serde_json::Value =
+        reqwest::get(format!("http://127.0.0.1:{http_port}/v1.0/metadata"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(
+        metadata["subscriptions"],
+        serde_json::json!([]),
+        "{metadata}"
+    );
+    assert_eq!(
+        metadata["enabledFeatures"],
+        serde_json::json!(["HotReload"])
+    );
+
+    let other_group = target
+        .subscribe(
+            Subscription::new("orders", "g2"),
+            Handler::Single(Arc::new(Recorder::default())),
+        )
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&other_group, PubSubError::Unsupported { feature, .. } if feature.contains("group g2 on orders after group g1")),
+        "{other_group}"
+    );
+    // The same group again resumes where it left off.
+    let again = Arc::new(Recorder::default());
+    let handle = target
+        .subscribe(
+            Subscription::new("orders", "g1"),
+            Handler::Single(again.clone()),
+        )
+        .await
+        .unwrap();
+    target
+        .publish(PublishRequest::new("orders", b"m3".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(again.wait_for(1).await, [b"m3".to_vec()]);
+    handle.stop().await;
+    target.stop().await;
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn attaching_to_a_sidecar_without_the_pubsub_names_what_it_serves() {
+    let resources = tempfile::tempdir().unwrap();
+    let mut components = BTreeMap::new();
+    components.insert(
+        "ps".to_string(),
+        ServedComponent {
+            runtime: Runtime::new("ps", Arc::new(MemoryComponent::default())),
+            component_type: "pubsub.in-memory".into(),
+        },
+    );
+    let sidecar = Sidecar::start(components, ServeOptions::default())
+        .await
+        .unwrap();
+    let error = SidecarTarget::attach(AttachOptions {
+        base: format!("http://{}", sidecar.address()),
+        pubsub: "orders-bus".into(),
+        api_token: None,
+        app_port: 0,
+        resources: resources.path().to_path_buf(),
+        ready_within: Duration::from_secs(1),
+    })
+    .await
+    .err()
+    .expect("refused");
+    let text = format!("{error:#}");
+    assert!(
+        text.contains("no pub/sub named 'orders-bus'") && text.contains("serves: ps"),
+        "{text}"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_declarative_subscription_that_serve_cannot_start_is_an_error_naming_it() {
+    let resources = tempfile::tempdir().unwrap();
+    std::fs::write(
+        resources.path().join("sub.yaml"),
+        "apiVersion: dapr.io/v2alpha1\nkind: Subscription\nmetadata:\n  name: to-nowhere\nspec:\n  pubsubname: missing\n  topic: t\n  routes:\n    default: /t\n",
+    )
+    .unwrap();
+    let app_port = free_port();
+    let error = Sidecar::start(
+        BTreeMap::new(),
+        ServeOptions {
+            app: Some(
+                AppChannel::new(
+                    format!("http://127.0.0.1:{app_port}"),
+                    Duration::from_secs(1),
+                )
+                .unwrap(),
+            ),
+            app_start_within: Duration::from_millis(200),
+            resources: Some(resources.path().to_path_buf()),
+            ..ServeOptions::default()
+        },
+    )
+    .await;
+    // No app answers GET /dapr/subscribe: that is the first error; with an app
+    // that answers none, the subscription's pub/sub is.
+    assert!(error.is_err());
+    let app = pubsub_sidecar::subscriber::SharedApp::start(0)
+        .await
+        .unwrap();
+    let error = Sidecar::start(
+        BTreeMap::new(),
+        ServeOptions {
+            app: Some(
+                AppChannel::new(
+                    format!("http://127.0.0.1:{}", app.port()),
+                    Duration::from_secs(1),
+                )
+                .unwrap(),
+            ),
+            resources: Some(resources.path().to_path_buf()),
+            ..ServeOptions::default()
+        },
+    )
+    .await
+    .err()
+    .expect("refused");
+    let text = format!("{error:#}");
+    assert!(
+        text.contains("to-nowhere") && text.contains("'missing'"),
+        "{text}"
+    );
+    app.stop().await;
+}
