@@ -16,7 +16,8 @@ pub use bench::{BenchReport, LatencySummary, Measurement};
 pub use levels::{certification_level, CertificationLevel, ComponentSummary, LEVEL_LEGEND};
 pub use merge::{merge, MergeError};
 pub use render::{
-    badge_json, bench_chart_svg, bench_chart_text, html, junit, markdown, write_all, CHART_SERIES,
+    badge_json, bench_chart_svg, bench_chart_text, file_stem, html, junit, markdown, write_all,
+    CHART_SERIES,
 };
 pub use summary::summary_table;
 

@@ -172,7 +172,9 @@ fn metadata_query(metadata: &Metadata) -> String {
 /// An entry as the wire carries it: JSON content types as JSON, text as a string,
 /// binary types and bytes the API cannot carry in their own type (not text, or
 /// JSON-typed but not JSON) as base64 with `application/octet-stream`.
-fn wire_entry(entry: &pubsub_components::runtime::BulkPublishEntry) -> wire::BulkPublishEntry {
+pub(crate) fn wire_entry(
+    entry: &pubsub_components::runtime::BulkPublishEntry,
+) -> wire::BulkPublishEntry {
     let content_type = entry.content_type.clone().unwrap_or_default();
     let essence = wire::essence(&content_type);
     let text = std::str::from_utf8(&entry.event).ok();
@@ -249,7 +251,7 @@ fn bulk_answer(status: u16, body: &[u8]) -> Result<BulkPublishResponse> {
 /// An error answer as the runtime's error: 400 and 413 refuse the request as
 /// invalid, 404 names what is not there, 401 and 403 refuse it, anything else is the
 /// sidecar's or the broker's failure. The message keeps the status and error code.
-fn api_error(status: u16, body: &[u8], what: &str) -> PubSubError {
+pub(crate) fn api_error(status: u16, body: &[u8], what: &str) -> PubSubError {
     let error = serde_json::from_slice::<ErrorBody>(body).ok();
     let detail = match &error {
         Some(error) => format!("HTTP {status} {}: {}", error.error_code, error.message),

@@ -9,6 +9,7 @@ pub mod client;
 pub mod deliver;
 pub mod launch;
 pub mod resources;
+pub mod sdk;
 pub mod serve;
 mod server;
 pub mod subscriber;

@@ -8,6 +8,7 @@
 use crate::attach::{AttachOptions, Attached, AttachedMember};
 use crate::client::SidecarClient;
 use crate::launch::{Launched, Launcher};
+use crate::sdk::SdkPublisher;
 use crate::subscriber::{declaration, SubscriberApp};
 use async_trait::async_trait;
 use pubsub_components::runtime::{
@@ -29,8 +30,14 @@ const PUBLISHER_APP_ID: &str = "pcs-publisher";
 /// sidecar attached to.
 pub struct SidecarTarget {
     pubsub: String,
-    publisher: SidecarClient,
+    publisher: Publisher,
     sidecars: Sidecars,
+}
+
+/// Who publishes: the suite's own HTTP client, or Dapr's JavaScript SDK.
+enum Publisher {
+    Http(SidecarClient),
+    JsSdk(Box<SdkPublisher>),
 }
 
 enum Sidecars {
@@ -51,9 +58,43 @@ impl SidecarTarget {
         pubsub: &str,
         discovery_within: Duration,
     ) -> anyhow::Result<SidecarTarget> {
+        Self::start_publishing_with(launcher, pubsub, discovery_within, None).await
+    }
+
+    /// Starts the publishing sidecar; with `js_sdk` (the SDK's directory), Dapr's
+    /// JavaScript SDK publishes through it instead of the suite's own client.
+    pub async fn start_publishing_with(
+        launcher: Arc<dyn Launcher>,
+        pubsub: &str,
+        discovery_within: Duration,
+        js_sdk: Option<&std::path::Path>,
+    ) -> anyhow::Result<SidecarTarget> {
         let app = SubscriberApp::start(Vec::new(), None).await?;
         let sidecar = launcher.launch(PUBLISHER_APP_ID, app.port()).await?;
-        let publisher = SidecarClient::new(sidecar.base(), pubsub, None, Duration::from_secs(60))?;
+        let publisher = match js_sdk {
+            None => Publisher::Http(SidecarClient::new(
+                sidecar.base(),
+                pubsub,
+                None,
+                Duration::from_secs(60),
+            )?),
+            Some(dir) => {
+                let port = sidecar
+                    .base()
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse::<u16>().ok())
+                    .ok_or_else(|| anyhow::anyhow!("no port in {}", sidecar.base()))?;
+                match SdkPublisher::start(dir, port, pubsub).await {
+                    Ok(sdk) => Publisher::JsSdk(Box::new(sdk)),
+                    Err(e) => {
+                        sidecar.stop().await;
+                        app.stop().await;
+                        return Err(e);
+                    }
+                }
+            }
+        };
         Ok(SidecarTarget {
             pubsub: pubsub.to_string(),
             publisher,
@@ -68,12 +109,12 @@ impl SidecarTarget {
     /// Attaches to a running sidecar ([`crate::attach`]): it publishes, and
     /// delivers the subscriptions the suite declares to it.
     pub async fn attach(options: AttachOptions) -> anyhow::Result<SidecarTarget> {
-        let publisher = SidecarClient::new(
+        let publisher = Publisher::Http(SidecarClient::new(
             options.base.clone(),
             &options.pubsub,
             options.api_token.clone(),
             Duration::from_secs(60),
-        )?;
+        )?);
         let pubsub = options.pubsub.clone();
         let attached = Attached::connect(options).await?;
         Ok(SidecarTarget {
@@ -98,6 +139,9 @@ impl SidecarTarget {
     /// Stops the publishing sidecar, or the app of an attached one (subscriptions
     /// stop with their handles).
     pub async fn stop(&self) {
+        if let Publisher::JsSdk(sdk) = &self.publisher {
+            sdk.stop().await;
+        }
         match &self.sidecars {
             Sidecars::Launched { publishing, .. } => {
                 if let Some((sidecar, app)) = publishing.lock().await.take() {
@@ -197,11 +241,22 @@ impl SidecarTarget {
 #[async_trait]
 impl RemoteRuntime for SidecarTarget {
     async fn publish(&self, request: PublishRequest) -> Result<MessageId> {
-        self.publisher.publish(request).await
+        match &self.publisher {
+            Publisher::Http(client) => client.publish(request).await,
+            Publisher::JsSdk(sdk) => sdk.publish(request).await,
+        }
     }
 
     async fn bulk_publish(&self, request: BulkPublishRequest) -> Result<BulkPublishResponse> {
-        self.publisher.bulk_publish(request).await
+        match &self.publisher {
+            Publisher::Http(client) => client.bulk_publish(request).await,
+            Publisher::JsSdk(sdk) => sdk.bulk_publish(request).await,
+        }
+    }
+
+    /// An SDK publishes the JSON value an app holds, serialized its own way.
+    fn reserializes_json(&self) -> bool {
+        matches!(self.publisher, Publisher::JsSdk(_))
     }
 
     async fn subscribe(

@@ -409,3 +409,70 @@ async fn the_sdk_server_findings_hold() {
     sidecar.stop().await;
     let _ = app.child.kill().await;
 }
+
+/// Runs a reproduction in sdk/js/repro with `DAPR_HTTP_PORT`; gives its exit code
+/// and output.
+async fn run_repro(program: &str, dapr_port: u16) -> (Option<i32>, String) {
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new("node")
+            .arg(format!("repro/{program}"))
+            .current_dir(sdk_dir())
+            .env("DAPR_HTTP_PORT", dapr_port.to_string())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the reproduction finished within 60 s")
+    .expect("node runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code(), text)
+}
+
+/// Each client-side reproduction (kept with the SDK findings and the expected
+/// failures of `certify --js-sdk`) still shows its defect: it exits 1. One that
+/// exits 0 means the SDK was fixed there: its finding, its expected failure and the
+/// README's table are to be updated. (The app-side ones, handler-throws.mjs and
+/// falsy-data.mjs, are asserted by `the_sdk_server_findings_hold`.)
+#[tokio::test]
+async fn every_sdk_client_reproduction_still_shows_its_finding() {
+    let mut components = BTreeMap::new();
+    components.insert(
+        "memory".to_string(),
+        ServedComponent {
+            runtime: Runtime::new(
+                "memory",
+                Arc::new(MemoryComponent::new(MemoryConfig::default())),
+            ),
+            component_type: "pubsub.in-memory".into(),
+        },
+    );
+    let sidecar = Sidecar::start(components, ServeOptions::default())
+        .await
+        .unwrap();
+    let port = sidecar.address().port();
+    for (program, finding) in [
+        ("bulk-failed-entries.mjs", "failedMessages: []"),
+        ("falsy-publish.mjs", r#"{"body":""}"#),
+        (
+            "topic-not-encoded.mjs",
+            "got path /v1.0/publish/memory/orders ",
+        ),
+        ("buffer-payload.mjs", "publish 1: the sidecar got 9 bytes"),
+    ] {
+        let (code, output) = run_repro(program, port).await;
+        assert_eq!(
+            code,
+            Some(1),
+            "{program} no longer shows its finding (exit {code:?}): update the finding\n{output}"
+        );
+        assert!(
+            output.contains(finding),
+            "{program} failed otherwise than by its finding ({finding}):\n{output}"
+        );
+    }
+}

@@ -135,6 +135,9 @@ pub struct CertifyOptions {
     /// Also certify each component through a running sidecar (`--sidecar`), as a
     /// row `<component> via attached sidecar`.
     pub attach: Option<AttachTo>,
+    /// Also certify each component with Dapr's JavaScript SDK on the app's side of
+    /// `serve` (`--js-sdk`): a row `<component> via @dapr/dapr client`.
+    pub js_sdk: bool,
 }
 
 /// A running sidecar to certify through (`--sidecar`): where it is and how it was
@@ -302,6 +305,9 @@ async fn certify_component(
         if options.through_serve {
             rows.push(Sidecars::Serve);
         }
+        if options.js_sdk {
+            rows.push(Sidecars::JsSdkClient);
+        }
         if let Some(attach) = &options.attach {
             rows.push(Sidecars::Attached(attach.clone()));
         }
@@ -400,6 +406,15 @@ async fn certify_over_http(
         }
     };
     let description = over.runtime.component().clone();
+    // A row through another client certifies that client too: its version leads
+    // the row's, so its expected failures name the client version they were seen on.
+    let mut provisioning = provisioning;
+    if let Some(client) = &over.client {
+        provisioning.broker_version = Some(match &provisioning.broker_version {
+            Some(broker) => format!("{client} on {broker}"),
+            None => client.clone(),
+        });
+    }
     // The row's own name: its progress lines, histories and expectations are its own.
     let results = run_cases(
         &row,

@@ -80,6 +80,12 @@ enum Command {
         #[cfg(feature = "sidecar")]
         #[command(flatten)]
         attach: crate::through_serve::AttachArgs,
+        /// Also certify each component with Dapr's JavaScript SDK (`@dapr/dapr`, as
+        /// scripts/install.sh installs it in sdk/js) publishing through `serve`: a row
+        /// `<component> via @dapr/dapr client`.
+        #[cfg(feature = "sidecar")]
+        #[arg(long)]
+        js_sdk: bool,
         /// Seed for generated inputs (default: derived from each case id).
         #[arg(long)]
         seed: Option<u64>,
@@ -324,6 +330,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             sidecar_command,
             #[cfg(feature = "sidecar")]
             attach,
+            #[cfg(feature = "sidecar")]
+            js_sdk,
             seed,
             provision,
             restart_broker,
@@ -372,6 +380,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 attach: attach.attach_to(definitions.len())?,
                 #[cfg(not(feature = "sidecar"))]
                 attach: None,
+                #[cfg(feature = "sidecar")]
+                js_sdk,
+                #[cfg(not(feature = "sidecar"))]
+                js_sdk: false,
             };
             init_logging(verbose, Some(&out))?;
             // Histories of an earlier run in the same directory would be judged as

@@ -25,6 +25,9 @@ pub struct Expected {
     /// a PASS is then accepted, not flagged as a stale entry.
     #[serde(default)]
     pub intermittent: bool,
+    /// The file the entry was read from.
+    #[serde(skip)]
+    pub source: PathBuf,
 }
 
 #[derive(Deserialize)]
@@ -42,20 +45,29 @@ pub struct Expectations {
 }
 
 impl Expectations {
-    /// The file of the component defined in `definition` (`expectations/<name>.yaml`
-    /// beside it).
+    /// The file of the component (or row) defined in `definition`
+    /// (`expectations/<name>.yaml` beside it, a `/` in the name as `-`).
     pub fn path_for(definition: &Path, name: &str) -> PathBuf {
         definition
             .parent()
             .unwrap_or(Path::new("."))
             .join("expectations")
-            .join(format!("{name}.yaml"))
+            .join(format!("{}.yaml", pubsub_reports::file_stem(name)))
     }
 
-    /// Reads the component's file; none is no expectations. Unknown cases and bad
-    /// YAML are errors naming the file.
+    /// Reads the component's file; none is no expectations. A row through another
+    /// client or sidecar (`<component> via <what>`) also takes the entries of
+    /// `expectations/via <what>.yaml`, that client's defects whatever the component
+    /// (e.g. `via @dapr-dapr client.yaml`). Unknown cases and bad YAML are errors
+    /// naming the file.
     pub fn load(definition: &Path, name: &str) -> anyhow::Result<Self> {
-        Self::load_file(&Self::path_for(definition, name))
+        let mut expectations = Self::load_file(&Self::path_for(definition, name))?;
+        if let Some((_, via)) = name.split_once(" via ") {
+            let shared = Self::load_file(&Self::path_for(definition, &format!("via {via}")))?;
+            expectations.file = expectations.file.or(shared.file);
+            expectations.entries.extend(shared.entries);
+        }
+        Ok(expectations)
     }
 
     /// Reads an expectations file; none there is no expectations. Unknown cases and
@@ -85,9 +97,17 @@ impl Expectations {
                 );
             }
         }
+        let entries = file
+            .expectations
+            .into_iter()
+            .map(|entry| Expected {
+                source: path.clone(),
+                ..entry
+            })
+            .collect();
         Ok(Expectations {
             file: Some(path),
-            entries: file.expectations,
+            entries,
         })
     }
 
@@ -111,10 +131,7 @@ impl Expectations {
             },
             entry.reason,
             entry.broker,
-            self.file
-                .as_ref()
-                .map(|f| f.display().to_string())
-                .unwrap_or_default()
+            entry.source.display()
         ))
     }
 
@@ -181,6 +198,35 @@ mod tests {
             .unwrap()
             .entries
             .is_empty());
+    }
+
+    #[test]
+    fn a_row_through_a_client_takes_the_clients_entries_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let definition = write(
+            dir.path(),
+            "expectations:\n  - case: certification.broker-restart\n    broker: B 1\n    reason: the broker stalls\n",
+        );
+        std::fs::write(
+            dir.path().join("expectations/via @dapr-dapr client.yaml"),
+            "expectations:\n  - case: bulk-publish.partial-failure\n    broker: \"@dapr/dapr 3.18\"\n    reason: failedEntries lost\n",
+        )
+        .unwrap();
+        let row = Expectations::load(&definition, "x via @dapr/dapr client").unwrap();
+        let cell = row
+            .for_cell("bulk-publish.partial-failure", "@dapr/dapr 3.18.0 on B 1")
+            .unwrap();
+        assert!(cell.contains("via @dapr-dapr client.yaml"), "{cell}");
+        assert!(row
+            .for_cell("bulk-publish.partial-failure", "@dapr/dapr 3.19.0 on B 1")
+            .is_none());
+        let plain = Expectations::load(&definition, "x").unwrap();
+        assert!(plain
+            .for_cell("bulk-publish.partial-failure", "@dapr/dapr 3.18.0 on B 1")
+            .is_none());
+        assert!(plain
+            .for_cell("certification.broker-restart", "B 1")
+            .is_some());
     }
 
     #[test]

@@ -199,7 +199,7 @@ pub fn repeated_status(runs: &[Status]) -> Status {
 /// Where a report directory keeps a cell's saved attempts.
 pub fn history_path(dir: &Path, component: &str, case: &str) -> PathBuf {
     dir.join(HISTORIES)
-        .join(component)
+        .join(pubsub_reports::file_stem(component))
         .join(format!("{case}.jsonl"))
 }
 

@@ -22,6 +22,8 @@ pub const ROW_SUFFIX: &str = " via serve";
 pub const COMMAND_ROW_SUFFIX: &str = " via sidecar";
 /// The suffix of a row certified through a running sidecar.
 pub const ATTACHED_ROW_SUFFIX: &str = " via attached sidecar";
+/// The suffix of a row whose publishes go through Dapr's JavaScript SDK's client.
+pub const JS_SDK_CLIENT_ROW_SUFFIX: &str = " via @dapr/dapr client";
 
 /// How long a sidecar may take to read its app's subscriptions, and the app to
 /// answer a delivery.
@@ -45,6 +47,9 @@ pub enum Sidecars {
     /// A sidecar already running, attached to (its subscriptions declared as
     /// resources).
     Attached(AttachTo),
+    /// `serve` in this process, with Dapr's JavaScript SDK's `DaprClient`
+    /// publishing through it (`sdk/js/publisher.mjs`).
+    JsSdkClient,
 }
 
 impl Sidecars {
@@ -54,6 +59,7 @@ impl Sidecars {
             Sidecars::Serve => ROW_SUFFIX,
             Sidecars::Command(_) => COMMAND_ROW_SUFFIX,
             Sidecars::Attached(_) => ATTACHED_ROW_SUFFIX,
+            Sidecars::JsSdkClient => JS_SDK_CLIENT_ROW_SUFFIX,
         }
     }
 }
@@ -131,6 +137,9 @@ static ATTACHED_ROWS: std::sync::LazyLock<Arc<tokio::sync::Mutex<()>>> =
 pub struct OverHttp {
     pub runtime: Runtime,
     pub target: Arc<SidecarTarget>,
+    /// The client library the row publishes with, where it is not the suite's own
+    /// (`@dapr/dapr 3.18.0`): part of what the row certifies, so of its version.
+    pub client: Option<String>,
     _components_dir: Option<tempfile::TempDir>,
     _one_at_a_time: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
@@ -143,20 +152,38 @@ pub async fn runtime(
     component: Arc<dyn Component>,
     broker_version: Option<String>,
 ) -> anyhow::Result<(Runtime, Arc<SidecarTarget>)> {
+    let launcher = serve_launcher(name, component_type, component.clone());
+    remote(launcher, name, component, ROW_SUFFIX, broker_version).await
+}
+
+/// `serve` in this process in front of `component`, as pub/sub `name`.
+fn serve_launcher(
+    name: &str,
+    component_type: &str,
+    component: Arc<dyn Component>,
+) -> Arc<ServeLauncher> {
     let mut components = BTreeMap::new();
     components.insert(
         name.to_string(),
         ServedComponent {
-            runtime: Runtime::new(name, component.clone()),
+            runtime: Runtime::new(name, component),
             component_type: format!("pubsub.{component_type}"),
         },
     );
-    let launcher = Arc::new(ServeLauncher {
+    Arc::new(ServeLauncher {
         components,
         app_timeout: SIDECAR_WITHIN,
         max_body_bytes: MAX_BODY_BYTES,
-    });
-    remote(launcher, name, component, ROW_SUFFIX, broker_version).await
+    })
+}
+
+/// Dapr's JavaScript SDK as `scripts/install.sh` installs it: `sdk/js` of the
+/// directory certify runs in, else of this source tree.
+pub fn js_sdk_dir() -> anyhow::Result<PathBuf> {
+    let here = std::env::current_dir()?;
+    pubsub_sidecar::sdk::js_sdk_dir(&here).or_else(|_| {
+        pubsub_sidecar::sdk::js_sdk_dir(&PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/..")))
+    })
 }
 
 /// A row's runtime through `sidecars` for `definition`; `component` declares what
@@ -179,6 +206,38 @@ pub async fn over_http(
             Ok(OverHttp {
                 runtime,
                 target,
+                client: None,
+                _components_dir: None,
+                _one_at_a_time: None,
+            })
+        }
+        Sidecars::JsSdkClient => {
+            let sdk = js_sdk_dir()?;
+            let launcher = serve_launcher(
+                &definition.name,
+                &definition.component_type,
+                component.clone(),
+            );
+            let target = Arc::new(
+                SidecarTarget::start_publishing_with(
+                    launcher,
+                    &definition.name,
+                    SIDECAR_WITHIN,
+                    Some(&sdk),
+                )
+                .await?,
+            );
+            let runtime = described(
+                &definition.name,
+                component,
+                JS_SDK_CLIENT_ROW_SUFFIX,
+                broker_version,
+                target.clone(),
+            );
+            Ok(OverHttp {
+                runtime,
+                target,
+                client: Some(pubsub_sidecar::sdk::js_sdk_version(&sdk)),
                 _components_dir: None,
                 _one_at_a_time: None,
             })
@@ -206,6 +265,7 @@ pub async fn over_http(
             Ok(OverHttp {
                 runtime,
                 target,
+                client: None,
                 _components_dir: None,
                 _one_at_a_time: Some(guard),
             })
@@ -241,6 +301,7 @@ pub async fn over_http(
             Ok(OverHttp {
                 runtime,
                 target,
+                client: None,
                 _components_dir: Some(dir),
                 _one_at_a_time: None,
             })

@@ -899,3 +899,90 @@ fn sidecar_attaches_to_a_running_sidecar() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--sidecar-app-port"), "{stderr}");
 }
+
+/// `certify --js-sdk` adds a row whose publishes go through Dapr's JavaScript SDK
+/// (as scripts/install.sh installs it): what the SDK gets right passes, the SDK's
+/// own defects FAIL with evidence and are marked expected by
+/// `fixtures/expectations/via @dapr-dapr client.yaml`, and the in-process row is
+/// untouched by them.
+#[test]
+fn the_js_sdk_row_certifies_the_sdk_client() {
+    let out = temp_dir("js-sdk");
+    let output = cli()
+        .args([
+            "certify",
+            "--component",
+            "memory",
+            "--js-sdk",
+            "--case",
+            "{publish.delivery,envelope.app-cloudevent,bulk-publish.fidelity,bulk-publish.entry-ids,bulk-publish.partial-failure,publish.invalid-requests}",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report = read(&out.join("report.json"));
+    let row = report
+        .components
+        .iter()
+        .find(|c| c.name == "memory via @dapr/dapr client")
+        .unwrap_or_else(|| panic!("no SDK row: {stderr}"));
+    let version = row.provisioning.broker_version.clone().unwrap_or_default();
+    assert!(version.starts_with("@dapr/dapr 3."), "{version}");
+    for cell in &row.cases {
+        let sdk_defect = matches!(
+            cell.id.as_str(),
+            "bulk-publish.partial-failure" | "publish.invalid-requests"
+        );
+        if sdk_defect {
+            assert_eq!(
+                cell.status.label(),
+                "FAIL",
+                "{}: {:?}",
+                cell.id,
+                cell.evidence
+            );
+            let expected = cell.expected_failure.clone().unwrap_or_default();
+            assert!(
+                expected.contains("via @dapr-dapr client.yaml"),
+                "{}: {expected}",
+                cell.id
+            );
+        } else {
+            // JSON the SDK serializes again is compared as JSON; an entry without an
+            // id cannot be sent through it (a note, not a verdict).
+            assert_eq!(
+                cell.status.label(),
+                "PASS",
+                "{}: {:?}",
+                cell.id,
+                cell.evidence
+            );
+        }
+    }
+    let partial = row
+        .cases
+        .iter()
+        .find(|c| c.id == "bulk-publish.partial-failure")
+        .unwrap();
+    assert!(
+        partial
+            .evidence
+            .findings
+            .iter()
+            .any(|f| f.contains("acknowledged publishes were never delivered")),
+        "{:?}",
+        partial.evidence
+    );
+    let in_process = report
+        .components
+        .iter()
+        .find(|c| c.name == "memory")
+        .unwrap();
+    assert!(in_process.cases.iter().all(|c| c.status.label() == "PASS"));
+    assert!(out
+        .join("evidence/memory via @dapr-dapr client/publish.invalid-requests.txt")
+        .is_file());
+}

@@ -128,6 +128,12 @@ impl Runtime {
         self.remote.is_some()
     }
 
+    /// Whether JSON payloads reach the remote runtime serialized again by its
+    /// publisher ([`RemoteRuntime::reserializes_json`]): equal as JSON, not as bytes.
+    pub fn reserializes_json(&self) -> bool {
+        self.remote.as_ref().is_some_and(|r| r.reserializes_json())
+    }
+
     /// The pub/sub name.
     pub fn name(&self) -> &str {
         &self.name

@@ -33,4 +33,10 @@ pub trait RemoteRuntime: Send + Sync {
     /// Makes the subscription's group keep messages from now on, ahead of its first
     /// subscriber, where the remote API can express that.
     async fn create_group(&self, subscription: &Subscription) -> Result<()>;
+    /// Whether JSON payloads are handed to the publisher as the values they parse
+    /// to and serialized again (as an SDK client does), so they arrive equal as
+    /// JSON, not byte for byte. Default: sent as they are.
+    fn reserializes_json(&self) -> bool {
+        false
+    }
 }

@@ -86,10 +86,10 @@ pub fn write_all(report: &RunReport, dir: &Path) -> io::Result<()> {
     }
     for component in &report.components {
         std::fs::write(
-            badges.join(format!("{}.json", component.name)),
+            badges.join(format!("{}.json", file_stem(&component.name))),
             badge_json(component),
         )?;
-        let folder = evidence.join(&component.name);
+        let folder = evidence.join(file_stem(&component.name));
         std::fs::create_dir_all(&folder)?;
         for case in component.cases.iter().filter(|c| c.status != Status::Pass) {
             std::fs::write(
@@ -99,6 +99,20 @@ pub fn write_all(report: &RunReport, dir: &Path) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A row name as one file name: characters a path cannot hold in one component
+/// (`/`, `\`, NUL) become `-`, so `memory via @dapr/dapr client` stays one folder.
+pub fn file_stem(row: &str) -> String {
+    row.chars()
+        .map(|c| {
+            if matches!(c, '/' | '\\' | '\0') {
+                '-'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

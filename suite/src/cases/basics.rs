@@ -1,6 +1,6 @@
 //! Publish and subscribe, fidelity, envelopes, bad input, consumer groups, message ids.
 
-use super::{fidelity_problems, generate, key_of, samples};
+use super::{fidelity_problems, generate, key_of, samples, Crossing};
 use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::{Record, KEY};
@@ -149,23 +149,29 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
     subscription.stop().await;
     let mut outcome = ctx.check(&ctx.expectation());
     let events = ctx.recorder.events();
-    let over_http = ctx.runtime.is_remote();
+    let crossing = Crossing::of(&ctx.runtime);
     for sample in &samples {
         if let Some(event) = events.iter().find(|e| key_of(e) == sample.key) {
             outcome
                 .findings
-                .extend(fidelity_problems(sample, event, over_http));
+                .extend(fidelity_problems(sample, event, crossing));
         }
     }
     outcome.note(format!("{} samples (seed {})", samples.len(), ctx.seed()));
-    if over_http {
+    if crossing.over_http {
         outcome.note(OVER_HTTP_NOTE);
+    }
+    if crossing.json_reserialized {
+        outcome.note(RESERIALIZED_JSON_NOTE);
     }
     Ok(outcome)
 }
 
 /// What a fidelity case leaves uncompared over Dapr's HTTP API.
 pub(crate) const OVER_HTTP_NOTE: &str = "over Dapr's HTTP API: payload bytes compared as always; content types the API cannot carry (none given, a raw payload's at a subscription without rawPayload, a bulk entry's bytes its type cannot hold) and the case of metadata keys (HTTP headers) are not compared";
+
+/// What a fidelity case compares differently when the publisher is an SDK client.
+pub(crate) const RESERIALIZED_JSON_NOTE: &str = "the publisher is an SDK client that serializes JSON payloads again (an app hands it values): a JSON-typed payload is compared as a JSON value, not byte for byte";
 
 async fn invalid_requests(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");

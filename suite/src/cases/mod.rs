@@ -191,13 +191,60 @@ fn http_carries_content_type(sample: &Sample, delivered: Option<&str>) -> bool {
     !(sample.content_type.is_none() || (raw && octet) || (not_expressible && octet))
 }
 
-/// Compares a delivered event with its sample; returns what differs. `over_http`:
+/// How delivered events crossed from publisher to subscriber: what a fidelity
+/// check can compare.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Crossing {
+    /// Over Dapr's HTTP API (see [`fidelity_problems`]).
+    pub over_http: bool,
+    /// The publisher serialized JSON payloads again (an SDK client): they are
+    /// compared as JSON values, not bytes.
+    pub json_reserialized: bool,
+}
+
+impl Crossing {
+    /// How events published and received through `runtime` cross.
+    pub fn of(runtime: &pubsub_components::runtime::Runtime) -> Self {
+        Crossing {
+            over_http: runtime.is_remote(),
+            json_reserialized: runtime.reserializes_json(),
+        }
+    }
+}
+
+/// Whether `content_type` declares JSON (`application/json`, `...+json`).
+pub fn is_json_type(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json" || essence.ends_with("+json")
+}
+
+/// Whether two payloads are the same JSON value (both must parse).
+pub fn same_json(a: &[u8], b: &[u8]) -> bool {
+    match (
+        serde_json::from_slice::<serde_json::Value>(a),
+        serde_json::from_slice::<serde_json::Value>(b),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// Compares a delivered event with its sample; returns what differs. `crossing.over_http`:
 /// the event crossed Dapr's HTTP API, which cannot carry some content types (see
 /// [`http_carries_content_type`]) and sends metadata as headers, whose names have no
 /// case; those are not compared there (payload bytes always are).
-pub fn fidelity_problems(sample: &Sample, event: &Event, over_http: bool) -> Vec<String> {
+pub fn fidelity_problems(sample: &Sample, event: &Event, crossing: Crossing) -> Vec<String> {
+    let over_http = crossing.over_http;
     let mut problems = Vec::new();
-    if event.data != sample.data {
+    let equal_as_json = crossing.json_reserialized
+        && sample.content_type.as_deref().is_some_and(is_json_type)
+        && same_json(&event.data, &sample.data);
+    if event.data != sample.data && !equal_as_json {
         let first_diff = event
             .data
             .iter()
@@ -205,9 +252,10 @@ pub fn fidelity_problems(sample: &Sample, event: &Event, over_http: bool) -> Vec
             .position(|(a, b)| a != b)
             .unwrap_or(event.data.len().min(sample.data.len()));
         problems.push(format!(
-            "{}: payload differs ({} bytes published, {} delivered, first difference at byte {first_diff})",
+            "{}: payload differs ({} bytes published as {}, {} delivered, first difference at byte {first_diff})",
             sample.key,
             sample.data.len(),
+            sample.content_type.as_deref().unwrap_or("no content type"),
             event.data.len()
         ));
     }
@@ -266,6 +314,23 @@ mod tests {
             content_type: content_type.map(str::to_string),
             metadata,
         }
+    }
+
+    #[test]
+    fn json_reserialized_by_an_sdk_is_compared_as_a_value() {
+        assert!(same_json(
+            br#"{"a": 1, "b": [1, 2]}"#,
+            br#"{"b":[1,2],"a":1}"#
+        ));
+        assert!(!same_json(br#"{"a": 1}"#, br#"{"a": 2}"#));
+        assert!(
+            !same_json(b"{x", b"{x"),
+            "unparsable payloads are compared as bytes"
+        );
+        assert!(is_json_type("application/json; charset=utf-8"));
+        assert!(is_json_type("application/cloudevents+json"));
+        assert!(!is_json_type("text/plain"));
+        assert!(!is_json_type("application/jsonl"));
     }
 
     #[test]

@@ -1,0 +1,50 @@
+// Dapr's JavaScript SDK as the publisher of a certification row: a long-running
+// DaprClient (HTTP) against the sidecar at DAPR_HTTP_PORT that publishes what the
+// suite asks, one JSON request per stdin line, and answers one JSON line per
+// request on stdout with what the SDK returned. Requests run concurrently, as an
+// app's publishes do. Driven by sidecar/src/sdk.rs.
+//
+// {"id", "op": "publish", "pubsub", "topic", "jsonText"?: text, "base64"?: text,
+//  "contentType"?, "metadata"?}                     -> {"id", "error": text|null}
+// {"id", "op": "publishBulk", "pubsub", "topic", "messages": [{entryID, eventText,
+//  contentType, metadata}], "metadata"?}            -> {"id", "failed": [{entryID, error}]}
+//
+// A payload is handed to the SDK as an app author holds it: a JSON-typed payload
+// as the JS value its text parses to (the SDK serializes it), any other as a
+// Buffer; a bulk entry's event as the value its API form (`eventText`) parses to.
+import { DaprClient, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { createInterface } from "node:readline";
+
+const client = new DaprClient({
+  daprHost: "127.0.0.1",
+  daprPort: process.env.DAPR_HTTP_PORT,
+  communicationProtocol: CommunicationProtocolEnum.HTTP,
+  logger: { level: LogLevel.Error },
+});
+
+const errorText = (error) => (error === undefined || error === null ? null : String(error.message ?? error));
+const answer = (line) => process.stdout.write(JSON.stringify(line) + "\n");
+
+const run = async (request) => {
+  if (request.op === "publish") {
+    const data = "jsonText" in request ? JSON.parse(request.jsonText) : Buffer.from(request.base64 ?? "", "base64");
+    const options = {};
+    if (request.contentType) options.contentType = request.contentType;
+    if (request.metadata) options.metadata = request.metadata;
+    const result = await client.pubsub.publish(request.pubsub, request.topic, data, options);
+    return { id: request.id, error: errorText(result.error) };
+  }
+  if (request.op === "publishBulk") {
+    const messages = request.messages.map(({ eventText, ...entry }) => ({ ...entry, event: JSON.parse(eventText) }));
+    const result = await client.pubsub.publishBulk(request.pubsub, request.topic, messages, request.metadata);
+    const failed = result.failedMessages.map((f) => ({ entryID: f.message.entryID, error: errorText(f.error) }));
+    return { id: request.id, failed };
+  }
+  return { id: request.id, error: `unknown op ${request.op}` };
+};
+
+createInterface({ input: process.stdin }).on("line", (line) => {
+  const request = JSON.parse(line);
+  run(request).then(answer, (e) => answer({ id: request.id, error: `the SDK threw: ${errorText(e)}` }));
+});
+answer({ ready: true });
