@@ -19,6 +19,11 @@ pub trait Launcher: Send + Sync {
     async fn launch(&self, app_id: &str, app_port: u16) -> anyhow::Result<Box<dyn Launched>>;
     /// What the sidecars are, for reports (e.g. `serve (in process)`).
     fn describe(&self) -> String;
+    /// Whether the sidecars run in this process (their spans reach its tracing
+    /// subscriber). Default: they are processes of their own.
+    fn in_process(&self) -> bool {
+        false
+    }
 }
 
 /// A sidecar the suite started.
@@ -58,6 +63,10 @@ impl Launcher for ServeLauncher {
 
     fn describe(&self) -> String {
         "serve (in process)".to_string()
+    }
+
+    fn in_process(&self) -> bool {
+        true
     }
 }
 

@@ -259,6 +259,15 @@ impl RemoteRuntime for SidecarTarget {
         matches!(self.publisher, Publisher::JsSdk(_))
     }
 
+    /// `serve` started in this process records its delivery spans here; a sidecar
+    /// process, started or attached, records them in its own.
+    fn records_spans_here(&self) -> bool {
+        match &self.sidecars {
+            Sidecars::Launched { launcher, .. } => launcher.in_process(),
+            Sidecars::Attached(_) => false,
+        }
+    }
+
     async fn subscribe(
         &self,
         subscription: Subscription,

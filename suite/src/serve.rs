@@ -41,6 +41,36 @@ pub struct ServeCommand {
     /// How long the app may take to answer a delivery.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub app_timeout: Duration,
+    /// The largest request body taken, as daprd's `--max-body-size` (bytes, or
+    /// with Ki, Mi or Gi, e.g. 64Mi); a larger one is 413 ERR_BODY_TOO_LARGE.
+    #[arg(long, default_value = "4Mi", value_parser = parse_size)]
+    pub max_body_size: usize,
+}
+
+/// A size as daprd's `--max-body-size` takes it: bytes, or a number with Ki, Mi or Gi.
+fn parse_size(text: &str) -> Result<usize, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let multiplier: usize = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        other => {
+            return Err(format!(
+                "'{text}': unknown unit '{other}' (bytes, or a number with Ki, Mi or Gi, e.g. 4Mi)"
+            ))
+        }
+    };
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size such as 4Mi or 1048576"))?;
+    number
+        .checked_mul(multiplier)
+        .filter(|bytes| *bytes > 0)
+        .ok_or_else(|| format!("'{text}': a body size must be above zero and fit in memory"))
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -95,7 +125,7 @@ pub async fn serve(command: ServeCommand) -> anyhow::Result<()> {
         resources: Some(command.components.clone()),
         app_start_within: command.app_start_within,
         hot_reload: command.hot_reload,
-        ..Default::default()
+        max_body_bytes: command.max_body_size,
     };
     let names: Vec<String> = components.keys().cloned().collect();
     let sidecar = Sidecar::start(components, options).await?;
@@ -112,4 +142,21 @@ pub async fn serve(command: ServeCommand) -> anyhow::Result<()> {
     eprintln!("stopping");
     sidecar.stop().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn body_sizes_read_as_daprd_reads_them() {
+        assert_eq!(parse_size("4Mi"), Ok(4 << 20));
+        assert_eq!(parse_size("64Ki"), Ok(64 << 10));
+        assert_eq!(parse_size("1Gi"), Ok(1 << 30));
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        for bad in ["", "0", "4MB", "Mi", "-1", "4.5Mi"] {
+            let error = parse_size(bad).unwrap_err();
+            assert!(error.contains(bad), "{error}");
+        }
+    }
 }

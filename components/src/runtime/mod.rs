@@ -134,6 +134,13 @@ impl Runtime {
         self.remote.as_ref().is_some_and(|r| r.reserializes_json())
     }
 
+    /// Whether the spans this runtime records reach this process's tracing
+    /// subscriber: always in process, for a remote one as it says
+    /// ([`RemoteRuntime::records_spans_here`]).
+    pub fn records_spans_here(&self) -> bool {
+        self.remote.as_ref().is_none_or(|r| r.records_spans_here())
+    }
+
     /// The pub/sub name.
     pub fn name(&self) -> &str {
         &self.name

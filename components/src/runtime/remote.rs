@@ -39,4 +39,11 @@ pub trait RemoteRuntime: Send + Sync {
     fn reserializes_json(&self) -> bool {
         false
     }
+
+    /// Whether the remote runtime runs in this process, so that the spans it
+    /// records (a delivery's `pubsub.deliver`) reach this process's tracing
+    /// subscriber. Default: it runs elsewhere (a sidecar process), its spans there.
+    fn records_spans_here(&self) -> bool {
+        false
+    }
 }

@@ -212,6 +212,14 @@ async fn per_entry(ctx: CaseContext) -> CaseRun {
             _ => None,
         })
         .collect();
+    if !ctx.runtime.records_spans_here() {
+        // The sidecar records them in its own process: what reaches the app (each
+        // entry's traceparent, checked above) is what the wire shows.
+        outcome.note(
+            "the delivery spans are recorded inside the sidecar's process, where this case cannot capture them: only each entry's traceparent at delivery is judged",
+        );
+        return Ok(outcome);
+    }
     let spans = capture.named("pubsub.deliver");
     for (key, traceparent) in &traces {
         let matching: Vec<_> = spans
