@@ -581,6 +581,14 @@ impl Consumer for NatsConsumer {
                     }
                 }
             }
+            if !out.is_empty() {
+                // A parked request may have been handed older messages of a topic than
+                // those a later request returned (the server serves the oldest waiting
+                // request first). They arrive first on the connection, so they are in
+                // its batch by now: take them, and hand everything over in stream order.
+                self.take_parked(max, &mut out)?;
+                out.sort_by(|a, b| (&a.id.topic, a.id.position).cmp(&(&b.id.topic, b.id.position)));
+            }
             if !out.is_empty() || Instant::now() >= deadline || consumers.is_empty() {
                 if consumers.is_empty() {
                     tokio::time::sleep(left.min(Duration::from_millis(100))).await;
