@@ -13,10 +13,20 @@ use tokio::time::Instant;
 /// Starts sidecars for the suite's apps.
 #[async_trait]
 pub trait Launcher: Send + Sync {
-    /// Starts a sidecar with app id `app_id` for the app listening on `app_port`.
-    /// Returns once its API answers; the caller waits for it to read the app's
-    /// subscriptions.
-    async fn launch(&self, app_id: &str, app_port: u16) -> anyhow::Result<Box<dyn Launched>>;
+    /// Starts a sidecar with app id `app_id` for the app listening on `app_port`,
+    /// its API on a free port. Returns once its API answers; the caller waits for
+    /// it to read the app's subscriptions.
+    async fn launch(&self, app_id: &str, app_port: u16) -> anyhow::Result<Box<dyn Launched>> {
+        self.launch_on(app_id, app_port, free_port()?).await
+    }
+    /// As [`Launcher::launch`], its API on `http_port` (for an app that must be
+    /// told its sidecar's port before the sidecar starts, as `DAPR_HTTP_PORT`).
+    async fn launch_on(
+        &self,
+        app_id: &str,
+        app_port: u16,
+        http_port: u16,
+    ) -> anyhow::Result<Box<dyn Launched>>;
     /// What the sidecars are, for reports (e.g. `serve (in process)`).
     fn describe(&self) -> String;
     /// Whether the sidecars run in this process (their spans reach its tracing
@@ -46,11 +56,17 @@ pub struct ServeLauncher {
 
 #[async_trait]
 impl Launcher for ServeLauncher {
-    async fn launch(&self, app_id: &str, app_port: u16) -> anyhow::Result<Box<dyn Launched>> {
+    async fn launch_on(
+        &self,
+        app_id: &str,
+        app_port: u16,
+        http_port: u16,
+    ) -> anyhow::Result<Box<dyn Launched>> {
         let app = AppChannel::new(format!("http://127.0.0.1:{app_port}"), self.app_timeout)?;
         let sidecar = Sidecar::start(
             self.components.clone(),
             ServeOptions {
+                listen: std::net::SocketAddr::from(([127, 0, 0, 1], http_port)),
                 app: Some(app),
                 app_id: app_id.to_string(),
                 max_body_bytes: self.max_body_bytes,
@@ -121,8 +137,12 @@ struct CommandSidecar {
 
 #[async_trait]
 impl Launcher for CommandLauncher {
-    async fn launch(&self, app_id: &str, app_port: u16) -> anyhow::Result<Box<dyn Launched>> {
-        let http_port = free_port()?;
+    async fn launch_on(
+        &self,
+        app_id: &str,
+        app_port: u16,
+        http_port: u16,
+    ) -> anyhow::Result<Box<dyn Launched>> {
         let line = self.command_line(app_id, app_port, http_port)?;
         let log = self
             .log_dir
@@ -218,7 +238,7 @@ impl Launched for CommandSidecar {
 }
 
 /// A port free on loopback now.
-fn free_port() -> anyhow::Result<u16> {
+pub fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
         .map_err(|e| anyhow::anyhow!("cannot find a free port for the sidecar: {e}"))?;
     Ok(listener.local_addr()?.port())

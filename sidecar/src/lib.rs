@@ -10,6 +10,7 @@ pub mod deliver;
 pub mod launch;
 pub mod resources;
 pub mod sdk;
+pub mod sdk_app;
 pub mod serve;
 mod server;
 pub mod subscriber;

@@ -273,7 +273,7 @@ fn sdk_error(text: &str, what: &str) -> PubSubError {
 
 /// The SDK's own log lines (its errors, as `LogLevel.Error` keeps them) go to the
 /// run's log, beside the cell they belong to, not to the terminal.
-async fn log_stderr(stderr: tokio::process::ChildStderr) {
+pub(crate) async fn log_stderr(stderr: tokio::process::ChildStderr) {
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         tracing::warn!(target: "dapr_js_sdk", "{line}");

@@ -62,6 +62,17 @@ fn metadata_key(header: &str) -> String {
         .map_or_else(|| header.to_string(), |key| key.to_string())
 }
 
+/// The metadata a delivery's headers carry: every header that is not the
+/// transport's, contract keys in their own spelling.
+pub(crate) fn metadata_from_headers<'a>(
+    headers: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Metadata {
+    headers
+        .filter(|(name, _)| !TRANSPORT_HEADERS.contains(&name.to_ascii_lowercase().as_str()))
+        .map(|(name, value)| (metadata_key(name), value.to_string()))
+        .collect()
+}
+
 /// The subscription `subscription` spelled as Dapr's programmatic subscription to
 /// pub/sub `pubsub`: retries and delays as metadata, `bulkSubscribe` for a bulk
 /// handler. Errors name what the HTTP API cannot express.
@@ -330,14 +341,9 @@ impl AppState {
 
     /// A single delivery: its CloudEvent, metadata from the headers daprd adds.
     fn event(&self, headers: &HeaderMap, body: &[u8]) -> Result<Event, String> {
-        let metadata: Metadata = headers
-            .iter()
-            .filter(|(name, _)| !TRANSPORT_HEADERS.contains(&name.as_str()))
-            .filter_map(|(name, value)| {
-                let value = String::from_utf8(value.as_bytes().to_vec()).ok()?;
-                Some((metadata_key(name.as_str()), value))
-            })
-            .collect();
+        let metadata = metadata_from_headers(headers.iter().filter_map(|(name, value)| {
+            Some((name.as_str(), std::str::from_utf8(value.as_bytes()).ok()?))
+        }));
         let trace_header = headers
             .get("traceparent")
             .and_then(|v| v.to_str().ok())

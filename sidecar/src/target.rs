@@ -7,8 +7,10 @@
 
 use crate::attach::{AttachOptions, Attached, AttachedMember};
 use crate::client::SidecarClient;
+use crate::launch::free_port;
 use crate::launch::{Launched, Launcher};
 use crate::sdk::SdkPublisher;
+use crate::sdk_app::SdkApp;
 use crate::subscriber::{declaration, SubscriberApp};
 use async_trait::async_trait;
 use pubsub_components::runtime::{
@@ -22,6 +24,9 @@ use pubsub_components::{
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, Mutex};
+
+/// How long the SDK's app may take to start and see its sidecar.
+const SDK_APP_START_WITHIN: Duration = Duration::from_secs(30);
 
 /// The app id of the sidecar that only publishes.
 const PUBLISHER_APP_ID: &str = "pcs-publisher";
@@ -47,6 +52,9 @@ enum Sidecars {
         discovery_within: Duration,
         /// The publishing sidecar and its app (which declares nothing).
         publishing: Mutex<Option<(Box<dyn Launched>, SubscriberApp)>>,
+        /// Dapr's JavaScript SDK's directory, when its `DaprServer` is the app
+        /// that subscribes (else the suite's own app does).
+        sdk_app: Option<std::path::PathBuf>,
     },
     Attached(Attached),
 }
@@ -102,8 +110,38 @@ impl SidecarTarget {
                 launcher,
                 discovery_within,
                 publishing: Mutex::new(Some((sidecar, app))),
+                sdk_app: None,
             },
         })
+    }
+
+    /// Makes Dapr's JavaScript SDK (its directory) the app of every subscription
+    /// with a handler: a `DaprServer` whose handler relays to the case's
+    /// ([`crate::sdk_app`]). Only for sidecars the target starts.
+    pub fn with_sdk_app(mut self, sdk_dir: &std::path::Path) -> anyhow::Result<Self> {
+        match &mut self.sidecars {
+            Sidecars::Launched { sdk_app, .. } => {
+                *sdk_app = Some(sdk_dir.to_path_buf());
+                Ok(self)
+            }
+            Sidecars::Attached(_) => {
+                anyhow::bail!(
+                    "the SDK's app runs with a sidecar the suite starts, not an attached one"
+                )
+            }
+        }
+    }
+
+    /// Whether the subscribing app is Dapr's JavaScript SDK, whose handlers get
+    /// only the data and headers of an event.
+    fn sdk_subscribes(&self) -> bool {
+        matches!(
+            &self.sidecars,
+            Sidecars::Launched {
+                sdk_app: Some(_),
+                ..
+            }
+        )
     }
 
     /// Attaches to a running sidecar ([`crate::attach`]): it publishes, and
@@ -162,6 +200,11 @@ enum Member {
         sidecar: Box<dyn Launched>,
         app: SubscriberApp,
     },
+    /// The SDK's app with its own sidecar.
+    Sdk {
+        sidecar: Box<dyn Launched>,
+        app: SdkApp,
+    },
     Attached(AttachedMember),
 }
 
@@ -169,6 +212,10 @@ impl Member {
     async fn stop(self) {
         match self {
             Member::Launched { sidecar, app } => {
+                sidecar.stop().await;
+                app.stop().await;
+            }
+            Member::Sdk { sidecar, app } => {
                 sidecar.stop().await;
                 app.stop().await;
             }
@@ -182,12 +229,13 @@ impl SidecarTarget {
     /// delivery is answered RETRY) with a sidecar of its own, whose app id is the
     /// subscription's group; returns once the sidecar has read the subscription.
     async fn join(&self, subscription: &Subscription, handler: Option<Handler>) -> Result<Member> {
-        let (launcher, discovery_within) = match &self.sidecars {
+        let (launcher, discovery_within, sdk_app) = match &self.sidecars {
             Sidecars::Launched {
                 launcher,
                 discovery_within,
+                sdk_app,
                 ..
-            } => (launcher, *discovery_within),
+            } => (launcher, *discovery_within, sdk_app),
             Sidecars::Attached(attached) => {
                 return attached
                     .join(subscription, handler)
@@ -210,6 +258,22 @@ impl SidecarTarget {
             ),
             message: format!("{e:#}"),
         };
+        match (sdk_app, &handler) {
+            (Some(sdk), Some(Handler::Single(handler))) => {
+                return self
+                    .join_sdk_app(sdk, launcher, subscription, &declared, handler.clone())
+                    .await
+                    .map_err(|e| failed("starting the SDK's app", e));
+            }
+            (Some(_), Some(Handler::Bulk(_))) => {
+                return Err(PubSubError::Unsupported {
+                    component: BEYOND_REMOTE_API.into(),
+                    feature: format!("a bulk handler through {}: its subscribeBulk calls the app's handler once per entry, so the batch a case's bulk handler judges never reaches the app", crate::sdk::JS_SDK),
+                });
+            }
+            // The app that only creates the group is the suite's own.
+            _ => {}
+        }
         let app = SubscriberApp::start(vec![declared], handler)
             .await
             .map_err(|e| failed("starting the suite's app", e))?;
@@ -238,6 +302,40 @@ impl SidecarTarget {
     }
 }
 
+impl SidecarTarget {
+    /// Starts the SDK's app for `declared` relaying to `handler`, then its sidecar
+    /// (which reads the app's subscription as it starts); returns once the app's
+    /// client has seen the sidecar.
+    async fn join_sdk_app(
+        &self,
+        sdk_dir: &std::path::Path,
+        launcher: &Arc<dyn Launcher>,
+        subscription: &Subscription,
+        declared: &crate::wire::AppSubscription,
+        handler: Arc<dyn pubsub_components::runtime::MessageHandler>,
+    ) -> anyhow::Result<Member> {
+        let app_port = free_port()?;
+        let http_port = free_port()?;
+        let mut app = SdkApp::start(sdk_dir, app_port, http_port, declared, handler).await?;
+        let sidecar = match launcher
+            .launch_on(&subscription.group, app_port, http_port)
+            .await
+        {
+            Ok(sidecar) => sidecar,
+            Err(e) => {
+                app.stop().await;
+                return Err(e);
+            }
+        };
+        if let Err(e) = app.started(SDK_APP_START_WITHIN).await {
+            sidecar.stop().await;
+            app.stop().await;
+            return Err(e);
+        }
+        Ok(Member::Sdk { sidecar, app })
+    }
+}
+
 #[async_trait]
 impl RemoteRuntime for SidecarTarget {
     async fn publish(&self, request: PublishRequest) -> Result<MessageId> {
@@ -254,9 +352,14 @@ impl RemoteRuntime for SidecarTarget {
         }
     }
 
-    /// An SDK publishes the JSON value an app holds, serialized its own way.
+    /// An SDK publishes the JSON value an app holds, serialized its own way; an
+    /// SDK's app hands its handler the value it parsed.
     fn reserializes_json(&self) -> bool {
-        matches!(self.publisher, Publisher::JsSdk(_))
+        matches!(self.publisher, Publisher::JsSdk(_)) || self.sdk_subscribes()
+    }
+
+    fn hands_over_data_only(&self) -> Option<&'static str> {
+        self.sdk_subscribes().then_some(crate::sdk_app::DATA_ONLY)
     }
 
     /// `serve` started in this process records its delivery spans here; a sidecar

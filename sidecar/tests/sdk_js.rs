@@ -419,6 +419,10 @@ async fn run_repro(program: &str, dapr_port: u16) -> (Option<i32>, String) {
             .arg(format!("repro/{program}"))
             .current_dir(sdk_dir())
             .env("DAPR_HTTP_PORT", dapr_port.to_string())
+            .env(
+                "APP_PORT",
+                pubsub_sidecar::launch::free_port().unwrap().to_string(),
+            )
             .kill_on_drop(true)
             .output(),
     )
@@ -433,8 +437,9 @@ async fn run_repro(program: &str, dapr_port: u16) -> (Option<i32>, String) {
     (output.status.code(), text)
 }
 
-/// Each client-side reproduction (kept with the SDK findings and the expected
-/// failures of `certify --js-sdk`) still shows its defect: it exits 1. One that
+/// Each client-side reproduction, and the app-side one that needs no sidecar (kept
+/// with the SDK findings and the expected failures of `certify --js-sdk`), still
+/// shows its defect: it exits 1. One that
 /// exits 0 means the SDK was fixed there: its finding, its expected failure and the
 /// README's table are to be updated. (The app-side ones, handler-throws.mjs and
 /// falsy-data.mjs, are asserted by `the_sdk_server_findings_hold`.)
@@ -463,6 +468,10 @@ async fn every_sdk_client_reproduction_still_shows_its_finding() {
             "got path /v1.0/publish/memory/orders ",
         ),
         ("buffer-payload.mjs", "publish 1: the sidecar got 9 bytes"),
+        (
+            "subscription-metadata-quoted.mjs",
+            r#"declared retryDelay: "\"250ms\"""#,
+        ),
     ] {
         let (code, output) = run_repro(program, port).await;
         assert_eq!(
@@ -473,6 +482,77 @@ async fn every_sdk_client_reproduction_still_shows_its_finding() {
         assert!(
             output.contains(finding),
             "{program} failed otherwise than by its finding ({finding}):\n{output}"
+        );
+    }
+}
+
+/// Each app-side reproduction that needs a sidecar still shows its defect against
+/// `serve` (serving pub/sub `memory` to the reproduction's DaprServer): it exits 1.
+/// They are the findings behind the expected failures of the
+/// `<component> via @dapr/dapr server` rows.
+#[tokio::test]
+async fn every_sdk_app_reproduction_still_shows_its_finding() {
+    for (program, finding) in [
+        ("binary-data.mjs", "bytes efbfbd00efbfbd"),
+        ("header-metadata.mjs", "app-label of code points e2 9c 93 "),
+        ("handler-throws.mjs", "handler calls in 2 s: 1 "),
+        ("falsy-data.mjs", "\"specversion\""),
+    ] {
+        let (app_port, dapr_port) = (free_port(), free_port());
+        let repro = tokio::process::Command::new("node")
+            .arg(format!("repro/{program}"))
+            .current_dir(sdk_dir())
+            .env("APP_PORT", app_port.to_string())
+            .env("DAPR_HTTP_PORT", dapr_port.to_string())
+            .kill_on_drop(true)
+            .output();
+        let mut components = BTreeMap::new();
+        components.insert(
+            "memory".to_string(),
+            ServedComponent {
+                runtime: Runtime::new(
+                    "memory",
+                    Arc::new(MemoryComponent::new(MemoryConfig::default())),
+                ),
+                component_type: "pubsub.in-memory".into(),
+            },
+        );
+        let channel = pubsub_sidecar::AppChannel::new(
+            format!("http://127.0.0.1:{app_port}"),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let serve = Sidecar::start(
+            components,
+            ServeOptions {
+                listen: std::net::SocketAddr::from(([127, 0, 0, 1], dapr_port)),
+                app: Some(channel),
+                app_id: "repro".into(),
+                ..ServeOptions::default()
+            },
+        );
+        let (output, sidecar) =
+            tokio::join!(tokio::time::timeout(Duration::from_secs(60), repro), serve);
+        let output = output
+            .expect("the reproduction finished within 60 s")
+            .expect("node runs");
+        sidecar
+            .expect("serve read the reproduction's subscription")
+            .stop()
+            .await;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "{program} no longer shows its finding: update the finding\n{text}"
+        );
+        assert!(
+            text.contains(finding),
+            "{program} failed otherwise than by its finding ({finding}):\n{text}"
         );
     }
 }

@@ -80,9 +80,10 @@ enum Command {
         #[cfg(feature = "sidecar")]
         #[command(flatten)]
         attach: crate::through_serve::AttachArgs,
-        /// Also certify each component with Dapr's JavaScript SDK (`@dapr/dapr`, as
-        /// scripts/install.sh installs it in sdk/js) publishing through `serve`: a row
-        /// `<component> via @dapr/dapr client`.
+        /// Also certify each component through `serve` with Dapr's JavaScript SDK
+        /// (`@dapr/dapr`, as scripts/install.sh installs it in sdk/js) on each side:
+        /// a row `<component> via @dapr/dapr client` (its DaprClient publishes) and a
+        /// row `<component> via @dapr/dapr server` (its DaprServer subscribes).
         #[cfg(feature = "sidecar")]
         #[arg(long)]
         js_sdk: bool,

@@ -24,6 +24,8 @@ pub const COMMAND_ROW_SUFFIX: &str = " via sidecar";
 pub const ATTACHED_ROW_SUFFIX: &str = " via attached sidecar";
 /// The suffix of a row whose publishes go through Dapr's JavaScript SDK's client.
 pub const JS_SDK_CLIENT_ROW_SUFFIX: &str = " via @dapr/dapr client";
+/// The suffix of a row whose subscriptions are Dapr's JavaScript SDK's server.
+pub const JS_SDK_SERVER_ROW_SUFFIX: &str = " via @dapr/dapr server";
 
 /// How long a sidecar may take to read its app's subscriptions, and the app to
 /// answer a delivery.
@@ -50,6 +52,9 @@ pub enum Sidecars {
     /// `serve` in this process, with Dapr's JavaScript SDK's `DaprClient`
     /// publishing through it (`sdk/js/publisher.mjs`).
     JsSdkClient,
+    /// `serve` in this process, delivering to Dapr's JavaScript SDK's `DaprServer`
+    /// as each subscription's app (`sdk/js/app.mjs`).
+    JsSdkServer,
 }
 
 impl Sidecars {
@@ -60,6 +65,7 @@ impl Sidecars {
             Sidecars::Command(_) => COMMAND_ROW_SUFFIX,
             Sidecars::Attached(_) => ATTACHED_ROW_SUFFIX,
             Sidecars::JsSdkClient => JS_SDK_CLIENT_ROW_SUFFIX,
+            Sidecars::JsSdkServer => JS_SDK_SERVER_ROW_SUFFIX,
         }
     }
 }
@@ -231,6 +237,33 @@ pub async fn over_http(
                 &definition.name,
                 component,
                 JS_SDK_CLIENT_ROW_SUFFIX,
+                broker_version,
+                target.clone(),
+            );
+            Ok(OverHttp {
+                runtime,
+                target,
+                client: Some(pubsub_sidecar::sdk::js_sdk_version(&sdk)),
+                _components_dir: None,
+                _one_at_a_time: None,
+            })
+        }
+        Sidecars::JsSdkServer => {
+            let sdk = js_sdk_dir()?;
+            let launcher = serve_launcher(
+                &definition.name,
+                &definition.component_type,
+                component.clone(),
+            );
+            let target = SidecarTarget::start(launcher, &definition.name, SIDECAR_WITHIN).await?;
+            let target = match target.with_sdk_app(&sdk) {
+                Ok(target) => Arc::new(target),
+                Err(e) => anyhow::bail!(e),
+            };
+            let runtime = described(
+                &definition.name,
+                component,
+                JS_SDK_SERVER_ROW_SUFFIX,
                 broker_version,
                 target.clone(),
             );

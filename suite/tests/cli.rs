@@ -658,8 +658,9 @@ fn repeat_reports_passes_out_of_n() {
 
 /// `--through-serve`: the component's cases again over Dapr's HTTP API, through
 /// `serve` on the same broker, as a row of its own beside the in-process one; what
-/// the API cannot express is UNSUPPORTED with the reason, and the cases that fault
-/// the broker are not run, saying why.
+/// the API cannot express is UNSUPPORTED with the reason, a certification case that
+/// only loads the broker runs like any other, and the cases that fault the broker
+/// are not run, saying why.
 #[test]
 fn through_serve_certifies_a_second_row_over_http() {
     let out = temp_dir("through-serve");
@@ -669,7 +670,7 @@ fn through_serve_certifies_a_second_row_over_http() {
             "--component",
             "memory",
             "--case",
-            "{publish.delivery,retry.redelivery,dead-letter.drop,bulk-subscribe.statuses,multi-topic.seek,certification.backlog}",
+            "{publish.delivery,retry.redelivery,dead-letter.drop,bulk-subscribe.statuses,multi-topic.seek,certification.backlog,certification.broker-restart}",
             "--through-serve",
             "--out",
         ])
@@ -690,13 +691,14 @@ fn through_serve_certifies_a_second_row_over_http() {
         "retry.redelivery",
         "dead-letter.drop",
         "bulk-subscribe.statuses",
+        "certification.backlog",
     ] {
         assert_eq!(status(id).0, "PASS", "{id} through serve: {:?}", status(id));
     }
     let (seek, why) = status("multi-topic.seek");
     assert_eq!(seek, "UNSUPPORTED", "{why}");
-    let (backlog, why) = status("certification.backlog");
-    assert_eq!(backlog, "NOT PROVISIONED");
+    let (restart, why) = status("certification.broker-restart");
+    assert_eq!(restart, "NOT PROVISIONED");
     assert!(why.contains("not run over HTTP"), "{why}");
     assert!(
         out.join("histories/memory via serve/publish.delivery.jsonl")
@@ -901,12 +903,13 @@ fn sidecar_attaches_to_a_running_sidecar() {
 }
 
 /// `certify --js-sdk` adds a row whose publishes go through Dapr's JavaScript SDK
-/// (as scripts/install.sh installs it): what the SDK gets right passes, the SDK's
-/// own defects FAIL with evidence and are marked expected by
-/// `fixtures/expectations/via @dapr-dapr client.yaml`, and the in-process row is
-/// untouched by them.
+/// (as scripts/install.sh installs it) and a row whose subscriber is its app: what
+/// the SDK gets right passes, the SDK's own defects FAIL with evidence and are
+/// marked expected by `fixtures/expectations/via @dapr-dapr client.yaml` and
+/// `... server.yaml`, what its handlers cannot see is UNSUPPORTED with the reason,
+/// and the in-process row is untouched by them.
 #[test]
-fn the_js_sdk_row_certifies_the_sdk_client() {
+fn the_js_sdk_rows_certify_the_sdk_client_and_server() {
     let out = temp_dir("js-sdk");
     let output = cli()
         .args([
@@ -915,7 +918,7 @@ fn the_js_sdk_row_certifies_the_sdk_client() {
             "memory",
             "--js-sdk",
             "--case",
-            "{publish.delivery,envelope.app-cloudevent,bulk-publish.fidelity,bulk-publish.entry-ids,bulk-publish.partial-failure,publish.invalid-requests}",
+            "{publish.delivery,envelope.app-cloudevent,bulk-publish.fidelity,bulk-publish.entry-ids,bulk-publish.partial-failure,publish.invalid-requests,retry.delay}",
             "--out",
         ])
         .arg(&out)
@@ -985,4 +988,55 @@ fn the_js_sdk_row_certifies_the_sdk_client() {
     assert!(out
         .join("evidence/memory via @dapr-dapr client/publish.invalid-requests.txt")
         .is_file());
+
+    let server = report
+        .components
+        .iter()
+        .find(|c| c.name == "memory via @dapr/dapr server")
+        .unwrap_or_else(|| panic!("no SDK server row: {stderr}"));
+    let cell = |id: &str| server.cases.iter().find(|c| c.id == id).unwrap();
+    for id in [
+        "publish.delivery",
+        "bulk-publish.entry-ids",
+        "bulk-publish.partial-failure",
+        "publish.invalid-requests",
+    ] {
+        assert_eq!(
+            cell(id).status.label(),
+            "PASS",
+            "{id}: {:?}",
+            cell(id).evidence
+        );
+    }
+    // Its handlers get data and headers, not the CloudEvent.
+    let envelope = cell("envelope.app-cloudevent");
+    assert_eq!(envelope.status.label(), "UNSUPPORTED");
+    assert!(
+        envelope
+            .evidence
+            .findings
+            .iter()
+            .chain(&envelope.evidence.notes)
+            .any(|n| n.contains("not the CloudEvent")),
+        "{:?}",
+        envelope.evidence
+    );
+    // Its defects: binary data read as text, a duration it cannot declare.
+    for (id, finding) in [
+        ("bulk-publish.fidelity", "binary-ce: payload differs"),
+        ("retry.delay", "is not a duration"),
+    ] {
+        let failed = cell(id);
+        assert_eq!(failed.status.label(), "FAIL", "{id}: {:?}", failed.evidence);
+        assert!(
+            failed.evidence.findings.iter().any(|f| f.contains(finding)),
+            "{id}: {:?}",
+            failed.evidence
+        );
+        let expected = failed.expected_failure.clone().unwrap_or_default();
+        assert!(
+            expected.contains("via @dapr-dapr server.yaml"),
+            "{id}: {expected}"
+        );
+    }
 }

@@ -128,8 +128,9 @@ impl Runtime {
         self.remote.is_some()
     }
 
-    /// Whether JSON payloads reach the remote runtime serialized again by its
-    /// publisher ([`RemoteRuntime::reserializes_json`]): equal as JSON, not as bytes.
+    /// Whether JSON payloads cross the remote runtime as values serialized again (by
+    /// an SDK's publisher or app, [`RemoteRuntime::reserializes_json`]): equal as
+    /// JSON, not as bytes.
     pub fn reserializes_json(&self) -> bool {
         self.remote.as_ref().is_some_and(|r| r.reserializes_json())
     }
@@ -139,6 +140,12 @@ impl Runtime {
     /// ([`RemoteRuntime::records_spans_here`]).
     pub fn records_spans_here(&self) -> bool {
         self.remote.as_ref().is_none_or(|r| r.records_spans_here())
+    }
+
+    /// Why subscribers' handlers see only an event's data and metadata (no
+    /// CloudEvent, no content type), if they do ([`RemoteRuntime::hands_over_data_only`]).
+    pub fn hands_over_data_only(&self) -> Option<&'static str> {
+        self.remote.as_ref().and_then(|r| r.hands_over_data_only())
     }
 
     /// The pub/sub name.

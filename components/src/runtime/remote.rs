@@ -33,9 +33,9 @@ pub trait RemoteRuntime: Send + Sync {
     /// Makes the subscription's group keep messages from now on, ahead of its first
     /// subscriber, where the remote API can express that.
     async fn create_group(&self, subscription: &Subscription) -> Result<()>;
-    /// Whether JSON payloads are handed to the publisher as the values they parse
-    /// to and serialized again (as an SDK client does), so they arrive equal as
-    /// JSON, not byte for byte. Default: sent as they are.
+    /// Whether JSON payloads cross as the values they parse to, serialized again (an
+    /// SDK client publishing them, an SDK app handing its handler the parsed
+    /// value), so they arrive equal as JSON, not byte for byte. Default: as they are.
     fn reserializes_json(&self) -> bool {
         false
     }
@@ -45,5 +45,12 @@ pub trait RemoteRuntime: Send + Sync {
     /// subscriber. Default: it runs elsewhere (a sidecar process), its spans there.
     fn records_spans_here(&self) -> bool {
         false
+    }
+
+    /// Why the subscribing app's handler sees only an event's data and metadata
+    /// (no CloudEvent, no content type), as an SDK's handler does; `None`: it sees
+    /// the whole event.
+    fn hands_over_data_only(&self) -> Option<&'static str> {
+        None
     }
 }

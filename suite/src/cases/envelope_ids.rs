@@ -78,6 +78,7 @@ async fn unique_ids(ctx: CaseContext) -> CaseRun {
 }
 
 async fn app_cloudevent(ctx: CaseContext) -> CaseRun {
+    super::needs_whole_events(&ctx)?;
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;
     let app_event = |key: &str| {

@@ -197,9 +197,12 @@ fn http_carries_content_type(sample: &Sample, delivered: Option<&str>) -> bool {
 pub struct Crossing {
     /// Over Dapr's HTTP API (see [`fidelity_problems`]).
     pub over_http: bool,
-    /// The publisher serialized JSON payloads again (an SDK client): they are
+    /// JSON payloads were serialized again (an SDK's client or app): they are
     /// compared as JSON values, not bytes.
     pub json_reserialized: bool,
+    /// The subscriber's handler sees only data and metadata (an SDK's app): content
+    /// types are not compared.
+    pub data_only: bool,
 }
 
 impl Crossing {
@@ -208,7 +211,22 @@ impl Crossing {
         Crossing {
             over_http: runtime.is_remote(),
             json_reserialized: runtime.reserializes_json(),
+            data_only: runtime.hands_over_data_only().is_some(),
         }
+    }
+}
+
+/// A case that judges a delivered event's CloudEvent cannot run where the
+/// subscriber's handler sees only data and metadata (an SDK's app): UNSUPPORTED,
+/// saying why.
+pub fn needs_whole_events(
+    ctx: &crate::context::CaseContext,
+) -> Result<(), crate::outcome::CaseError> {
+    match ctx.runtime.hands_over_data_only() {
+        Some(why) => Err(crate::outcome::CaseError::CannotProvoke(format!(
+            "the case judges each delivered event's CloudEvent: {why}"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -259,8 +277,8 @@ pub fn fidelity_problems(sample: &Sample, event: &Event, crossing: Crossing) -> 
             event.data.len()
         ));
     }
-    let compare_type =
-        !over_http || http_carries_content_type(sample, event.content_type.as_deref());
+    let compare_type = !crossing.data_only
+        && (!over_http || http_carries_content_type(sample, event.content_type.as_deref()));
     if compare_type && event.content_type != sample.content_type {
         problems.push(format!(
             "{}: content type {:?} published, {:?} delivered",

@@ -376,7 +376,7 @@ async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
             &topic,
             "maxDeliveries",
             "retry ✓",
-            ctx.runtime.is_remote(),
+            super::Crossing::of(&ctx.runtime),
         ));
         // The dead-lettered copy is the same event: it keeps its CloudEvent id.
         let original = ctx
@@ -401,22 +401,24 @@ async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
             &topic,
             "maxDeliveries",
             "retry ✓",
-            ctx.runtime.is_remote(),
+            super::Crossing::of(&ctx.runtime),
         ));
     }
     Ok(outcome)
 }
 
-/// Checks the dead-lettered copy of `key`; `over_http`: it crossed Dapr's HTTP API
-/// (a raw dead letter then reaches its subscriber wrapped as octet-stream).
+/// Checks the dead-lettered copy of `key`; over Dapr's HTTP API a raw dead letter
+/// reaches its subscriber wrapped as octet-stream, and an SDK's handler sees no
+/// content type at all.
 fn check_dead_letter(
     dlq: &Recorder,
     key: &str,
     topic: &str,
     reason: &str,
     origin: &str,
-    over_http: bool,
+    crossing: super::Crossing,
 ) -> Outcome {
+    let over_http = crossing.over_http;
     let mut outcome = Outcome::new();
     let events = dlq.events();
     let Some(event) = events.iter().find(|e| key_of(e) == key) else {
@@ -453,7 +455,7 @@ fn check_dead_letter(
         && key.ends_with("-raw")
         && event.content_type.as_deref() == Some("application/octet-stream");
     outcome.expect(
-        wrapped_raw || event.content_type.as_deref() == Some(content_type),
+        crossing.data_only || wrapped_raw || event.content_type.as_deref() == Some(content_type),
         || {
             format!(
                 "{key}: dead letter content type {:?}, expected {content_type:?}",
@@ -511,6 +513,6 @@ async fn drop_to_dead_letter(ctx: CaseContext) -> CaseRun {
         &topic,
         "dropped",
         "drop ✓",
-        ctx.runtime.is_remote(),
+        super::Crossing::of(&ctx.runtime),
     )))
 }

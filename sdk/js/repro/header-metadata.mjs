@@ -1,0 +1,37 @@
+// Finding about @dapr/dapr 3.18.0: metadata values that are not ASCII reach the
+// handler garbled. A sidecar delivers an event's metadata as HTTP headers, their
+// values as UTF-8 bytes; Node's HTTP server reads header bytes as Latin-1, and the
+// SDK hands the handler req.headers as they are, so "✓" arrives as "\u00e2\u009c\u0093"
+// (its three UTF-8 bytes, each a Latin-1 character). Metadata round-trips as
+// published (https://docs.dapr.io/reference/api/pubsub_api/#metadata).
+//
+// Against serve, as in handler-throws.mjs:
+//   (cd sdk/js && DAPR_HTTP_PORT=3500 APP_PORT=3000 node repro/header-metadata.mjs)
+// Exits 1 while the defect is there.
+import { DaprServer, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+
+const server = new DaprServer({
+  serverHost: "127.0.0.1",
+  serverPort: process.env.APP_PORT ?? "3000",
+  communicationProtocol: CommunicationProtocolEnum.HTTP,
+  clientOptions: { daprHost: "127.0.0.1", daprPort: process.env.DAPR_HTTP_PORT ?? "3500" },
+  logger: { level: LogLevel.Error },
+});
+let received;
+await server.pubsub.subscribe("memory", "repro-header", async (_data, headers) => {
+  received = headers["app-label"];
+});
+await server.start();
+const dapr = `http://127.0.0.1:${process.env.DAPR_HTTP_PORT ?? "3500"}`;
+await fetch(`${dapr}/v1.0/publish/memory/repro-header?metadata.app-label=${encodeURIComponent("✓")}`, {
+  method: "POST",
+  headers: { "Content-Type": "text/plain" },
+  body: "hello",
+});
+for (let waited = 0; received === undefined && waited < 5000; waited += 50) {
+  await new Promise((resolve) => setTimeout(resolve, 50));
+}
+const codes = [...(received ?? "")].map((c) => c.codePointAt(0).toString(16)).join(" ");
+console.log(`handler got app-label of code points ${codes} (documented: "✓", code point 2713)`);
+await server.stop();
+process.exit(received === "✓" ? 0 : 1);
