@@ -203,7 +203,11 @@ async fn a_group_whose_members_come_and_go_on_other_topics_keeps_receiving() {
             let _ = watcher.receive(1, Duration::from_millis(1)).await.unwrap();
         }
         eprintln!("round {round}: received after {:?}", started.elapsed());
-        assert_eq!(got.len(), 1, "round {round}: nothing within {SETTLE_BOUND:?}");
+        assert_eq!(
+            got.len(),
+            1,
+            "round {round}: nothing within {SETTLE_BOUND:?}"
+        );
         for message in &got {
             member.ack(&message.id).await.unwrap();
         }

@@ -32,6 +32,17 @@ pub fn cases() -> Vec<Case> {
             }),
             run: |ctx| Box::pin(acked_not_redelivered(ctx)),
         },
+        Case {
+            id: "subscribe.group-isolation",
+            must: "What one group of a topic answers (RETRY until maxDeliveries, RETRY once, DROP) MUST NOT change what another group receives: there each message is delivered exactly once, as attempt 1; and attempts MUST be counted per group (the retrying group's first delivery is attempt 1, its last maxDeliveries).",
+            requires: &[pubsub_components::Feature::FanOut],
+            level: Level::Core,
+            injects: &[],
+            bound: Bound::new("2 x delivery bound + 3 x redelivery bound + lease", |c| {
+                c.delivery_bound * 2 + c.redelivery_bound * 3 + c.lease
+            }),
+            run: |ctx| Box::pin(group_isolation(ctx)),
+        },
     ]
 }
 
@@ -120,4 +131,154 @@ async fn acked_not_redelivered(ctx: CaseContext) -> CaseRun {
         .await;
     handle.stop().await;
     Ok(ctx.check(&ctx.expectation()))
+}
+
+/// Messages of the isolation case: four of each answer the retrying group gives.
+const ISOLATION_MESSAGES: usize = 24;
+/// The retrying group's maxDeliveries.
+const ISOLATION_MAX_DELIVERIES: u32 = 3;
+
+/// What the retrying group answers for message `m-<n>`: by `n % 4`.
+fn isolation_answer(key: &str, attempt: u32) -> pubsub_components::runtime::Status {
+    use pubsub_components::runtime::Status;
+    match isolation_role(key) {
+        Some(0) => Status::Retry,
+        Some(1) if attempt == 1 => Status::Retry,
+        Some(2) => Status::Drop,
+        _ => Status::Success,
+    }
+}
+
+fn isolation_role(key: &str) -> Option<usize> {
+    key.rsplit('-').next()?.parse::<usize>().ok().map(|n| n % 4)
+}
+
+/// The attempts the retrying group must see for a message of each role.
+fn isolation_attempts(role: Option<usize>) -> Vec<u32> {
+    match role {
+        Some(0) => (1..=ISOLATION_MAX_DELIVERIES).collect(),
+        Some(1) => vec![1, 2],
+        _ => vec![1],
+    }
+}
+
+fn isolation_role_text(role: Option<usize>) -> &'static str {
+    match role {
+        Some(0) => "answered RETRY until maxDeliveries",
+        Some(1) => "answered RETRY once",
+        Some(2) => "answered DROP",
+        _ => "answered SUCCESS",
+    }
+}
+
+/// Two groups of one topic: one answers RETRY (until maxDeliveries, or once) and
+/// DROP, the other SUCCESS. The quiet group must get each message once, as attempt 1;
+/// the retrying group must count its own attempts from 1.
+async fn group_isolation(ctx: CaseContext) -> CaseRun {
+    use crate::history::Record;
+    use std::collections::BTreeMap;
+    let topic = ctx.topic("t");
+    let mut retrying = Subscription::new(&topic, ctx.group("retrying"));
+    retrying.max_deliveries = ISOLATION_MAX_DELIVERIES;
+    let retrying = ctx
+        .subscribe(
+            retrying,
+            ctx.recorder.scripted("retrying", |event| {
+                isolation_answer(super::key_of(event), event.attempt)
+            }),
+        )
+        .await?;
+    let quiet = ctx
+        .subscribe(
+            Subscription::new(&topic, ctx.group("quiet")),
+            ctx.recorder.handler("quiet"),
+        )
+        .await?;
+    let keys = ctx
+        .publish_numbered(&topic, "m", ISOLATION_MESSAGES)
+        .await?;
+    // Attempts each subscriber saw, per key.
+    let attempts = |h: &crate::history::History, who: &str| -> BTreeMap<String, Vec<u32>> {
+        let mut seen: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for record in &h.records {
+            if let Record::Delivered {
+                key: Some(key),
+                subscriber,
+                attempt,
+                ..
+            } = record
+            {
+                if subscriber == who {
+                    seen.entry(key.clone()).or_default().push(*attempt);
+                }
+            }
+        }
+        seen
+    };
+    let settled = |h: &crate::history::History| {
+        let quiet = attempts(h, "quiet");
+        let retrying = attempts(h, "retrying");
+        keys.iter().all(|key| {
+            quiet.contains_key(key)
+                && retrying.get(key).map_or(0, Vec::len)
+                    >= isolation_attempts(isolation_role(key)).len()
+        })
+    };
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), |h| settled(h))
+        .await;
+    // What the retrying group still does (a leaked copy, a late retry) must not
+    // reach the quiet group: watched for the redelivery window.
+    let watch_until = ctx.quiet_window();
+    ctx.recorder
+        .wait_until(watch_until, |h| {
+            attempts(h, "quiet").values().any(|seen| seen.len() > 1)
+        })
+        .await;
+    retrying.stop().await;
+    quiet.stop().await;
+    let history = ctx.recorder.history();
+    let mut outcome = ctx.check(&ctx.expectation()).with_history(&history);
+    let quiet = attempts(&history, "quiet");
+    let retrying = attempts(&history, "retrying");
+    for key in &keys {
+        let role = isolation_role(key);
+        let elsewhere = isolation_role_text(role);
+        match quiet.get(key) {
+            None => {
+                outcome.fail(format!(
+                    "group isolation broken: the quiet group never received {key}, which the other group {elsewhere}"
+                ));
+            }
+            Some(seen) if seen.len() > 1 => {
+                outcome.fail(format!(
+                    "group isolation broken: the quiet group received {key} {} times (attempts {seen:?}) while the other group {elsewhere}",
+                    seen.len()
+                ));
+            }
+            Some(seen) if seen[0] != 1 => {
+                outcome.fail(format!(
+                    "attempts not counted per group: the quiet group's only delivery of {key} is attempt {} (the other group {elsewhere})",
+                    seen[0]
+                ));
+            }
+            Some(_) => {}
+        }
+        let expected = isolation_attempts(role);
+        let seen = retrying.get(key).cloned().unwrap_or_default();
+        if seen.first().is_some_and(|first| *first != 1) {
+            outcome.fail(format!(
+                "attempts not counted per group: the retrying group's first delivery of {key} is attempt {}",
+                seen[0]
+            ));
+        } else if seen != expected {
+            outcome.fail(format!(
+                "the retrying group, which {elsewhere} (maxDeliveries {ISOLATION_MAX_DELIVERIES}), saw {key} as attempts {seen:?}, expected {expected:?}"
+            ));
+        }
+    }
+    outcome.note(format!(
+        "{ISOLATION_MESSAGES} messages; the retrying group answers RETRY until maxDeliveries ({ISOLATION_MAX_DELIVERIES}), RETRY once, DROP and SUCCESS, a quarter each; the quiet group SUCCESS"
+    ));
+    Ok(outcome)
 }

@@ -107,6 +107,9 @@ pub enum Fault {
     /// A retry in one group also hands a copy to every other group of the topic when
     /// its retry delay ends.
     LeaksRetriesToOtherGroups,
+    /// Counts a message's attempts across groups: a retry in one group raises the
+    /// attempt another group sees (its first delivery there comes as attempt 2).
+    CountsAttemptsAcrossGroups,
     /// No violation: declares a 1 s lease, after which the broker takes back what a
     /// member has not settled, and cannot extend it (`extend_lease` refuses): the
     /// runtime must defer delayed messages rather than hold them past the lease.
@@ -153,6 +156,8 @@ pub struct Faulty {
     fault: Fault,
     /// For [`Fault::LeaksRetriesToOtherGroups`]: retried messages, due to leak.
     leaks: Arc<Mutex<Vec<Leak>>>,
+    /// For [`Fault::CountsAttemptsAcrossGroups`]: retries per message, per group.
+    retries: Arc<Mutex<RetriesByGroup>>,
     consumers: AtomicU64,
     published: AtomicU64,
     last_envelope_id: Mutex<Option<String>>,
@@ -166,6 +171,7 @@ impl Faulty {
             inner,
             fault,
             leaks: Arc::default(),
+            retries: Arc::default(),
             consumers: AtomicU64::new(0),
             published: AtomicU64::new(0),
             last_envelope_id: Mutex::new(None),
@@ -382,6 +388,7 @@ impl Component for Faulty {
             first_seen: Mutex::new(HashMap::new()),
             blocked_until: Mutex::new(None),
             leaks: self.leaks.clone(),
+            retries: self.retries.clone(),
             retried: Mutex::new(HashMap::new()),
             leaked: Mutex::new(HashSet::new()),
             handed_at: Mutex::new(HashMap::new()),
@@ -487,11 +494,16 @@ struct FaultyConsumer {
     /// member handed out (to copy when retried), and the ids of leaked copies it
     /// handed out (settled here, they exist in no queue).
     leaks: Arc<Mutex<Vec<Leak>>>,
+    /// For [`Fault::CountsAttemptsAcrossGroups`]: the component's retry counts.
+    retries: Arc<Mutex<RetriesByGroup>>,
     retried: Mutex<HashMap<MessageId, ReceivedMessage>>,
     leaked: Mutex<HashSet<MessageId>>,
     /// For the lease faults: when each unsettled message was handed out.
     handed_at: Mutex<HashMap<MessageId, Instant>>,
 }
+
+/// Retries of each message, by the group that answered them.
+type RetriesByGroup = HashMap<MessageId, HashMap<String, u32>>;
 
 /// The lease the lease faults declare.
 const FAULTY_LEASE: Duration = Duration::from_secs(1);
@@ -561,6 +573,22 @@ impl FaultyConsumer {
                     }
                 }
                 messages = kept;
+            }
+            Fault::CountsAttemptsAcrossGroups => {
+                let retries = self.retries.lock().unwrap();
+                for message in &mut messages {
+                    let elsewhere: u32 = retries
+                        .get(&message.id)
+                        .map(|by_group| {
+                            by_group
+                                .iter()
+                                .filter(|(group, _)| **group != self.group)
+                                .map(|(_, n)| n)
+                                .sum()
+                        })
+                        .unwrap_or(0);
+                    message.attempt += elsewhere;
+                }
             }
             Fault::LeaksRetriesToOtherGroups => {
                 let now = SystemTime::now();
@@ -785,6 +813,16 @@ impl Consumer for FaultyConsumer {
         self.settled(id);
         if self.settles_leaked(id) {
             return Ok(());
+        }
+        if self.fault == Fault::CountsAttemptsAcrossGroups {
+            *self
+                .retries
+                .lock()
+                .unwrap()
+                .entry(id.clone())
+                .or_default()
+                .entry(self.group.clone())
+                .or_insert(0) += 1;
         }
         if self.fault == Fault::LeaksRetriesToOtherGroups {
             if let Some(message) = self.retried.lock().unwrap().get(id).cloned() {
