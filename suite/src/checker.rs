@@ -64,6 +64,10 @@ pub struct Findings {
     pub redelivered_after_ack: Vec<String>,
     /// CloudEvent ids carried by more than one published message.
     pub shared_event_ids: Vec<String>,
+    /// Deliveries recognised by their payload that came without their metadata.
+    pub stripped: Vec<String>,
+    /// Deliveries whose payload is one message's and whose metadata another's.
+    pub swapped: Vec<String>,
     /// Whether the history records an injected fault.
     pub under_faults: bool,
     /// The machine's load while the case ran, where a timing probe ran beside it
@@ -106,6 +110,20 @@ impl Findings {
             } else {
                 outcome.fail(text);
             }
+        }
+        if !self.stripped.is_empty() {
+            outcome.fail(format!(
+                "delivered without its metadata: {} deliveries recognised by their payload carried no key: {}",
+                self.stripped.len(),
+                examples(&self.stripped)
+            ));
+        }
+        if !self.swapped.is_empty() {
+            outcome.fail(format!(
+                "carries another message's metadata: {} deliveries: {}",
+                self.swapped.len(),
+                examples(&self.swapped)
+            ));
         }
         if !self.unexpected.is_empty() {
             outcome.fail(format!(
@@ -218,17 +236,28 @@ struct Seen {
 /// Checks `history` against `expectation`.
 pub fn check(history: &History, expectation: &Expectation) -> Findings {
     let mut published: HashMap<&str, Publish> = HashMap::new();
+    // Payload fingerprint -> the one key published with it (None: several were).
+    let mut by_payload: HashMap<&str, Option<&str>> = HashMap::new();
+    let mut payload_of: HashMap<&str, &str> = HashMap::new();
     for record in &history.records {
         if let Record::Published {
             key,
             outcome,
             partition_key,
             due,
+            payload,
             ..
         } = record
         {
             if is_control(key) {
                 continue;
+            }
+            if let Some(payload) = payload.as_deref() {
+                let owner = by_payload.entry(payload).or_insert(Some(key.as_str()));
+                if *owner != Some(key.as_str()) {
+                    *owner = None;
+                }
+                payload_of.insert(key.as_str(), payload);
             }
             let index = published.len();
             let entry = published.entry(key.as_str()).or_insert(Publish {
@@ -289,6 +318,7 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
             subscriber,
             group,
             event_id,
+            payload,
             ..
         } = record
         else {
@@ -298,11 +328,43 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
             continue;
         }
         findings.delivered += 1;
-        let Some(key) = key.as_deref() else {
-            findings
-                .unexpected
-                .push(format!("{id} from {topic} (no key: metadata lost?)"));
-            continue;
+        // The message the payload identifies, where only one was published with it.
+        let owner = payload
+            .as_deref()
+            .and_then(|p| by_payload.get(p).copied().flatten());
+        let key = match (key.as_deref(), owner) {
+            (None, Some(owner)) => {
+                findings
+                    .stripped
+                    .push(format!("{owner} ({id} from {topic})"));
+                owner
+            }
+            (None, None) => {
+                findings
+                    .unexpected
+                    .push(format!("{id} from {topic} (no key: metadata lost?)"));
+                continue;
+            }
+            (Some(key), Some(owner))
+                if owner != key
+                    && match payload_of.get(key) {
+                        // A key published with another payload than the one delivered.
+                        Some(own) => Some(*own) != payload.as_deref(),
+                        // A key never published: not recorded without a payload.
+                        None => !published.contains_key(key),
+                    } =>
+            {
+                let whose = if published.contains_key(key) {
+                    format!("{key}'s metadata")
+                } else {
+                    format!("metadata of no published message (key {key})")
+                };
+                findings
+                    .swapped
+                    .push(format!("{owner}'s payload delivered with {whose} ({id})"));
+                owner
+            }
+            (Some(key), _) => key,
         };
         let Some(publish) = published.get(key) else {
             findings.unexpected.push(format!("{key} ({id})"));
@@ -437,6 +499,7 @@ mod tests {
             partition_key: None,
             due: None,
             started: None,
+            payload: Some(crate::history::fingerprint(key.as_bytes())),
         }
     }
 
@@ -451,6 +514,7 @@ mod tests {
             subscriber: "s".into(),
             group: None,
             event_id: None,
+            payload: Some(crate::history::fingerprint(key.as_bytes())),
         }
     }
 
@@ -611,6 +675,7 @@ mod tests {
                 subscriber,
                 group,
                 event_id: Some(event_id.into()),
+                payload: None,
             },
             other => other,
         };
@@ -627,5 +692,53 @@ mod tests {
         let findings = check(&history, &least);
         assert_eq!(findings.shared_event_ids, vec!["ce-1 on a and b"]);
         assert!(!findings.outcome(&least).passed());
+    }
+
+    /// A delivery is recognised by its payload where its metadata was damaged: the
+    /// finding names that, not a loss.
+    #[test]
+    fn a_delivery_with_damaged_metadata_is_named_by_what_broke() {
+        let with_key = |key: Option<&str>, payload: &str| Record::Delivered {
+            key: key.map(str::to_string),
+            topic: "t".into(),
+            id: MessageId::new("t", None, 0),
+            at: SystemTime::now(),
+            attempt: 1,
+            batch: None,
+            subscriber: "s".into(),
+            group: None,
+            event_id: None,
+            payload: Some(crate::history::fingerprint(payload.as_bytes())),
+        };
+        let history = History {
+            records: vec![
+                published("a", true),
+                published("b", true),
+                published("c", true),
+                published("d", true),
+                with_key(None, "a"),
+                with_key(Some("c"), "b"),
+                with_key(Some("b"), "c"),
+                with_key(Some("d"), "d"),
+            ],
+        };
+        let expectation = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
+        let findings = check(&history, &expectation);
+        assert!(findings.lost.is_empty(), "{findings:?}");
+        assert_eq!(findings.stripped.len(), 1, "{findings:?}");
+        assert!(findings.stripped[0].starts_with("a "), "{findings:?}");
+        assert_eq!(findings.swapped.len(), 2, "{findings:?}");
+        assert!(
+            findings.swapped[0].starts_with("b's payload delivered with c's metadata"),
+            "{findings:?}"
+        );
+        let outcome = findings.outcome(&expectation);
+        let text = outcome.findings.join(" | ");
+        assert!(text.contains("delivered without its metadata"), "{text}");
+        assert!(
+            text.contains("carries another message's metadata"),
+            "{text}"
+        );
+        assert!(!text.contains("lost"), "{text}");
     }
 }

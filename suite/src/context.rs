@@ -249,24 +249,23 @@ impl CaseContext {
         runtime: &Runtime,
         request: PublishRequest,
     ) -> Result<MessageId, PubSubError> {
-        let key = request.metadata.get(KEY).cloned().unwrap_or_default();
-        let topic = request.topic.clone();
-        let partition_key = request.metadata.get("partitionKey").cloned();
-        let due = due_time(&request.metadata);
+        let publish = crate::history::Published {
+            key: request.metadata.get(KEY).cloned().unwrap_or_default(),
+            topic: request.topic.clone(),
+            partition_key: request.metadata.get("partitionKey").cloned(),
+            due: due_time(&request.metadata),
+            started: Some(SystemTime::now()),
+            payload: crate::history::fingerprint(&request.data),
+        };
         let started = Instant::now();
-        let started_at = SystemTime::now();
         let result = runtime.publish(request).await;
         self.publish_time.add(started.elapsed());
-        self.recorder.published_since(
-            started_at,
-            &key,
-            &topic,
+        self.recorder.published_with(
+            publish,
             result
                 .as_ref()
                 .map(|id| Some(id.clone()))
                 .map_err(|e| e.to_string()),
-            partition_key.as_deref(),
-            due,
         );
         result
     }
@@ -305,29 +304,36 @@ impl CaseContext {
         runtime: &Runtime,
         request: BulkPublishRequest,
     ) -> Result<BulkPublishResponse, PubSubError> {
-        let entries: Vec<(String, String, Option<String>)> = request
+        let entries: Vec<(String, crate::history::Published)> = request
             .entries
             .iter()
             .map(|e| {
                 (
                     e.entry_id.clone(),
-                    e.metadata
-                        .get(KEY)
-                        .or(request.metadata.get(KEY))
-                        .cloned()
-                        .unwrap_or_default(),
-                    e.metadata
-                        .get("partitionKey")
-                        .or(request.metadata.get("partitionKey"))
-                        .cloned(),
+                    crate::history::Published {
+                        key: e
+                            .metadata
+                            .get(KEY)
+                            .or(request.metadata.get(KEY))
+                            .cloned()
+                            .unwrap_or_default(),
+                        topic: request.topic.clone(),
+                        partition_key: e
+                            .metadata
+                            .get("partitionKey")
+                            .or(request.metadata.get("partitionKey"))
+                            .cloned(),
+                        due: None,
+                        started: None,
+                        payload: crate::history::fingerprint(&e.event),
+                    },
                 )
             })
             .collect();
-        let topic = request.topic.clone();
         let started = Instant::now();
         let result = runtime.bulk_publish(request).await;
         self.publish_time.add(started.elapsed());
-        for (entry_id, key, partition_key) in entries {
+        for (entry_id, publish) in entries {
             let outcome = match &result {
                 Ok(response) => match response
                     .failed_entries
@@ -339,8 +345,7 @@ impl CaseContext {
                 },
                 Err(e) => Err(format!("request rejected: {e}")),
             };
-            self.recorder
-                .published(&key, &topic, outcome, partition_key.as_deref(), None);
+            self.recorder.published_with(publish, outcome);
         }
         result
     }

@@ -44,6 +44,10 @@ pub enum Record {
         /// reached the broker in between.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         started: Option<SystemTime>,
+        /// The payload's fingerprint ([`fingerprint`]): a delivery whose metadata was
+        /// damaged is still recognised by it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload: Option<String>,
     },
     Delivered {
         key: Option<String>,
@@ -59,6 +63,9 @@ pub enum Record {
         group: Option<String>,
         /// The CloudEvent `id` of the envelope (`None` for raw payloads).
         event_id: Option<String>,
+        /// The delivered data's fingerprint ([`fingerprint`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload: Option<String>,
     },
     /// The handler's answer for a delivery: settled (SUCCESS, DROP) or asked again
     /// (RETRY, a missing status, a handler error).
@@ -110,6 +117,28 @@ pub enum Record {
     Note {
         text: String,
     },
+}
+
+/// A payload's fingerprint: FNV-1a over its bytes, as 16 hex digits (stable across
+/// builds, so a saved history is judged again the same).
+pub fn fingerprint(data: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in data {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// What a case publishes, recorded with its outcome ([`Recorder::published_with`]).
+pub struct Published {
+    pub key: String,
+    pub topic: String,
+    pub partition_key: Option<String>,
+    pub due: Option<SystemTime>,
+    pub started: Option<SystemTime>,
+    /// The payload's [`fingerprint`].
+    pub payload: String,
 }
 
 /// All records of a case, in the order they happened.
@@ -488,31 +517,6 @@ impl Recorder {
         partition_key: Option<&str>,
         due: Option<SystemTime>,
     ) {
-        self.push_published(None, key, topic, outcome, partition_key, due);
-    }
-
-    /// Records a publish attempt whose call started at `started`.
-    pub fn published_since(
-        &self,
-        started: SystemTime,
-        key: &str,
-        topic: &str,
-        outcome: Result<Option<MessageId>, String>,
-        partition_key: Option<&str>,
-        due: Option<SystemTime>,
-    ) {
-        self.push_published(Some(started), key, topic, outcome, partition_key, due);
-    }
-
-    fn push_published(
-        &self,
-        started: Option<SystemTime>,
-        key: &str,
-        topic: &str,
-        outcome: Result<Option<MessageId>, String>,
-        partition_key: Option<&str>,
-        due: Option<SystemTime>,
-    ) {
         self.push(Record::Published {
             key: key.to_string(),
             topic: topic.to_string(),
@@ -520,7 +524,23 @@ impl Recorder {
             outcome,
             partition_key: partition_key.map(str::to_string),
             due,
-            started,
+            started: None,
+            payload: None,
+        });
+    }
+
+    /// Records a publish attempt as [`Recorder::published`] does, with when its call
+    /// started (when known) and its payload's [`fingerprint`].
+    pub fn published_with(&self, publish: Published, outcome: Result<Option<MessageId>, String>) {
+        self.push(Record::Published {
+            key: publish.key,
+            topic: publish.topic,
+            at: SystemTime::now(),
+            outcome,
+            partition_key: publish.partition_key,
+            due: publish.due,
+            started: publish.started,
+            payload: Some(publish.payload),
         });
     }
 
@@ -577,6 +597,7 @@ impl Recorder {
                 .and_then(|ce| ce.get("id"))
                 .and_then(|id| id.as_str())
                 .map(str::to_string),
+            payload: Some(fingerprint(&event.data)),
         });
     }
 

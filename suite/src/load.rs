@@ -431,6 +431,7 @@ mod tests {
             partition_key: None,
             due: Some(at(published)),
             started: None,
+            payload: None,
         }];
         if let Some(d) = delivered {
             records.push(Record::Delivered {
@@ -443,6 +444,7 @@ mod tests {
                 subscriber: "control".into(),
                 group: None,
                 event_id: None,
+                payload: None,
             });
         }
         records
@@ -528,6 +530,7 @@ mod tests {
             subscriber: "s1".into(),
             group: None,
             event_id: None,
+            payload: None,
         });
         records
     }

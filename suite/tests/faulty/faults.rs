@@ -107,6 +107,10 @@ pub enum Fault {
     /// A retry in one group also hands a copy to every other group of the topic when
     /// its retry delay ends.
     LeaksRetriesToOtherGroups,
+    /// Delivers 1 message in 100 without its metadata (its payload intact).
+    StripsMetadata,
+    /// Delivers 1 message in 100 with the metadata of the message it received before.
+    BorrowsMetadata,
     /// Counts a message's attempts across groups: a retry in one group raises the
     /// attempt another group sees (its first delivery there comes as attempt 2).
     CountsAttemptsAcrossGroups,
@@ -389,6 +393,7 @@ impl Component for Faulty {
             blocked_until: Mutex::new(None),
             leaks: self.leaks.clone(),
             retries: self.retries.clone(),
+            last_metadata: Mutex::new(None),
             retried: Mutex::new(HashMap::new()),
             leaked: Mutex::new(HashSet::new()),
             handed_at: Mutex::new(HashMap::new()),
@@ -496,6 +501,8 @@ struct FaultyConsumer {
     leaks: Arc<Mutex<Vec<Leak>>>,
     /// For [`Fault::CountsAttemptsAcrossGroups`]: the component's retry counts.
     retries: Arc<Mutex<RetriesByGroup>>,
+    /// For [`Fault::BorrowsMetadata`]: the metadata of the last message handed out.
+    last_metadata: Mutex<Option<pubsub_components::Metadata>>,
     retried: Mutex<HashMap<MessageId, ReceivedMessage>>,
     leaked: Mutex<HashSet<MessageId>>,
     /// For the lease faults: when each unsettled message was handed out.
@@ -573,6 +580,25 @@ impl FaultyConsumer {
                     }
                 }
                 messages = kept;
+            }
+            Fault::StripsMetadata => {
+                for message in &mut messages {
+                    if self.received.fetch_add(1, Ordering::Relaxed) % 100 == 37 {
+                        message.metadata.clear();
+                    }
+                }
+            }
+            Fault::BorrowsMetadata => {
+                let mut last = self.last_metadata.lock().unwrap();
+                for message in &mut messages {
+                    let own = message.metadata.clone();
+                    if self.received.fetch_add(1, Ordering::Relaxed) % 100 == 37 {
+                        if let Some(previous) = last.clone() {
+                            message.metadata = previous;
+                        }
+                    }
+                    *last = Some(own);
+                }
             }
             Fault::CountsAttemptsAcrossGroups => {
                 let retries = self.retries.lock().unwrap();
