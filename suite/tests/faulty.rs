@@ -68,6 +68,7 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::halves_ttl(Fault::HalvesTtl, &["ttl.live-late-in-life"], "lost inside their TTL")]
 #[case::ignores_retry_delay(Fault::IgnoresRetryDelay, &["retry.delay"], "before its retry delay")]
 #[case::leaks_retries_to_other_groups(Fault::LeaksRetriesToOtherGroups, &["retry.delay", "subscribe.group-isolation"], "group isolation broken")]
+#[case::strands_dropped_receives(Fault::StrandsDroppedReceives, &["subscribe.cancelled-receive"], "lost after a dropped receive")]
 #[case::strips_metadata(Fault::StripsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers"], "delivered without its metadata")]
 #[case::borrows_metadata(Fault::BorrowsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers"], "carries another message's metadata")]
 #[case::counts_attempts_across_groups(Fault::CountsAttemptsAcrossGroups, &["subscribe.group-isolation"], "attempts not counted per group")]

@@ -4,6 +4,7 @@
 mod basics;
 mod bulk_publish;
 mod bulk_subscribe;
+mod cancellation;
 mod certification;
 mod delay;
 mod envelope_ids;
@@ -28,6 +29,7 @@ pub fn all() -> Vec<Case> {
     [
         basics::cases(),
         groups::cases(),
+        cancellation::cases(),
         envelope_ids::cases(),
         bulk_publish::cases(),
         bulk_subscribe::cases(),

@@ -107,6 +107,9 @@ pub enum Fault {
     /// A retry in one group also hands a copy to every other group of the topic when
     /// its retry delay ends.
     LeaksRetriesToOtherGroups,
+    /// Takes messages off the queue, then works on them for 20 ms before handing
+    /// them out: a receive dropped in that time strands them (not cancel-safe).
+    StrandsDroppedReceives,
     /// Delivers 1 message in 100 without its metadata (its payload intact).
     StripsMetadata,
     /// Delivers 1 message in 100 with the metadata of the message it received before.
@@ -773,6 +776,9 @@ impl Consumer for FaultyConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
         self.expire_leases().await?;
         let messages = self.inner.receive(max, wait).await?;
+        if self.fault == Fault::StrandsDroppedReceives && !messages.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         if self.fault == Fault::RescansWhatItRead && !messages.is_empty() {
             let read = self
                 .received
