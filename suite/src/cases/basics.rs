@@ -1,6 +1,6 @@
 //! Publish and subscribe, fidelity, envelopes, bad input, consumer groups, message ids.
 
-use super::{fidelity_problems, generate, key_of, samples, Crossing};
+use super::{fidelity_problems, generate, key_of, samples, Crossing, Sample};
 use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::{Record, KEY};
@@ -8,7 +8,9 @@ use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use base64::Engine;
 use pubsub_components::runtime::trace::is_valid_traceparent;
 use pubsub_components::runtime::{PublishRequest, Subscription};
-use pubsub_components::{ConsumerSpec, ErrorKind, MessageId, OrderingScope, TopicSelector};
+use pubsub_components::{
+    ConsumerSpec, ErrorKind, MessageId, Metadata, OrderingScope, TopicSelector,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -31,6 +33,15 @@ pub fn cases() -> Vec<Case> {
             injects: &[],
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(fidelity(ctx, false)),
+        },
+        Case {
+            id: "publish.concurrent-fidelity",
+            must: "Under concurrent single and bulk publishers, each message with its own payload, content type and metadata, every message MUST arrive with its own, never another message's.",
+            requires: &[pubsub_components::Feature::BulkPublish],
+            level: Level::Core,
+            injects: &[],
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(concurrent_fidelity(ctx)),
         },
         Case {
             id: "publish.invalid-requests",
@@ -171,7 +182,7 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
 }
 
 /// What a fidelity case leaves uncompared over Dapr's HTTP API.
-pub(crate) const OVER_HTTP_NOTE: &str = "over Dapr's HTTP API: payload bytes compared as always; content types the API cannot carry (none given, a raw payload's at a subscription without rawPayload, a bulk entry's bytes its type cannot hold) and the case of metadata keys (HTTP headers) are not compared";
+pub(crate) const OVER_HTTP_NOTE: &str = "over Dapr's HTTP API: payload bytes compared as always; content types the API cannot carry (none given, a raw payload's at a subscription without rawPayload, a bulk entry's bytes its type cannot hold) the case of metadata keys and the leading and trailing whitespace of metadata values (HTTP headers: RFC 9110 5.5 excludes it from a field value) are not compared";
 
 /// What a fidelity case compares differently when an SDK handles JSON payloads.
 pub(crate) const RESERIALIZED_JSON_NOTE: &str = "JSON payloads cross an SDK as values (its client serializes what an app hands it; its server hands the handler what it parsed): a JSON-typed payload is compared as a JSON value, not byte for byte";
@@ -599,5 +610,138 @@ async fn message_id_round_trip(ctx: CaseContext) -> CaseRun {
                 .collect::<Vec<_>>()
         )
     });
+    Ok(outcome)
+}
+
+/// Single publishers and bulk publishers of `publish.concurrent-fidelity`.
+const CONCURRENT_SINGLE_PUBLISHERS: usize = 4;
+const CONCURRENT_BULK_PUBLISHERS: usize = 2;
+/// Messages each publisher sends.
+const CONCURRENT_MESSAGES: usize = 25;
+
+/// The messages publisher `label` sends: each its own payload (text, bytes or JSON
+/// by turn, from the seed), content type and metadata values.
+fn concurrent_samples(label: &str, seed: u64) -> Vec<Sample> {
+    let strategy = (
+        proptest::collection::vec(proptest::num::u8::ANY, 1..512),
+        "[a-zA-Z0-9 ✓é日]{1,40}",
+        "[ -~]{0,60}",
+    );
+    generate(strategy, seed, CONCURRENT_MESSAGES)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (bytes, text, value))| {
+            let key = format!("{label}-{i}");
+            let (data, content_type) = match i % 3 {
+                0 => (
+                    format!("{text} from {key}").into_bytes(),
+                    "text/plain; charset=utf-8",
+                ),
+                1 => (bytes, "application/octet-stream"),
+                _ => (
+                    serde_json::json!({ "publisher": label, "n": i, "text": text })
+                        .to_string()
+                        .into_bytes(),
+                    "application/json",
+                ),
+            };
+            let mut metadata = Metadata::new();
+            metadata.insert(KEY.into(), key.clone());
+            metadata.insert("app-publisher".into(), label.to_string());
+            metadata.insert("app-value".into(), format!("{key}:{value}"));
+            Sample {
+                key,
+                data,
+                content_type: Some(content_type.to_string()),
+                metadata,
+            }
+        })
+        .collect()
+}
+
+/// Publishers, single and bulk, run at once, each message with its own payload,
+/// content type and metadata: each must arrive with its own, never another's.
+async fn concurrent_fidelity(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = ctx.subscribe_recorded(&topic).await?;
+    let seed = ctx.seed();
+    let single: Vec<Vec<Sample>> = (0..CONCURRENT_SINGLE_PUBLISHERS)
+        .map(|p| concurrent_samples(&format!("s{p}"), seed.wrapping_add(p as u64)))
+        .collect();
+    let bulk: Vec<Vec<Sample>> = (0..CONCURRENT_BULK_PUBLISHERS)
+        .map(|p| concurrent_samples(&format!("b{p}"), seed.wrapping_add(100 + p as u64)))
+        .collect();
+    let (ctx_ref, topic_ref) = (&ctx, &topic);
+    let singles = single.iter().map(|samples| async move {
+        for sample in samples {
+            ctx_ref
+                .publish(PublishRequest {
+                    topic: topic_ref.clone(),
+                    data: sample.data.clone(),
+                    content_type: sample.content_type.clone(),
+                    metadata: sample.metadata.clone(),
+                })
+                .await
+                .doing(&format!("publishing {}", sample.key))?;
+        }
+        Ok::<(), crate::outcome::CaseError>(())
+    });
+    let bulks = bulk.iter().map(|samples| {
+        ctx.bulk_publish(pubsub_components::runtime::BulkPublishRequest {
+            topic: topic.clone(),
+            entries: samples
+                .iter()
+                .map(|s| pubsub_components::runtime::BulkPublishEntry {
+                    entry_id: s.key.clone(),
+                    event: s.data.clone(),
+                    content_type: s.content_type.clone(),
+                    metadata: s.metadata.clone(),
+                })
+                .collect(),
+            metadata: Default::default(),
+        })
+    });
+    let (single_results, bulk_results) = futures::join!(
+        futures::future::join_all(singles),
+        futures::future::join_all(bulks)
+    );
+    for result in single_results {
+        result?;
+    }
+    for result in bulk_results {
+        let response = result.doing("bulk publishing concurrently")?;
+        if !response.failed_entries.is_empty() {
+            return Err(CaseError::Component(format!(
+                "a bulk publish of valid messages reported failures: {:?}",
+                response.failed_entries
+            )));
+        }
+    }
+    let all: Vec<&Sample> = single.iter().chain(&bulk).flatten().collect();
+    let keys: Vec<String> = all.iter().map(|s| s.key.clone()).collect();
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
+    subscription.stop().await;
+    let mut outcome = ctx.check(&ctx.expectation());
+    let crossing = Crossing::of(&ctx.runtime);
+    for event in ctx.recorder.events() {
+        let key = key_of(&event).to_string();
+        if let Some(sample) = all.iter().find(|s| s.key == key) {
+            outcome
+                .findings
+                .extend(fidelity_problems(sample, &event, crossing));
+        }
+    }
+    outcome.note(format!(
+        "{} messages from {CONCURRENT_SINGLE_PUBLISHERS} single and {CONCURRENT_BULK_PUBLISHERS} bulk publishers at once (seed {seed})",
+        all.len()
+    ));
+    if crossing.over_http {
+        outcome.note(OVER_HTTP_NOTE);
+    }
+    if crossing.json_reserialized {
+        outcome.note(RESERIALIZED_JSON_NOTE);
+    }
     Ok(outcome)
 }

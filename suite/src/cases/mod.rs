@@ -287,10 +287,17 @@ pub fn fidelity_problems(sample: &Sample, event: &Event, crossing: Crossing) -> 
             sample.key, sample.content_type, event.content_type
         ));
     }
+    // Over HTTP metadata travels as headers: names without case, values without
+    // leading or trailing whitespace (RFC 9110 5.5: a field value excludes it).
     let lowered = |metadata: &Metadata| -> Metadata {
         metadata
             .iter()
-            .map(|(k, v)| (k.to_lowercase(), v.clone()))
+            .map(|(k, v)| {
+                (
+                    k.to_lowercase(),
+                    v.trim_matches(|c| c == ' ' || c == '\t').to_string(),
+                )
+            })
             .collect()
     };
     let metadata_differs = if over_http {
