@@ -48,6 +48,69 @@ const PROP_ID: &str = "i:id";
 const PROP_PUBLISHED: &str = "i:published-ms";
 const PROP_KEY: &str = "i:partition-key";
 const METADATA_PREFIX: &str = "m:";
+/// The prefix of a metadata entry whose key or value holds a character an MQTT
+/// UTF-8 string must not carry (control characters: Mosquitto closes the connection
+/// of a client that sends one): key and value are percent-encoded ([`escape`]).
+const ESCAPED_METADATA_PREFIX: &str = "e:";
+
+/// Whether MQTT 5 strings refuse `c` (MQTT 5.0 1.5.4: the null character MUST NOT
+/// appear, control characters SHOULD NOT, and brokers close the connection on them).
+fn mqtt_unsafe(c: char) -> bool {
+    matches!(u32::from(c), 0x00..=0x1F | 0x7F..=0x9F)
+}
+
+/// `text` with `%` and every [`mqtt_unsafe`] character percent-encoded (per UTF-8
+/// byte), so that it travels as an MQTT string and [`unescape`] gives it back.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '%' || mqtt_unsafe(c) {
+            let mut bytes = [0u8; 4];
+            for byte in c.encode_utf8(&mut bytes).bytes() {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The text [`escape`] encoded.
+fn unescape(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = (bytes[i] == b'%' && i + 2 < bytes.len())
+            .then(|| std::str::from_utf8(&bytes[i + 1..i + 3]).ok())
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The user property carrying metadata entry `key`: `value`.
+fn metadata_property(key: &str, value: &str) -> (String, String) {
+    if key.chars().chain(value.chars()).any(mqtt_unsafe) {
+        (
+            format!("{ESCAPED_METADATA_PREFIX}{}", escape(key)),
+            escape(value),
+        )
+    } else {
+        (format!("{METADATA_PREFIX}{key}"), value.to_string())
+    }
+}
 /// Requests queued towards one connection's event loop.
 const REQUEST_CAPACITY: usize = 1024;
 /// QoS 1 messages in flight per connection, each way.
@@ -216,7 +279,7 @@ impl Mqtt5 {
             message
                 .metadata
                 .iter()
-                .map(|(k, v)| (format!("{METADATA_PREFIX}{k}"), v.clone())),
+                .map(|(k, v)| metadata_property(k, v)),
         );
         let message_expiry_interval = message.expires_at.map(|at| {
             let left = at.duration_since(SystemTime::now()).unwrap_or_default();
@@ -637,7 +700,14 @@ fn convert(topic: String, publish: &Publish) -> ReceivedMessage {
     let metadata: Metadata = properties
         .user_properties
         .iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix(METADATA_PREFIX)?.to_string(), v.clone())))
+        .filter_map(|(k, v)| {
+            if let Some(key) = k.strip_prefix(METADATA_PREFIX) {
+                Some((key.to_string(), v.clone()))
+            } else {
+                let key = k.strip_prefix(ESCAPED_METADATA_PREFIX)?;
+                Some((unescape(key), unescape(v)))
+            }
+        })
         .collect();
     let position = property(PROP_ID)
         .and_then(|id| id.parse().ok())
@@ -763,6 +833,25 @@ impl Consumer for MqttConsumer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any metadata entry travels as MQTT strings without a character MQTT
+        /// refuses, and comes back as it was.
+        #[test]
+        fn metadata_with_any_characters_round_trips(key in "\\PC{0,12}[\t\u{0}\u{7f}%]?", value in ".{0,40}[\t\r\n\u{1f}\u{85}%]?[ ]{0,2}") {
+            let (name, text) = metadata_property(&key, &value);
+            prop_assert!(!name.chars().chain(text.chars()).any(mqtt_unsafe), "{name:?}: {text:?}");
+            let back = match name.strip_prefix(METADATA_PREFIX) {
+                Some(plain) => (plain.to_string(), text.clone()),
+                None => (
+                    unescape(name.strip_prefix(ESCAPED_METADATA_PREFIX).unwrap()),
+                    unescape(&text),
+                ),
+            };
+            prop_assert_eq!(back, (key, value));
+        }
+    }
 
     fn spec(topics: TopicSelector) -> ConsumerSpec {
         ConsumerSpec::new(topics, "g1")

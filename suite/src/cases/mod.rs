@@ -109,6 +109,12 @@ pub fn samples(caps: &Capabilities, seed: u64, random: usize) -> Vec<Sample> {
             Some("application/octet-stream"),
         ),
         ("untyped", b"no content type".to_vec(), None),
+        ("one-byte", vec![0x7f], Some("application/octet-stream")),
+        (
+            "odd-type",
+            b"content type with parameters and odd casing".to_vec(),
+            Some("Text/Plain; Charset=UTF-8"),
+        ),
     ];
     // An app's own CloudEvent sent rawPayload: delivered as sent, not unwrapped (the
     // runtime marks it, since its content type is the one that marks envelopes). Sent
@@ -127,6 +133,13 @@ pub fn samples(caps: &Capabilities, seed: u64, random: usize) -> Vec<Sample> {
             let mut metadata = Metadata::new();
             metadata.insert(KEY.into(), key.clone());
             metadata.insert("app-label".into(), format!("{label} ✓ value"));
+            // Values at the edges of their space: padded, only spaces, a tab, empty,
+            // long.
+            metadata.insert("app-padded".into(), format!("  {label}  "));
+            metadata.insert("app-spaces".into(), "   ".into());
+            metadata.insert("app-tab".into(), "a\tb".into());
+            metadata.insert("app-empty".into(), String::new());
+            metadata.insert("app-long".into(), label.repeat(4096 / label.len() + 1));
             if raw {
                 metadata.insert("rawPayload".into(), "true".into());
             }
