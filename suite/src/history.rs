@@ -122,12 +122,7 @@ pub enum Record {
 /// A payload's fingerprint: FNV-1a over its bytes, as 16 hex digits (stable across
 /// builds, so a saved history is judged again the same).
 pub fn fingerprint(data: &[u8]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in data {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    format!("{:016x}", pubsub_components::component::stable_hash(data))
 }
 
 /// What a case publishes, recorded with its outcome ([`Recorder::published_with`]).

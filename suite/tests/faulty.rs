@@ -69,6 +69,7 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::ignores_retry_delay(Fault::IgnoresRetryDelay, &["retry.delay"], "before its retry delay")]
 #[case::leaks_retries_to_other_groups(Fault::LeaksRetriesToOtherGroups, &["retry.delay", "subscribe.group-isolation"], "group isolation broken")]
 #[case::strands_dropped_receives(Fault::StrandsDroppedReceives, &["subscribe.cancelled-receive"], "lost after a dropped receive")]
+#[case::folds_colons(Fault::FoldsColons, &["topics.distinct-names"], "topic names folded")]
 #[case::strips_metadata(Fault::StripsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers"], "delivered without its metadata")]
 #[case::borrows_metadata(Fault::BorrowsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers", "publish.concurrent-fidelity"], "carries another message's metadata")]
 #[case::counts_attempts_across_groups(Fault::CountsAttemptsAcrossGroups, &["subscribe.group-isolation"], "attempts not counted per group")]

@@ -280,18 +280,35 @@ struct Parked {
     until: Instant,
 }
 
-/// A durable name from a group and topic (no `.`, `*`, `>` or spaces).
+/// The longest durable consumer name JetStream takes.
+const MAX_DURABLE_LEN: usize = 255;
+
+/// A durable name from a group and topic, one per pair (no `.`, `*`, `>` or spaces):
+/// letters, digits and `-` as they are, any other character as `_` and its code in
+/// hex (so `a.b` and `a_b` stay apart), the two joined by `__`; a name over
+/// JetStream's limit is cut and ends with a hash of the whole.
 fn durable(group: &str, topic: &str) -> String {
-    format!("{group}__{topic}")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    let escape = |text: &str| -> String {
+        text.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c.to_string()
+                } else {
+                    format!("_{:X}", u32::from(c))
+                }
+            })
+            .collect()
+    };
+    let name = format!("{}__{}", escape(group), escape(topic));
+    if name.len() <= MAX_DURABLE_LEN {
+        return name;
+    }
+    let hash = format!("_h{:016x}", crate::component::stable_hash(name.as_bytes()));
+    let mut cut = MAX_DURABLE_LEN - hash.len();
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{hash}", &name[..cut])
 }
 
 impl NatsConsumer {

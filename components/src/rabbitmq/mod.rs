@@ -305,7 +305,17 @@ impl Inner {
                 format!("multi-{digest:016x}")
             }
         };
-        let name = format!("{}.{}.{selector}", self.config.exchange, spec.group);
+        let mut name = format!("{}.{}.{selector}", self.config.exchange, spec.group);
+        // A topic the contract accepts (up to 249 characters) can make the name too
+        // long for AMQP: then its hash stands for it (the group stays readable).
+        if name.len() > 255 {
+            name = format!(
+                "{}.{}.h{:016x}",
+                self.config.exchange,
+                spec.group,
+                stable_hash(selector.as_bytes())
+            );
+        }
         short(name).map_err(|_| {
             PubSubError::InvalidRequest(format!(
                 "group '{}' with topic '{}' makes a queue name over 255 bytes",

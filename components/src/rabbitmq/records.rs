@@ -73,14 +73,19 @@ impl CountedRecords {
     }
 
     fn queues(&self, topic: &str) -> Result<Queues> {
+        // A name over AMQP's 255 bytes carries a hash of the topic in its place.
+        let topic_part = if self.exchange.len() + topic.len() + ".partitions..version".len() > 255 {
+            format!("h{:016x}", crate::component::stable_hash(topic.as_bytes()))
+        } else {
+            topic.to_string()
+        };
         let name = |what: &str| {
-            ShortString::try_new(format!("{}.partitions.{topic}.{what}", self.exchange)).map_err(
-                |e| {
+            ShortString::try_new(format!("{}.partitions.{topic_part}.{what}", self.exchange))
+                .map_err(|e| {
                     PubSubError::InvalidRequest(format!(
                         "topic '{topic}' is too long for a RabbitMQ partition record: {e}"
                     ))
-                },
-            )
+                })
         };
         Ok(Queues {
             version: name("version")?,

@@ -10,6 +10,7 @@ mod delay;
 mod envelope_ids;
 mod faults;
 mod groups;
+mod identifiers;
 mod multi_topic;
 mod ordering;
 mod partitions;
@@ -30,6 +31,7 @@ pub fn all() -> Vec<Case> {
         basics::cases(),
         groups::cases(),
         cancellation::cases(),
+        identifiers::cases(),
         envelope_ids::cases(),
         bulk_publish::cases(),
         bulk_subscribe::cases(),

@@ -110,6 +110,9 @@ pub enum Fault {
     /// Takes messages off the queue, then works on them for 20 ms before handing
     /// them out: a receive dropped in that time strands them (not cancel-safe).
     StrandsDroppedReceives,
+    /// Stores a topic name's `:` as `_` (a broker that cannot spell `:`): `a:b` and
+    /// `a_b` become one topic.
+    FoldsColons,
     /// Delivers 1 message in 100 without its metadata (its payload intact).
     StripsMetadata,
     /// Delivers 1 message in 100 with the metadata of the message it received before.
@@ -189,6 +192,7 @@ impl Faulty {
 
     fn corrupt(&self, mut message: OutgoingMessage) -> OutgoingMessage {
         match self.fault {
+            Fault::FoldsColons => message.topic = message.topic.replace(':', "_"),
             Fault::MisroutesKeys => {
                 message.partition_key = Some(uuid_like(&self.consumers));
             }
@@ -366,6 +370,11 @@ impl Component for Faulty {
         match self.fault {
             Fault::IgnoresGroups => spec.group = format!("{}-{n}", spec.group),
             Fault::MergesGroups => spec.group = "everyone".into(),
+            Fault::FoldsColons => {
+                if let TopicSelector::Single(topic) = &spec.topics {
+                    spec.topics = TopicSelector::Single(topic.replace(':', "_"));
+                }
+            }
             _ => {}
         }
         let inner = self.inner.consumer(spec.clone()).await?;

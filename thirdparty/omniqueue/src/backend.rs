@@ -233,6 +233,17 @@ pub mod rabbitmq {
         topic: &str,
         group: Option<&str>,
     ) -> Result<()> {
+        // AMQP names are short strings (at most 255 bytes); lapin sends a longer one
+        // as a broken frame, and the broker closes the connection on it.
+        let names = [
+            Some(exchange(settings, topic)),
+            group.map(|g| queue(settings, topic, g)),
+        ];
+        if let Some(long) = names.iter().flatten().find(|name| name.len() > 255) {
+            return Err(PubSubError::InvalidRequest(format!(
+                "topic '{topic}' makes the RabbitMQ name '{long}' longer than AMQP's 255 bytes"
+            )));
+        }
         let connection =
             lapin::Connection::connect(&settings.uri(), ConnectionProperties::default())
                 .await
