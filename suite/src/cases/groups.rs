@@ -218,8 +218,7 @@ async fn group_isolation(ctx: CaseContext) -> CaseRun {
     let retried = |h: &crate::history::History| {
         let retrying = attempts(h, "retrying");
         keys.iter().all(|key| {
-            retrying.get(key).map_or(0, Vec::len)
-                >= isolation_attempts(isolation_role(key)).len()
+            retrying.get(key).map_or(0, Vec::len) >= isolation_attempts(isolation_role(key)).len()
         })
     };
     ctx.recorder
