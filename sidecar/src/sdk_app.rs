@@ -179,7 +179,12 @@ fn beyond_defaults(metadata: &BTreeMap<String, String>) -> BTreeMap<String, Stri
 async fn relayed(State(relay): State<Arc<Relay>>, Json(message): Json<Relayed>) -> Json<Value> {
     let event = match relay.event(message) {
         Ok(event) => event,
-        Err(why) => return Json(json!({ "throw": why })),
+        // The relay's own failure, not the case's: RETRY keeps the message (a
+        // handler that throws would have the SDK acknowledge it).
+        Err(why) => {
+            tracing::warn!(%why, "the SDK app's relay could not read a message");
+            return Json(json!({ "status": "RETRY" }));
+        }
     };
     match relay.handler.handle(event).await {
         Ok(status) => Json(json!({ "status": status })),

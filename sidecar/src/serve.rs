@@ -351,11 +351,12 @@ async fn subscribe(
         .subscribe(subscription, handler)
         .await
         .map_err(|e| {
-            anyhow::anyhow!(
-                "subscribing to {} on pubsub '{}': {e}",
-                declared.topic,
-                declared.pubsub_name
-            )
+            // The component's error stays the source, so that an in-process caller
+            // can tell a refused subscription from a broken one.
+            anyhow::Error::new(e).context(format!(
+                "subscribing to {} on pubsub '{}'",
+                declared.topic, declared.pubsub_name
+            ))
         })
 }
 

@@ -250,13 +250,28 @@ impl SidecarTarget {
                 feature,
             }
         })?;
-        let failed = |what: &str, e: anyhow::Error| PubSubError::Broker {
-            context: format!(
+        let failed = |what: &str, e: anyhow::Error| {
+            let context = format!(
                 "{what} for {} in group {}",
                 subscription.topics.describe(),
                 subscription.group
-            ),
-            message: format!("{e:#}"),
+            );
+            // A sidecar in this process that could not start because the component
+            // refused the subscription (a name it cannot represent) passes the
+            // refusal on as such; anything else is the sidecar's failure.
+            match e.downcast_ref::<PubSubError>() {
+                Some(PubSubError::InvalidRequest(_)) => {
+                    PubSubError::InvalidRequest(format!("{context}: {e:#}"))
+                }
+                Some(PubSubError::Unsupported { component, .. }) => PubSubError::Unsupported {
+                    component: component.clone(),
+                    feature: format!("{context}: {e:#}"),
+                },
+                _ => PubSubError::Broker {
+                    context,
+                    message: format!("{e:#}"),
+                },
+            }
         };
         match (sdk_app, &handler) {
             (Some(sdk), Some(Handler::Single(handler))) => {

@@ -285,9 +285,23 @@ async fn serve_the_sdk_app(config: &Value) -> (Sidecar, SdkApp, Runtime) {
     );
     let (app_port, dapr_port) = (free_port(), free_port());
     let app = SdkApp::start(config, app_port, dapr_port);
+    let sidecar = serve_to_app(&runtime, app_port, dapr_port, "sdk-app")
+        .await
+        .expect("serve read the SDK app's subscriptions");
+    (sidecar, app, runtime)
+}
+
+/// `serve` on `dapr_port` over `runtime` (an in-memory component, as the pub/sub of
+/// its name), reading the subscriptions of the app on `app_port` as it starts.
+async fn serve_to_app(
+    runtime: &Runtime,
+    app_port: u16,
+    dapr_port: u16,
+    app_id: &str,
+) -> anyhow::Result<Sidecar> {
     let mut components = BTreeMap::new();
     components.insert(
-        "pubsub".to_string(),
+        runtime.name().to_string(),
         ServedComponent {
             runtime: runtime.clone(),
             component_type: "pubsub.in-memory".into(),
@@ -296,20 +310,17 @@ async fn serve_the_sdk_app(config: &Value) -> (Sidecar, SdkApp, Runtime) {
     let channel = pubsub_sidecar::AppChannel::new(
         format!("http://127.0.0.1:{app_port}"),
         Duration::from_secs(10),
-    )
-    .unwrap();
-    let sidecar = Sidecar::start(
+    )?;
+    Sidecar::start(
         components,
         ServeOptions {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], dapr_port)),
             app: Some(channel),
-            app_id: "sdk-app".into(),
+            app_id: app_id.into(),
             ..ServeOptions::default()
         },
     )
     .await
-    .expect("serve read the SDK app's subscriptions");
-    (sidecar, app, runtime)
 }
 
 async fn publish(runtime: &Runtime, topic: &str, data: Value) {
@@ -506,31 +517,11 @@ async fn every_sdk_app_reproduction_still_shows_its_finding() {
             .env("DAPR_HTTP_PORT", dapr_port.to_string())
             .kill_on_drop(true)
             .output();
-        let mut components = BTreeMap::new();
-        components.insert(
-            "memory".to_string(),
-            ServedComponent {
-                runtime: Runtime::new(
-                    "memory",
-                    Arc::new(MemoryComponent::new(MemoryConfig::default())),
-                ),
-                component_type: "pubsub.in-memory".into(),
-            },
+        let runtime = Runtime::new(
+            "memory",
+            Arc::new(MemoryComponent::new(MemoryConfig::default())),
         );
-        let channel = pubsub_sidecar::AppChannel::new(
-            format!("http://127.0.0.1:{app_port}"),
-            Duration::from_secs(10),
-        )
-        .unwrap();
-        let serve = Sidecar::start(
-            components,
-            ServeOptions {
-                listen: std::net::SocketAddr::from(([127, 0, 0, 1], dapr_port)),
-                app: Some(channel),
-                app_id: "repro".into(),
-                ..ServeOptions::default()
-            },
-        );
+        let serve = serve_to_app(&runtime, app_port, dapr_port, "repro");
         let (output, sidecar) =
             tokio::join!(tokio::time::timeout(Duration::from_secs(60), repro), serve);
         let output = output

@@ -222,6 +222,8 @@ struct Publish {
     attempts: usize,
     partition_key: Option<String>,
     due: Option<SystemTime>,
+    /// The payload's fingerprint, where the publish recorded one.
+    payload: Option<String>,
 }
 
 /// What one group has seen of one key.
@@ -238,7 +240,6 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
     let mut published: HashMap<&str, Publish> = HashMap::new();
     // Payload fingerprint -> the one key published with it (None: several were).
     let mut by_payload: HashMap<&str, Option<&str>> = HashMap::new();
-    let mut payload_of: HashMap<&str, &str> = HashMap::new();
     for record in &history.records {
         if let Record::Published {
             key,
@@ -257,7 +258,6 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
                 if *owner != Some(key.as_str()) {
                     *owner = None;
                 }
-                payload_of.insert(key.as_str(), payload);
             }
             let index = published.len();
             let entry = published.entry(key.as_str()).or_insert(Publish {
@@ -266,6 +266,7 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
                 attempts: 0,
                 partition_key: partition_key.clone(),
                 due: *due,
+                payload: payload.clone(),
             });
             entry.ok |= outcome.is_ok();
             entry.attempts += 1;
@@ -347,11 +348,11 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
             }
             (Some(key), Some(owner))
                 if owner != key
-                    && match payload_of.get(key) {
+                    && match published.get(key) {
                         // A key published with another payload than the one delivered.
-                        Some(own) => Some(*own) != payload.as_deref(),
-                        // A key never published: not recorded without a payload.
-                        None => !published.contains_key(key),
+                        Some(own) => own.payload.is_some() && own.payload != *payload,
+                        // A key never published.
+                        None => true,
                     } =>
             {
                 let whose = if published.contains_key(key) {

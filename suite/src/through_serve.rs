@@ -217,53 +217,32 @@ pub async fn over_http(
                 _one_at_a_time: None,
             })
         }
-        Sidecars::JsSdkClient => {
+        Sidecars::JsSdkClient | Sidecars::JsSdkServer => {
             let sdk = js_sdk_dir()?;
             let launcher = serve_launcher(
                 &definition.name,
                 &definition.component_type,
                 component.clone(),
             );
-            let target = Arc::new(
+            // The SDK's client publishes, or its server is every subscription's app.
+            let target = if *sidecars == Sidecars::JsSdkClient {
                 SidecarTarget::start_publishing_with(
                     launcher,
                     &definition.name,
                     SIDECAR_WITHIN,
                     Some(&sdk),
                 )
-                .await?,
-            );
-            let runtime = described(
-                &definition.name,
-                component,
-                JS_SDK_CLIENT_ROW_SUFFIX,
-                broker_version,
-                target.clone(),
-            );
-            Ok(OverHttp {
-                runtime,
-                target,
-                client: Some(pubsub_sidecar::sdk::js_sdk_version(&sdk)),
-                _components_dir: None,
-                _one_at_a_time: None,
-            })
-        }
-        Sidecars::JsSdkServer => {
-            let sdk = js_sdk_dir()?;
-            let launcher = serve_launcher(
-                &definition.name,
-                &definition.component_type,
-                component.clone(),
-            );
-            let target = SidecarTarget::start(launcher, &definition.name, SIDECAR_WITHIN).await?;
-            let target = match target.with_sdk_app(&sdk) {
-                Ok(target) => Arc::new(target),
-                Err(e) => anyhow::bail!(e),
+                .await?
+            } else {
+                SidecarTarget::start(launcher, &definition.name, SIDECAR_WITHIN)
+                    .await?
+                    .with_sdk_app(&sdk)?
             };
+            let target = Arc::new(target);
             let runtime = described(
                 &definition.name,
                 component,
-                JS_SDK_SERVER_ROW_SUFFIX,
+                sidecars.row_suffix(),
                 broker_version,
                 target.clone(),
             );

@@ -16,10 +16,9 @@ const server = new DaprServer({
   clientOptions: { daprHost: "127.0.0.1", daprPort: process.env.DAPR_HTTP_PORT ?? "3500" },
   logger: { level: LogLevel.Error },
 });
-let received;
-await server.pubsub.subscribe("memory", "repro-binary", async (data) => {
-  received = data;
-});
+let deliver;
+const delivered = new Promise((resolve) => (deliver = resolve));
+await server.pubsub.subscribe("memory", "repro-binary", async (data) => deliver(data));
 await server.start();
 // Published with the HTTP API itself: the SDK's own publish changes a Buffer before
 // it leaves (repro/buffer-payload.mjs).
@@ -29,9 +28,8 @@ await fetch(`${dapr}/v1.0/publish/memory/repro-binary`, {
   headers: { "Content-Type": "application/octet-stream" },
   body: new Uint8Array([0xff, 0x00, 0x80]),
 });
-for (let waited = 0; received === undefined && waited < 5000; waited += 50) {
-  await new Promise((resolve) => setTimeout(resolve, 50));
-}
+// The handler's call, or nothing after 5 s.
+const received = await Promise.race([delivered, new Promise((resolve) => setTimeout(resolve, 5000))]);
 const bytes = Buffer.isBuffer(received) ? received : Buffer.from(String(received ?? ""));
 console.log(`handler got ${typeof received} ${JSON.stringify(received)}: bytes ${bytes.toString("hex")} (documented: ff0080)`);
 await server.stop();

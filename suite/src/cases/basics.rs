@@ -119,15 +119,7 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
     if bulk {
         let request = pubsub_components::runtime::BulkPublishRequest {
             topic: topic.clone(),
-            entries: samples
-                .iter()
-                .map(|s| pubsub_components::runtime::BulkPublishEntry {
-                    entry_id: s.key.clone(),
-                    event: s.data.clone(),
-                    content_type: s.content_type.clone(),
-                    metadata: s.metadata.clone(),
-                })
-                .collect(),
+            entries: samples.iter().map(Sample::entry).collect(),
             metadata: Default::default(),
         };
         let response = ctx
@@ -142,13 +134,7 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
         }
     } else {
         for sample in &samples {
-            let request = PublishRequest {
-                topic: topic.clone(),
-                data: sample.data.clone(),
-                content_type: sample.content_type.clone(),
-                metadata: sample.metadata.clone(),
-            };
-            ctx.publish(request)
+            ctx.publish(sample.request(&topic))
                 .await
                 .doing(&format!("publishing sample {}", sample.key))?;
         }
@@ -675,12 +661,7 @@ async fn concurrent_fidelity(ctx: CaseContext) -> CaseRun {
     let singles = single.iter().map(|samples| async move {
         for sample in samples {
             ctx_ref
-                .publish(PublishRequest {
-                    topic: topic_ref.clone(),
-                    data: sample.data.clone(),
-                    content_type: sample.content_type.clone(),
-                    metadata: sample.metadata.clone(),
-                })
+                .publish(sample.request(topic_ref))
                 .await
                 .doing(&format!("publishing {}", sample.key))?;
         }
@@ -689,15 +670,7 @@ async fn concurrent_fidelity(ctx: CaseContext) -> CaseRun {
     let bulks = bulk.iter().map(|samples| {
         ctx.bulk_publish(pubsub_components::runtime::BulkPublishRequest {
             topic: topic.clone(),
-            entries: samples
-                .iter()
-                .map(|s| pubsub_components::runtime::BulkPublishEntry {
-                    entry_id: s.key.clone(),
-                    event: s.data.clone(),
-                    content_type: s.content_type.clone(),
-                    metadata: s.metadata.clone(),
-                })
-                .collect(),
+            entries: samples.iter().map(Sample::entry).collect(),
             metadata: Default::default(),
         })
     });

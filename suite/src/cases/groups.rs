@@ -138,36 +138,58 @@ const ISOLATION_MESSAGES: usize = 24;
 /// The retrying group's maxDeliveries.
 const ISOLATION_MAX_DELIVERIES: u32 = 3;
 
-/// What the retrying group answers for message `m-<n>`: by `n % 4`.
-fn isolation_answer(key: &str, attempt: u32) -> pubsub_components::runtime::Status {
-    use pubsub_components::runtime::Status;
-    match isolation_role(key) {
-        Some(0) => Status::Retry,
-        Some(1) if attempt == 1 => Status::Retry,
-        Some(2) => Status::Drop,
-        _ => Status::Success,
+/// What the retrying group answers for a message: by its number `m-<n>`, `n % 4`.
+#[derive(Clone, Copy)]
+enum Role {
+    /// RETRY until maxDeliveries.
+    Exhausts,
+    /// RETRY on the first attempt, then SUCCESS.
+    RetriesOnce,
+    Drops,
+    Succeeds,
+}
+
+impl Role {
+    fn of(key: &str) -> Role {
+        match key
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse::<usize>().ok())
+            .map(|n| n % 4)
+        {
+            Some(0) => Role::Exhausts,
+            Some(1) => Role::RetriesOnce,
+            Some(2) => Role::Drops,
+            _ => Role::Succeeds,
+        }
     }
-}
 
-fn isolation_role(key: &str) -> Option<usize> {
-    key.rsplit('-').next()?.parse::<usize>().ok().map(|n| n % 4)
-}
-
-/// The attempts the retrying group must see for a message of each role.
-fn isolation_attempts(role: Option<usize>) -> Vec<u32> {
-    match role {
-        Some(0) => (1..=ISOLATION_MAX_DELIVERIES).collect(),
-        Some(1) => vec![1, 2],
-        _ => vec![1],
+    fn answer(self, attempt: u32) -> pubsub_components::runtime::Status {
+        use pubsub_components::runtime::Status;
+        match self {
+            Role::Exhausts => Status::Retry,
+            Role::RetriesOnce if attempt == 1 => Status::Retry,
+            Role::Drops => Status::Drop,
+            _ => Status::Success,
+        }
     }
-}
 
-fn isolation_role_text(role: Option<usize>) -> &'static str {
-    match role {
-        Some(0) => "answered RETRY until maxDeliveries",
-        Some(1) => "answered RETRY once",
-        Some(2) => "answered DROP",
-        _ => "answered SUCCESS",
+    /// The attempts the retrying group must see.
+    fn attempts(self) -> Vec<u32> {
+        match self {
+            Role::Exhausts => (1..=ISOLATION_MAX_DELIVERIES).collect(),
+            Role::RetriesOnce => vec![1, 2],
+            _ => vec![1],
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Role::Exhausts => "answered RETRY until maxDeliveries",
+            Role::RetriesOnce => "answered RETRY once",
+            Role::Drops => "answered DROP",
+            Role::Succeeds => "answered SUCCESS",
+        }
     }
 }
 
@@ -190,7 +212,7 @@ async fn group_isolation(ctx: CaseContext) -> CaseRun {
         .subscribe(
             retrying,
             ctx.recorder.scripted("retrying", |event| {
-                isolation_answer(super::key_of(event), event.attempt)
+                Role::of(super::key_of(event)).answer(event.attempt)
             }),
         )
         .await?;
@@ -217,9 +239,8 @@ async fn group_isolation(ctx: CaseContext) -> CaseRun {
     };
     let retried = |h: &crate::history::History| {
         let retrying = attempts(h, "retrying");
-        keys.iter().all(|key| {
-            retrying.get(key).map_or(0, Vec::len) >= isolation_attempts(isolation_role(key)).len()
-        })
+        keys.iter()
+            .all(|key| retrying.get(key).map_or(0, Vec::len) >= Role::of(key).attempts().len())
     };
     ctx.recorder
         .wait_until(
@@ -251,8 +272,8 @@ async fn group_isolation(ctx: CaseContext) -> CaseRun {
     let quiet = attempts(&history, "quiet");
     let retrying = attempts(&history, "retrying");
     for key in &keys {
-        let role = isolation_role(key);
-        let elsewhere = isolation_role_text(role);
+        let role = Role::of(key);
+        let elsewhere = role.describe();
         match quiet.get(key) {
             None => {
                 outcome.fail(format!(
@@ -273,7 +294,7 @@ async fn group_isolation(ctx: CaseContext) -> CaseRun {
             }
             Some(_) => {}
         }
-        let expected = isolation_attempts(role);
+        let expected = role.attempts();
         let seen = retrying.get(key).cloned().unwrap_or_default();
         if seen.first().is_some_and(|first| *first != 1) {
             outcome.fail(format!(

@@ -47,17 +47,13 @@ fn names(base: &str) -> Vec<(String, String)> {
 }
 
 /// Whether a refusal names the problem as the contract asks (an invalid or
-/// unsupported name, saying which). Over HTTP a subscription the component refuses
-/// keeps its sidecar from starting: the refusal arrives as that failure's text.
-fn clear_refusal(error: &pubsub_components::PubSubError, topic: &str, remote: bool) -> bool {
+/// unsupported name, saying which).
+fn clear_refusal(error: &pubsub_components::PubSubError, topic: &str) -> bool {
     let text = error.to_string();
-    let names = text.contains(topic) || text.contains(&topic[..topic.len().min(32)]);
-    let refuses = matches!(
+    matches!(
         error.kind(),
         ErrorKind::InvalidRequest | ErrorKind::Unsupported
-    ) || (remote
-        && (text.contains("invalid request") || text.contains("unsupported")));
-    names && refuses
+    ) && (text.contains(topic) || text.contains(&topic[..topic.len().min(32)]))
 }
 
 async fn distinct_names(ctx: CaseContext) -> CaseRun {
@@ -79,7 +75,7 @@ async fn distinct_names(ctx: CaseContext) -> CaseRun {
             ctx.recorder.assign_group(&handler, &subscription.group);
             match ctx.runtime.subscribe(subscription, handler).await {
                 Ok(handle) => handles.push(handle),
-                Err(e) if clear_refusal(&e, topic, ctx.runtime.is_remote()) => {
+                Err(e) if clear_refusal(&e, topic) => {
                     refused.push(format!("{label} ({topic}): {e}"));
                     continue 'names;
                 }
@@ -99,9 +95,9 @@ async fn distinct_names(ctx: CaseContext) -> CaseRun {
             Ok(_) => {
                 published.insert(label.clone(), topic.clone());
             }
-            Err(e) if clear_refusal(&e, topic, ctx.runtime.is_remote()) => publish_refusals.push(
-                format!("{label} ({topic}): subscribing was accepted but publishing refused: {e}"),
-            ),
+            Err(e) if clear_refusal(&e, topic) => publish_refusals.push(format!(
+                "{label} ({topic}): subscribing was accepted but publishing refused: {e}"
+            )),
             Err(e) => {
                 return Err(CaseError::Component(format!(
                     "publishing to {topic} ({label}): {e}"

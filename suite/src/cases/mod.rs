@@ -82,6 +82,28 @@ pub struct Sample {
     pub metadata: Metadata,
 }
 
+impl Sample {
+    /// The sample published singly to `topic`.
+    pub fn request(&self, topic: &str) -> pubsub_components::runtime::PublishRequest {
+        pubsub_components::runtime::PublishRequest {
+            topic: topic.to_string(),
+            data: self.data.clone(),
+            content_type: self.content_type.clone(),
+            metadata: self.metadata.clone(),
+        }
+    }
+
+    /// The sample as a bulk entry whose id is its key.
+    pub fn entry(&self) -> BulkPublishEntry {
+        BulkPublishEntry {
+            entry_id: self.key.clone(),
+            event: self.data.clone(),
+            content_type: self.content_type.clone(),
+            metadata: self.metadata.clone(),
+        }
+    }
+}
+
 /// Fixed edge cases (binary, empty, unicode, JSON, large) in both envelope modes, an
 /// app's CloudEvent sent rawPayload, plus `random` generated samples.
 pub fn samples(caps: &Capabilities, seed: u64, random: usize) -> Vec<Sample> {
