@@ -3,7 +3,7 @@
 use crate::catalogue::{catalogue, Case, Lane, Level};
 use crate::expectations::Expectations;
 use crate::provision::{self, Broker, NotProvisioned, ProvisionKind};
-use crate::runner::{run_case_in, CaseEnvironment, RunOptions};
+use crate::runner::{run_case_in, CaseEnvironment, RowRuntime, RunOptions, RuntimeWrapper};
 use anyhow::{bail, Context as _};
 use futures::StreamExt as _;
 use globset::{Glob, GlobMatcher};
@@ -284,7 +284,10 @@ async fn certify_component(
         definition,
         provisioning.broker_version.clone(),
         &provisioned,
-        Runtime::new(definition.name.clone(), provisioned.component.clone()),
+        RowRuntimes {
+            first: Runtime::new(definition.name.clone(), provisioned.component.clone()),
+            wrap: None,
+        },
         cases,
         options,
         progress,
@@ -421,7 +424,14 @@ async fn certify_over_http(
         &row,
         provisioning.broker_version.clone(),
         provisioned,
-        over.runtime.clone(),
+        RowRuntimes {
+            first: over.runtime.clone(),
+            wrap: crate::through_serve::rewrapper(
+                sidecars,
+                definition,
+                provisioning.broker_version.clone(),
+            ),
+        },
         cases,
         options,
         progress,
@@ -432,10 +442,23 @@ async fn certify_over_http(
     component_report(&row, description.as_ref(), provisioning, results)
 }
 
+impl LaneState {
+    /// Runs the next cases on `runtime`, retiring the one built before it.
+    async fn replace(&mut self, runtime: RowRuntime) {
+        self.runtime = runtime.runtime.clone();
+        if let Some(old) = self.built.replace(runtime) {
+            old.retire().await;
+        }
+    }
+}
+
 /// The runtime the next case of a component runs on: replaced after a broker
 /// restart or a certification case.
 struct LaneState {
     runtime: Runtime,
+    /// The runtime built in the run for `runtime` (after a fault case or a restart),
+    /// retired when replaced; `None` for the one the run was given.
+    built: Option<RowRuntime>,
     /// Why the broker was restarted (`--restart-broker`), for the later cells.
     restarted_after: Option<String>,
 }
@@ -468,9 +491,13 @@ impl ComponentRun {
                     name,
                     &format!("{name}: the broker died ({reason}); restarting it"),
                 );
-                match restart(&self.definition, broker.as_ref()).await {
-                    Ok(component) => {
-                        state.runtime = Runtime::new(name.clone(), component);
+                let rebuilt = match restart(&self.definition, broker.as_ref()).await {
+                    Ok(component) => self.environment.runtime_for(name.clone(), component).await,
+                    Err(e) => Err(e),
+                };
+                match rebuilt {
+                    Ok(runtime) => {
+                        state.replace(runtime).await;
                         state.restarted_after = Some(reason);
                     }
                     Err(e) => (self.progress)(name, &format!("{name}: {e}")),
@@ -506,13 +533,21 @@ impl ComponentRun {
         // component, so that a component that does not recover fails only there.
         if case.lane() == Lane::Exclusive {
             if let (Some(broker), None) = (&self.broker, self.environment.health().down_reason()) {
-                match pubsub_components::registry::build(&self.definition, Some(&broker.endpoint()))
-                    .await
+                let rebuilt = match pubsub_components::registry::build(
+                    &self.definition,
+                    Some(&broker.endpoint()),
+                )
+                .await
                 {
                     Ok(component) => {
-                        self.state.lock().await.runtime =
-                            Runtime::new(self.definition.name.clone(), component)
+                        self.environment
+                            .runtime_for(self.definition.name.clone(), component)
+                            .await
                     }
+                    Err(e) => Err(e.to_string()),
+                };
+                match rebuilt {
+                    Ok(runtime) => self.state.lock().await.replace(runtime).await,
                     Err(e) => result.evidence.notes.push(format!(
                         "rebuilding the component after this case failed: {e}"
                     )),
@@ -580,6 +615,14 @@ impl ComponentRun {
     }
 }
 
+/// The runtime a row's cases start on, and how the runtimes built during the run
+/// (after a fault case, behind a fault proxy) become the row's kind: in process, or
+/// through `wrap` (sidecars in front of them).
+struct RowRuntimes {
+    first: Runtime,
+    wrap: Option<RuntimeWrapper>,
+}
+
 /// Runs a component's cases: the shared lane `jobs` at once, then the timed lane
 /// `2 x jobs` at once, then the exclusive cases one by one (fault cases on a broker the
 /// suite controls when the run's cannot be faulted). Cells come back in case order.
@@ -587,21 +630,27 @@ async fn run_cases(
     definition: &ComponentDefinition,
     broker_version: Option<String>,
     provisioned: &provision::Provisioned,
-    runtime: Runtime,
+    runtimes: RowRuntimes,
     cases: &[&'static Case],
     options: &CertifyOptions,
     progress: &Progress,
 ) -> Vec<CaseResult> {
+    let RowRuntimes {
+        first: runtime,
+        wrap,
+    } = runtimes;
     let run = Arc::new(ComponentRun {
         definition: definition.clone(),
         broker_version,
         broker: provisioned.broker.clone(),
-        environment: CaseEnvironment::provisioned(provisioned.broker.clone(), definition),
+        environment: CaseEnvironment::provisioned(provisioned.broker.clone(), definition)
+            .wrapped(wrap.clone()),
         expectations: Expectations::load(&definition.source, &definition.name).unwrap_or_default(),
         options: options.clone(),
         progress: progress.clone(),
         state: tokio::sync::Mutex::new(LaneState {
             runtime: runtime.clone(),
+            built: None,
             restarted_after: None,
         }),
         done: AtomicUsize::new(0),
@@ -631,13 +680,13 @@ async fn run_cases(
     };
     let mut controlled: Option<Result<Controlled, String>> = None;
     for (index, case) in in_lane(cases, Lane::Exclusive) {
-        // Over HTTP the certification cases that only load the broker run like any
-        // other; the fault cases kill, pause or cut the broker under a sidecar, which
-        // the sidecar target does not drive.
-        if runtime.is_remote() && !case.injects.is_empty() {
+        // Over HTTP the fault cases kill, pause or cut the broker under sidecars whose
+        // component the suite builds (`serve` in this process); a sidecar process
+        // builds its own, which the suite cannot put behind a fault proxy or rebuild.
+        if runtime.is_remote() && !case.injects.is_empty() && wrap.is_none() {
             let mut cell = errored(
                 case,
-                "not run over HTTP: a fault case kills, pauses or cuts the broker and rebuilds the component under the sidecar, which the sidecar target does not drive yet".to_string(),
+                "not run over HTTP: a fault case kills, pauses or cuts the broker and builds the component again behind a fault proxy, and this row's sidecars build their component themselves (certify it through serve, --through-serve, for its fault cases over HTTP)".to_string(),
             );
             cell.status = Status::NotProvisioned;
             run.finished(case, &cell);
@@ -655,7 +704,7 @@ async fn run_cases(
                         definition.name
                     ),
                 );
-                controlled = Some(Controlled::provision(definition).await);
+                controlled = Some(Controlled::provision(definition, wrap.clone()).await);
             }
             if let Some(Ok(side)) = &mut controlled {
                 let options = run_options_for(
@@ -691,7 +740,11 @@ async fn run_cases(
         run.finished(case, &result);
         results.push((index, result));
     }
+    if let Some(built) = run.state.lock().await.built.take() {
+        built.retire().await;
+    }
     if let Some(Ok(side)) = controlled {
+        side.runtime.retire().await;
         side.broker.shutdown().await;
         if let Some(still) = side.broker.leftover().await {
             progress(
@@ -811,14 +864,17 @@ fn combine_runs(mut results: Vec<CaseResult>) -> CaseResult {
 /// A broker the suite controls (a local process, else a container), with the
 /// component built on it, for the fault cases.
 struct Controlled {
-    runtime: Runtime,
+    runtime: RowRuntime,
     environment: CaseEnvironment,
     broker: std::sync::Arc<dyn Broker>,
     version: Option<String>,
 }
 
 impl Controlled {
-    async fn provision(definition: &ComponentDefinition) -> Result<Self, String> {
+    async fn provision(
+        definition: &ComponentDefinition,
+        wrap: Option<RuntimeWrapper>,
+    ) -> Result<Self, String> {
         let order = provision::faults_order(&definition.component_type, None);
         let provisioned = provision::provision(definition, &order)
             .await
@@ -834,9 +890,14 @@ impl Controlled {
             .clone()
             .ok_or_else(|| "the component needs no broker".to_string())?;
         let version = provisioned.component.broker_version().await.ok();
+        let environment =
+            CaseEnvironment::provisioned(provisioned.broker.clone(), definition).wrapped(wrap);
+        let runtime = environment
+            .runtime_for(definition.name.clone(), provisioned.component.clone())
+            .await?;
         Ok(Controlled {
-            runtime: Runtime::new(definition.name.clone(), provisioned.component.clone()),
-            environment: CaseEnvironment::provisioned(provisioned.broker.clone(), definition),
+            runtime,
+            environment,
             broker,
             version,
         })
@@ -852,7 +913,13 @@ impl Controlled {
             if let Ok(component) =
                 pubsub_components::registry::build(definition, Some(&self.broker.endpoint())).await
             {
-                self.runtime = Runtime::new(definition.name.clone(), component);
+                if let Ok(runtime) = self
+                    .environment
+                    .runtime_for(definition.name.clone(), component)
+                    .await
+                {
+                    std::mem::replace(&mut self.runtime, runtime).retire().await;
+                }
             }
         }
     }

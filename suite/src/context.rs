@@ -25,6 +25,9 @@ pub struct CaseContext {
     /// Builds the component again against another endpoint (behind a fault proxy);
     /// `None` when it cannot be.
     pub connect: Option<crate::runner::ComponentFactory>,
+    /// Turns such a component into a runtime of the row under test (through its
+    /// sidecars); `None` in process.
+    pub wrap: Option<crate::runner::RuntimeWrapper>,
     prefix: String,
     deadline: Instant,
     /// How far the deadline has moved for time spent in publish calls (see
@@ -75,6 +78,7 @@ impl CaseContext {
             recorder: Recorder::new(),
             broker: None,
             connect: None,
+            wrap: None,
             prefix: format!("pcs-{}-{}", &run[..8], case_id.replace('.', "-")),
             deadline: Instant::now() + bound,
             publish_time: PublishTime::new(bound),

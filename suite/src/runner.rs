@@ -73,6 +73,61 @@ pub struct CaseEnvironment {
     /// Builds the component again connected to another endpoint (a fault proxy in
     /// front of the broker); `None` when it cannot be.
     pub connect: Option<ComponentFactory>,
+    /// Turns a component built again (behind a fault proxy, after a fault) into a
+    /// runtime of the row under test: through the row's sidecars for a row over
+    /// HTTP; `None` in process.
+    pub wrap: Option<RuntimeWrapper>,
+}
+
+/// Turns a component into the runtime a row's cases run on, named as given.
+pub type RuntimeWrapper = Arc<
+    dyn Fn(
+            String,
+            Arc<dyn Component>,
+        ) -> futures::future::BoxFuture<'static, Result<RowRuntime, String>>
+        + Send
+        + Sync,
+>;
+
+/// A runtime built for a row, with what ends it (the sidecars a row over HTTP
+/// started for it) once it is done with.
+pub struct RowRuntime {
+    pub runtime: Runtime,
+    /// In a mutex only to be shared between threads while it waits.
+    retire: Option<std::sync::Mutex<futures::future::BoxFuture<'static, ()>>>,
+}
+
+impl RowRuntime {
+    /// A runtime that needs no ending (in process).
+    pub fn in_process(runtime: Runtime) -> Self {
+        RowRuntime {
+            runtime,
+            retire: None,
+        }
+    }
+
+    /// A runtime that `retire` ends.
+    pub fn ended_by(runtime: Runtime, retire: futures::future::BoxFuture<'static, ()>) -> Self {
+        RowRuntime {
+            runtime,
+            retire: Some(std::sync::Mutex::new(retire)),
+        }
+    }
+
+    /// Ends what the runtime started.
+    pub async fn retire(self) {
+        if let Some(retire) = self.retire {
+            retire.into_inner().unwrap_or_else(|p| p.into_inner()).await;
+        }
+    }
+}
+
+impl std::ops::Deref for RowRuntime {
+    type Target = Runtime;
+
+    fn deref(&self) -> &Runtime {
+        &self.runtime
+    }
 }
 
 /// Builds a component connected to the given `host:port`.
@@ -95,6 +150,18 @@ pub fn factory_of(definition: &ComponentDefinition) -> ComponentFactory {
     })
 }
 
+/// `component` as a runtime through `wrap`, or in process.
+pub async fn runtime_through(
+    wrap: Option<&RuntimeWrapper>,
+    name: String,
+    component: Arc<dyn Component>,
+) -> Result<RowRuntime, String> {
+    match wrap {
+        Some(wrap) => wrap(name, component).await,
+        None => Ok(RowRuntime::in_process(Runtime::new(name, component))),
+    }
+}
+
 impl CaseEnvironment {
     /// The environment of a provisioned broker.
     pub fn of(broker: Option<Arc<dyn Broker>>) -> Self {
@@ -102,6 +169,7 @@ impl CaseEnvironment {
             broker,
             definition: None,
             connect: None,
+            wrap: None,
         }
     }
 
@@ -111,7 +179,23 @@ impl CaseEnvironment {
             broker,
             definition: Some(Arc::new(definition.clone())),
             connect: Some(factory_of(definition)),
+            wrap: None,
         }
+    }
+
+    /// The same environment, whose components become runtimes through `wrap`.
+    pub fn wrapped(mut self, wrap: Option<RuntimeWrapper>) -> Self {
+        self.wrap = wrap;
+        self
+    }
+
+    /// The runtime of this environment's row for `component`, named `name`.
+    pub async fn runtime_for(
+        &self,
+        name: String,
+        component: Arc<dyn Component>,
+    ) -> Result<RowRuntime, String> {
+        runtime_through(self.wrap.as_ref(), name, component).await
     }
 
     /// Why the faults `case` injects cannot be injected here, if they cannot.
@@ -459,6 +543,7 @@ async fn run_once(
     let mut context = CaseContext::new(runtime.clone(), case.id, bound, seed);
     context.broker = environment.broker.clone();
     context.connect = environment.connect.clone();
+    context.wrap = environment.wrap.clone();
     let recorder = context.recorder.clone();
     let publish_time = context.publish_time();
     let probe = if case.lane() == Lane::Timed {

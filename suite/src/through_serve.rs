@@ -4,6 +4,7 @@
 //! program, daprd, any sidecar that speaks the API).
 
 use crate::certify::AttachTo;
+use crate::runner::{RowRuntime, RuntimeWrapper};
 use pubsub_components::config::ComponentDefinition;
 use pubsub_components::runtime::Runtime;
 use pubsub_components::Component;
@@ -319,6 +320,43 @@ pub async fn over_http(
             })
         }
     }
+}
+
+/// How a component built again during a row over HTTP (after a fault case, behind
+/// a fault proxy) becomes a runtime of that row: through the same kind of sidecars,
+/// where they are `serve` in this process. `None` for sidecar processes (started
+/// from a command line, or attached), which build their component themselves.
+pub fn rewrapper(
+    sidecars: &Sidecars,
+    definition: &ComponentDefinition,
+    broker_version: Option<String>,
+) -> Option<RuntimeWrapper> {
+    match sidecars {
+        Sidecars::Serve | Sidecars::JsSdkClient | Sidecars::JsSdkServer => {}
+        Sidecars::Command(_) | Sidecars::Attached(_) => return None,
+    }
+    let sidecars = sidecars.clone();
+    let definition = Arc::new(definition.clone());
+    Some(Arc::new(
+        move |_name: String, component: Arc<dyn Component>| {
+            let sidecars = sidecars.clone();
+            let definition = definition.clone();
+            let broker_version = broker_version.clone();
+            Box::pin(async move {
+                let over = over_http(&sidecars, &definition, component, broker_version)
+                    .await
+                    .map_err(|e| format!("starting its sidecars: {e:#}"))?;
+                let runtime = over.runtime.clone();
+                Ok(RowRuntime::ended_by(
+                    runtime,
+                    Box::pin(async move {
+                        over.target.stop().await;
+                        drop(over);
+                    }),
+                ))
+            })
+        },
+    ))
 }
 
 async fn remote(

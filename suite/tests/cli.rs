@@ -663,8 +663,8 @@ fn repeat_reports_passes_out_of_n() {
 /// `--through-serve`: the component's cases again over Dapr's HTTP API, through
 /// `serve` on the same broker, as a row of its own beside the in-process one; what
 /// the API cannot express is UNSUPPORTED with the reason, a certification case that
-/// only loads the broker runs like any other, and the cases that fault the broker
-/// are not run, saying why.
+/// only loads the broker runs like any other, and a case that faults the broker
+/// cannot run in process, saying why (it runs on a broker: the next test).
 #[test]
 fn through_serve_certifies_a_second_row_over_http() {
     let out = temp_dir("through-serve");
@@ -703,13 +703,68 @@ fn through_serve_certifies_a_second_row_over_http() {
     assert_eq!(seek, "UNSUPPORTED", "{why}");
     let (restart, why) = status("certification.broker-restart");
     assert_eq!(restart, "NOT PROVISIONED");
-    assert!(why.contains("not run over HTTP"), "{why}");
+    assert!(why.contains("no broker to fault"), "{why}");
     assert!(
         out.join("histories/memory via serve/publish.delivery.jsonl")
             .exists(),
         "the row keeps its own histories"
     );
     assert!(output.status.success(), "{stderr}");
+}
+
+/// `--through-serve` on a broker the suite spawns: the cases that kill the broker or
+/// cut the network run over HTTP too, the component behind the fault proxy served
+/// by `serve` like the row's own; and the row's later cases run over HTTP as well (a
+/// component built again after a fault case is served again, not run in process).
+#[test]
+fn fault_cases_run_through_serve() {
+    let out = temp_dir("faults-through-serve");
+    let output = cli()
+        .args([
+            "certify",
+            "--component",
+            "redis",
+            "--provision",
+            "local",
+            "--case",
+            "{certification.network-cut,certification.broker-restart,certification.close-stops-delivery}",
+            "--through-serve",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report = read(&out.join("report.json"));
+    let row = report
+        .components
+        .iter()
+        .find(|c| c.name == "redis via serve")
+        .unwrap_or_else(|| panic!("no serve row: {stderr}"));
+    let status = |id: &str| {
+        let cell = row.cases.iter().find(|c| c.id == id).unwrap();
+        (cell.status.label(), cell.evidence.notes.join(" | "))
+    };
+    for id in ["certification.broker-restart", "certification.network-cut"] {
+        assert_eq!(status(id).0, "PASS", "{id} through serve: {:?}", status(id));
+    }
+    let cut = std::fs::read_to_string(
+        out.join("histories/redis via serve/certification.network-cut.jsonl"),
+    )
+    .unwrap();
+    assert!(
+        cut.contains("run behind the row's sidecars"),
+        "the component behind the fault proxy is served over HTTP"
+    );
+    // The exclusive cases run one by one in id order: this one runs on the runtime
+    // built again after the broker restart. In process it would pass; over HTTP no
+    // consumer can be closed, so it is UNSUPPORTED.
+    let (close, why) = status("certification.close-stops-delivery");
+    assert_eq!(
+        close, "UNSUPPORTED",
+        "still over HTTP after a fault case: {why}"
+    );
 }
 
 /// `--sidecar-command`: sidecars started from a command line, one process per app

@@ -263,6 +263,7 @@ async fn on_own_redis(breaks: Option<Breaks>) -> (Runtime, CaseEnvironment) {
         broker: provisioned.broker,
         definition: None,
         connect: Some(connect),
+        wrap: None,
     };
     (
         Runtime::new("redis-under-faults", wrap(breaks, provisioned.component)),

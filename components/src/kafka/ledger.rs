@@ -36,6 +36,9 @@ struct Slot {
     attempt: u32,
     /// Handed out with `attempt` and not yet asked back: a copy counts one more.
     handed: bool,
+    /// Never handed out: the broker still has it as it was, so a member that gives
+    /// its partition up can leave it there for the next owner instead of copying it.
+    fresh: bool,
     answered: bool,
     admission: u64,
     /// What handing it on needs.
@@ -70,6 +73,7 @@ impl Ledger {
                 Slot {
                     attempt: message.attempt,
                     handed: false,
+                    fresh: true,
                     answered: false,
                     admission,
                     message: message.clone(),
@@ -107,6 +111,7 @@ impl Ledger {
     pub fn set_handed(&mut self, message: &ReceivedMessage, handed: bool) {
         if let Some(slot) = self.slot_mut(message) {
             slot.handed = handed;
+            slot.fresh &= !handed;
         }
     }
 
@@ -164,6 +169,7 @@ impl Ledger {
         };
         slot.attempt += 1;
         slot.handed = false;
+        slot.fresh = false;
         let mut again = slot.message.clone();
         again.attempt = slot.attempt;
         self.returning.push((due, again));
@@ -180,6 +186,19 @@ impl Ledger {
 
     pub fn has_set_aside(&self) -> bool {
         !self.ready.is_empty()
+    }
+
+    /// Whether a record handed out is still unanswered (its handler at work).
+    pub fn has_in_flight(&self) -> bool {
+        self.partitions
+            .values()
+            .flat_map(|slots| slots.values())
+            .any(|slot| slot.handed && !slot.answered)
+    }
+
+    /// How many records wait set aside.
+    pub fn set_aside_count(&self) -> usize {
+        self.ready.len()
     }
 
     /// Records set aside, then those due to return, up to `max`, each with its
@@ -213,7 +232,9 @@ impl Ledger {
     }
 
     /// Gives up the partitions `which` accepts: everything held of them is dropped,
-    /// and what was not answered comes back to be copied.
+    /// and what was not answered comes back to be copied, except the fresh records
+    /// that end a partition: its commit point stops before them, so the next owner
+    /// fetches them in their place (in order, as if this member had never seen them).
     pub fn release(&mut self, which: impl Fn(&TopicPartition) -> bool) -> Released {
         let keys: Vec<TopicPartition> = self
             .partitions
@@ -226,10 +247,22 @@ impl Ledger {
             let Some(slots) = self.partitions.remove(&key) else {
                 continue;
             };
-            if let Some((last, _)) = slots.last_key_value() {
-                released.ends.push((key.0.clone(), key.1, *last + 1));
-            }
-            for slot in slots.into_values().filter(|slot| !slot.answered) {
+            let Some((last, _)) = slots.last_key_value() else {
+                continue;
+            };
+            let fresh_from = slots
+                .iter()
+                .rev()
+                .take_while(|(_, slot)| slot.fresh && !slot.answered)
+                .last()
+                .map(|(offset, _)| *offset);
+            released
+                .ends
+                .push((key.0.clone(), key.1, fresh_from.unwrap_or(*last + 1)));
+            for (offset, slot) in slots {
+                if slot.answered || fresh_from.is_some_and(|from| offset >= from) {
+                    continue;
+                }
                 let attempt = slot.attempt + u32::from(slot.handed);
                 released.copies.push((key.1, attempt, slot.message));
             }
@@ -308,13 +341,14 @@ mod tests {
             .map(|(_, attempt, m)| (m.id.position, *attempt))
             .collect();
         // 0 was handed with attempt 1: its copy is attempt 2; 1 waits to return as
-        // attempt 2; 3 was never handed: attempt 1. 2 was answered: no copy.
-        assert_eq!(copies, vec![(0, 2), (1, 2), (3, 1)]);
-        assert_eq!(released.ends, vec![("t".to_string(), 0, 4)]);
+        // attempt 2. 2 was answered: no copy. 3 was never handed and ends the
+        // partition: the commit point stops before it, for the next owner to fetch.
+        assert_eq!(copies, vec![(0, 2), (1, 2)]);
+        assert_eq!(released.ends, vec![("t".to_string(), 0, 3)]);
         assert!(!ledger.holds(&record(3), 4), "a revoked record is not held");
         assert_eq!(ledger.take_waiting(10, Instant::now()).0.len(), 0);
         assert_eq!(ledger.answer(&partition(), 0), Err(Reassigned));
-        assert_eq!(ledger.answer(&partition(), 3), Err(Reassigned));
+        assert_eq!(ledger.answer(&partition(), 1), Err(Reassigned));
         assert_eq!(
             ledger.answer(&partition(), 2),
             Ok(None),
@@ -354,5 +388,35 @@ mod tests {
         let released = ledger.release(|_| true);
         let attempts: Vec<u32> = released.copies.iter().map(|(_, a, _)| *a).collect();
         assert_eq!(attempts, vec![2, 1]);
+    }
+
+    #[test]
+    fn fresh_records_that_end_a_partition_stay_there_and_earlier_ones_are_copied() {
+        let mut ledger = Ledger::default();
+        for offset in 0..5 {
+            ledger.admit(&record(offset));
+        }
+        // 0 fresh, 1 handed, 2 answered, 3 and 4 fresh (prefetched, never handed).
+        ledger.set_handed(&record(1), true);
+        ledger.set_handed(&record(2), true);
+        assert_eq!(ledger.answer(&partition(), 2), Ok(None));
+        ledger.set_aside(vec![record(3), record(4)]);
+        let released = ledger.release(|_| true);
+        let copies: Vec<(u64, u32)> = released
+            .copies
+            .iter()
+            .map(|(_, attempt, m)| (m.id.position, *attempt))
+            .collect();
+        assert_eq!(copies, vec![(0, 1), (1, 2)]);
+        assert_eq!(released.ends, vec![("t".to_string(), 0, 3)]);
+        assert!(!ledger.has_set_aside(), "what was set aside goes with it");
+
+        // A partition of nothing but fresh records is left whole.
+        let mut ledger = Ledger::default();
+        ledger.admit(&record(7));
+        ledger.admit(&record(8));
+        let released = ledger.release(|_| true);
+        assert!(released.copies.is_empty());
+        assert_eq!(released.ends, vec![("t".to_string(), 0, 7)]);
     }
 }

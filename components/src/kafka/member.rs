@@ -3,6 +3,7 @@
 //! it did not answer, so that nothing it acknowledged is delivered again in its group.
 
 use super::ledger::{Ledger, Reassigned, Released, TopicPartition};
+use super::poller::{self, PollTurn};
 use super::{
     broker, delivered, named_topics, record, Quiet, HEADER_ATTEMPT, HEADER_CONTENT_TYPE,
     HEADER_METADATA, HEADER_PUBLISHED, REQUEST_TIMEOUT,
@@ -29,7 +30,7 @@ use tokio::time::Instant;
 /// A ledger shared by a member and its librdkafka context.
 type SharedLedger = Arc<Mutex<Ledger>>;
 
-fn lock(ledger: &SharedLedger) -> MutexGuard<'_, Ledger> {
+pub(super) fn lock(ledger: &SharedLedger) -> MutexGuard<'_, Ledger> {
     ledger.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -47,6 +48,60 @@ fn copy_of(message: ReceivedMessage, attempt: u32) -> (OutgoingMessage, (u32, u6
         deliver_at: None,
     };
     (outgoing, (attempt, published))
+}
+
+/// Records a polled record in the ledger and turns it into a delivery, with its
+/// admission.
+pub(super) fn admit(ledger: &SharedLedger, record: &BorrowedMessage<'_>) -> (u64, ReceivedMessage) {
+    let mut metadata = Metadata::new();
+    let mut content_type = None;
+    let mut attempt = 1;
+    let mut published_ms = None;
+    if let Some(headers) = record.headers() {
+        for header in headers.iter() {
+            let value = header.value.unwrap_or_default();
+            match header.key {
+                HEADER_METADATA => {
+                    metadata = serde_json::from_slice(value).unwrap_or_default();
+                }
+                HEADER_CONTENT_TYPE => {
+                    content_type = Some(String::from_utf8_lossy(value).into_owned());
+                }
+                HEADER_ATTEMPT => {
+                    attempt = std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(1);
+                }
+                HEADER_PUBLISHED => {
+                    published_ms = std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok());
+                }
+                _ => {}
+            }
+        }
+    }
+    let published_ms = published_ms
+        .or_else(|| record.timestamp().to_millis().map(|ms| ms.max(0) as u64))
+        .unwrap_or_default();
+    let message = ReceivedMessage {
+        id: MessageId::new(
+            record.topic(),
+            Some(record.partition() as u32),
+            record.offset() as u64,
+        ),
+        payload: record.payload().unwrap_or_default().to_vec(),
+        content_type,
+        metadata,
+        partition_key: record
+            .key()
+            .map(|key| String::from_utf8_lossy(key).into_owned()),
+        attempt,
+        publish_time: UNIX_EPOCH + Duration::from_millis(published_ms),
+    };
+    let admission = lock(ledger).admit(&message);
+    (admission, message)
 }
 
 /// A member's librdkafka context: quiet like the component's clients, and when a
@@ -154,6 +209,16 @@ impl ConsumerContext for Member {
     }
 }
 
+/// Tells the background poller once an answer is recorded (when dropped, on every
+/// path out of the answer).
+struct Answered<'a>(&'a PollTurn);
+
+impl Drop for Answered<'_> {
+    fn drop(&mut self) {
+        self.0.answered();
+    }
+}
+
 /// One member of a consumer group.
 pub(super) struct KafkaConsumer {
     /// Taken out and dropped on close: dropping is what makes librdkafka leave the
@@ -162,6 +227,19 @@ pub(super) struct KafkaConsumer {
     spec: ConsumerSpec,
     ledger: SharedLedger,
     closed: AtomicBool,
+    /// Who polls the consumer: a receive, a seek, or the background task that keeps
+    /// the member serving its group's rebalances between receives.
+    turn: Arc<PollTurn>,
+    /// The background task, aborted on close and drop.
+    poller: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for KafkaConsumer {
+    fn drop(&mut self) {
+        if let Some(poller) = self.take_poller() {
+            poller.abort();
+        }
+    }
 }
 
 impl KafkaConsumer {
@@ -174,15 +252,28 @@ impl KafkaConsumer {
         }
     }
 
-    /// The member of `spec`'s group that `consumer` (created with [`Self::context`]) is.
-    pub(super) fn new(consumer: Arc<StreamConsumer<Member>>, spec: ConsumerSpec) -> Self {
+    /// The member of `spec`'s group that `consumer` (created with [`Self::context`]) is;
+    /// a member that `joined` its group is polled between receives.
+    pub(super) fn new(
+        consumer: Arc<StreamConsumer<Member>>,
+        spec: ConsumerSpec,
+        joined: bool,
+    ) -> Self {
         let ledger = consumer.context().ledger.clone();
+        let turn = Arc::new(PollTurn::default());
+        let poller = joined.then(|| poller::spawn(consumer.clone(), turn.clone(), ledger.clone()));
         KafkaConsumer {
             consumer: Mutex::new(Some(consumer)),
             spec,
             ledger,
             closed: AtomicBool::new(false),
+            turn,
+            poller: Mutex::new(poller),
         }
+    }
+
+    fn take_poller(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.poller.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     fn ledger(&self) -> MutexGuard<'_, Ledger> {
@@ -205,60 +296,6 @@ impl KafkaConsumer {
         }
     }
 
-    /// Records a polled record in the ledger and turns it into a delivery, with its
-    /// admission.
-    fn admit(&self, record: &BorrowedMessage<'_>) -> (u64, ReceivedMessage) {
-        let mut metadata = Metadata::new();
-        let mut content_type = None;
-        let mut attempt = 1;
-        let mut published_ms = None;
-        if let Some(headers) = record.headers() {
-            for header in headers.iter() {
-                let value = header.value.unwrap_or_default();
-                match header.key {
-                    HEADER_METADATA => {
-                        metadata = serde_json::from_slice(value).unwrap_or_default();
-                    }
-                    HEADER_CONTENT_TYPE => {
-                        content_type = Some(String::from_utf8_lossy(value).into_owned());
-                    }
-                    HEADER_ATTEMPT => {
-                        attempt = std::str::from_utf8(value)
-                            .ok()
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(1);
-                    }
-                    HEADER_PUBLISHED => {
-                        published_ms = std::str::from_utf8(value)
-                            .ok()
-                            .and_then(|v| v.parse::<u64>().ok());
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let published_ms = published_ms
-            .or_else(|| record.timestamp().to_millis().map(|ms| ms.max(0) as u64))
-            .unwrap_or_default();
-        let message = ReceivedMessage {
-            id: MessageId::new(
-                record.topic(),
-                Some(record.partition() as u32),
-                record.offset() as u64,
-            ),
-            payload: record.payload().unwrap_or_default().to_vec(),
-            content_type,
-            metadata,
-            partition_key: record
-                .key()
-                .map(|key| String::from_utf8_lossy(key).into_owned()),
-            attempt,
-            publish_time: UNIX_EPOCH + Duration::from_millis(published_ms),
-        };
-        let admission = self.ledger().admit(&message);
-        (admission, message)
-    }
-
     /// The ledger slot of a delivered message.
     fn locate(&self, id: &MessageId) -> Result<(TopicPartition, i64)> {
         let topic = owner_topic(id, &self.spec.topics)?;
@@ -272,6 +309,7 @@ impl KafkaConsumer {
     /// answered (committed with the next automatic commit, or when the partition goes).
     fn answer(&self, id: &MessageId) -> Result<()> {
         let (key, offset) = self.locate(id)?;
+        let _wake = Answered(&self.turn);
         let next = self
             .ledger()
             .answer(&key, offset)
@@ -301,7 +339,10 @@ impl Consumer for KafkaConsumer {
         let max = max.max(1);
         let deadline = Instant::now() + wait;
         let consumer = self.client()?;
+        let _turn = self.turn.share().await;
         let (mut out, mut next_return) = self.ledger().take_waiting(max, Instant::now());
+        self.turn
+            .resume_if_drained(&consumer, self.ledger().set_aside_count());
         while out.len() < max {
             let now = Instant::now();
             let until = if out.is_empty() {
@@ -310,7 +351,7 @@ impl Consumer for KafkaConsumer {
                 now
             };
             match tokio::time::timeout_at(until, consumer.recv()).await {
-                Ok(Ok(record)) => out.push(self.admit(&record)),
+                Ok(Ok(record)) => out.push(admit(&self.ledger, &record)),
                 Ok(Err(e)) => {
                     if out.is_empty() {
                         // Topics that do not exist yet (a pattern's) and transient
@@ -431,6 +472,7 @@ impl Consumer for KafkaConsumer {
         // A record the member no longer holds (its partition went to another member)
         // was handed back there, which delivers it again.
         self.ledger().ask_back(&key, offset, Instant::now() + delay);
+        self.turn.answered();
         Ok(())
     }
 
@@ -453,6 +495,8 @@ impl Consumer for KafkaConsumer {
                 self.spec.group
             )));
         }
+        // Nothing polls from before the seek while it is made.
+        let _turn = self.turn.alone().await;
         self.ledger().forget(&(topic.clone(), partition));
         tokio::task::spawn_blocking(move || {
             consumer.seek(&topic, partition, Offset::Offset(offset), REQUEST_TIMEOUT)
@@ -518,6 +562,11 @@ impl Consumer for KafkaConsumer {
     async fn close(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
+        }
+        // The background task holds the consumer too: it ends first.
+        if let Some(poller) = self.take_poller() {
+            poller.abort();
+            let _ = poller.await;
         }
         // What is still unanswered goes back to the end of its partition as a copy,
         // then everything handed to this member is committed.

@@ -18,6 +18,7 @@
 
 mod ledger;
 mod member;
+mod poller;
 mod settings;
 
 pub use settings::{Acks, KafkaConfig};
@@ -459,7 +460,7 @@ impl Kafka {
         if join {
             consumer.subscribe(&topics).map_err(broker("subscribing"))?;
         }
-        Ok(KafkaConsumer::new(consumer, spec.clone()))
+        Ok(KafkaConsumer::new(consumer, spec.clone(), join))
     }
 }
 

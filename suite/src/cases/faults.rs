@@ -625,7 +625,7 @@ async fn network_fault(ctx: CaseContext, fault: NetworkFault) -> CaseRun {
         .wait_for_keys(&expected, ctx.within(ctx.caps.delivery_bound * 2))
         .await;
     handle.stop().await;
-    drop(proxied);
+    proxied.retire().await;
     drop(proxy);
     Ok(outcome.merge(ctx.check(&ctx.expectation())))
 }
@@ -721,7 +721,7 @@ async fn network_cut_single_publishes(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&acknowledged_keys, ctx.within(ctx.caps.delivery_bound * 2))
         .await;
     handle.stop().await;
-    drop(proxied);
+    proxied.retire().await;
     drop(proxy);
     Ok(outcome.merge(ctx.check(&ctx.expectation())))
 }
@@ -761,6 +761,7 @@ async fn slow_network_bulk_subscribe(ctx: CaseContext) -> CaseRun {
         .await;
     handle.stop().await;
     faults.network(&proxy, NetworkFault::Pass);
+    proxied.retire().await;
     let history = ctx.recorder.history();
     let mut outcome = Outcome::new();
     let oversize: Vec<String> = history
@@ -834,7 +835,7 @@ async fn consumer_crash(ctx: CaseContext) -> CaseRun {
     }
     let _ = survivor.close().await;
     drop(crashing);
-    drop(proxied);
+    proxied.retire().await;
     drop(proxy);
     let mut outcome = Outcome::new();
     outcome.note(format!(
@@ -923,7 +924,7 @@ async fn crash_not_dead_lettered(ctx: CaseContext) -> CaseRun {
     survivor.stop().await;
     dead_letters.stop().await;
     drop(crashing);
-    drop(proxied);
+    proxied.retire().await;
     drop(proxy);
     let history = ctx.recorder.history();
     let crashed_held = delivered_to(&history, "crashing");

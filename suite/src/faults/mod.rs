@@ -11,7 +11,7 @@ pub use wire::Wire;
 use crate::context::CaseContext;
 use crate::outcome::CaseError;
 use crate::provision::Broker;
-use pubsub_components::runtime::Runtime;
+use crate::runner::RowRuntime;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -78,8 +78,10 @@ impl<'a> Faults<'a> {
     }
 
     /// A fault proxy in front of the broker and a runtime whose component connects
-    /// through it (built the way the component under test is).
-    pub async fn proxied_runtime(&self) -> Result<(Runtime, FaultProxy), CaseError> {
+    /// through it (built the way the component under test is, and run the way the
+    /// row runs it: in process, or behind the row's sidecars). Retire the runtime
+    /// when done.
+    pub async fn proxied_runtime(&self) -> Result<(RowRuntime, FaultProxy), CaseError> {
         let connect = self.ctx.connect.clone().ok_or_else(|| {
             CaseError::Harness(
                 "this case needs a way to build the component behind a fault proxy".into(),
@@ -96,7 +98,23 @@ impl<'a> Faults<'a> {
             ))
         })?;
         let name = format!("{}-via-proxy", self.ctx.runtime.name());
-        Ok((Runtime::new(name, component), proxy))
+        let runtime = crate::runner::runtime_through(self.ctx.wrap.as_ref(), name, component)
+            .await
+            .map_err(|e| {
+                CaseError::Harness(format!(
+                    "running the component behind the fault proxy the way the row runs it: {e}"
+                ))
+            })?;
+        self.ctx.recorder.note(format!(
+            "the component built again behind a fault proxy at {} (forwarding to {}){}",
+            proxy.endpoint(),
+            proxy.upstream(),
+            match runtime.is_remote() {
+                true => ", run behind the row's sidecars",
+                false => "",
+            }
+        ));
+        Ok((runtime, proxy))
     }
 
     /// Applies a network fault through `proxy` (and records it).
