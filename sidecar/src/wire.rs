@@ -263,9 +263,9 @@ fn is_text(essence: &str) -> bool {
     essence.starts_with("text/") || essence == "application/xml" || essence.ends_with("+xml")
 }
 
-/// JSON and CloudEvents content types (`application/json`, `…+json`).
+/// JSON and CloudEvents content types (`application/json`, `…+json`, any case).
 pub fn is_json(essence: &str) -> bool {
-    essence == "application/json" || essence.ends_with("+json")
+    pubsub_components::runtime::envelope::declares_json(essence)
 }
 
 fn json_kind(value: &serde_json::Value) -> &'static str {

@@ -27,16 +27,22 @@ pub fn essence(content_type: &str) -> &str {
     content_type.split(';').next().unwrap_or("").trim()
 }
 
-/// True when `content_type` is the CloudEvents structured JSON type (parameters aside).
+/// True when `content_type` is the CloudEvents structured JSON type (parameters and
+/// case aside: media types are case-insensitive, RFC 9110 8.3.1).
 pub fn is_cloudevents(content_type: Option<&str>) -> bool {
-    content_type.is_some_and(|ct| essence(ct) == CLOUDEVENTS_CONTENT_TYPE)
+    content_type.is_some_and(|ct| essence(ct).eq_ignore_ascii_case(CLOUDEVENTS_CONTENT_TYPE))
+}
+
+/// True when `content_type` declares JSON: `application/json` or a `+json` type,
+/// parameters and case aside. The one predicate the runtime, the sidecar and the
+/// suite's checks share.
+pub fn declares_json(content_type: &str) -> bool {
+    let essence = essence(content_type).to_ascii_lowercase();
+    essence == "application/json" || essence.ends_with("+json")
 }
 
 fn is_json(content_type: Option<&str>) -> bool {
-    content_type.is_some_and(|ct| {
-        let essence = essence(ct);
-        essence == "application/json" || essence.ends_with("+json")
-    })
+    content_type.is_some_and(declares_json)
 }
 
 /// Refuses a payload declared JSON (`application/json`, `*+json`) that is not even
@@ -314,6 +320,18 @@ pub fn decode(payload: &[u8]) -> Result<Decoded> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn media_types_are_recognised_whatever_their_case() {
+        assert!(declares_json("Application/JSON"));
+        assert!(declares_json("application/vnd.api+JSON; charset=utf-8"));
+        assert!(!declares_json("application/jsonl"));
+        assert!(is_cloudevents(Some("Application/CloudEvents+JSON")));
+        assert!(
+            check_declared_json(Some("Application/Json"), &[0xff, 0xfe]).is_err(),
+            "a payload declared JSON in any case must be text"
+        );
+    }
 
     fn fields(content_type: Option<&str>) -> EnvelopeFields<'_> {
         EnvelopeFields {

@@ -1,6 +1,6 @@
-//! Identifiers across their space: topic names that differ only in case or in the
-//! punctuation the contract allows, or only in their last character at the longest
-//! length, are distinct topics.
+//! Identifiers across their space: topic names, and consumer group names, that
+//! differ only in case or in the punctuation the contract allows, or only in their
+//! last character at the longest length, are distinct topics and distinct groups.
 
 use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
@@ -22,7 +22,116 @@ pub fn cases() -> Vec<Case> {
             c.delivery_bound * 2 + c.redelivery_bound
         }),
         run: |ctx| Box::pin(distinct_names(ctx)),
+    },
+    Case {
+        id: "groups.distinct-names",
+        must: "Consumer group names that differ only in case, only in punctuation (. _ - / :), or only in the last character at the longest length (249) MUST be distinct groups: each receives every message of the topic, none shares its deliveries with another; a component whose broker cannot represent a group name MUST refuse it clearly (InvalidRequest or Unsupported naming it) at subscribe, never fold it into another.",
+        requires: &[],
+        level: Level::Core,
+        injects: &[],
+        bound: Bound::new("2 x delivery bound + redelivery bound", |c| {
+            c.delivery_bound * 2 + c.redelivery_bound
+        }),
+        run: |ctx| Box::pin(distinct_groups(ctx)),
     }]
+}
+
+/// How many messages the group case publishes: a folded pair of groups splits them.
+const GROUP_MESSAGES: usize = 6;
+
+async fn distinct_groups(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let base = ctx.group("g");
+    let groups = names(&base);
+    let mut subscribed: Vec<(String, String)> = Vec::new();
+    let mut refused = Vec::new();
+    let mut handles = Vec::new();
+    for (label, group) in &groups {
+        let subscription = Subscription::new(&topic, group.clone());
+        let handler = ctx.recorder.handler(label);
+        ctx.recorder.assign_group(&handler, group);
+        // The group exists before anything is published (queue and session brokers
+        // keep messages only for groups that do), then a member joins it.
+        let joined = match ctx.runtime.create_group(&subscription).await {
+            Ok(()) => ctx.runtime.subscribe(subscription, handler).await,
+            Err(e) => Err(e),
+        };
+        match joined {
+            Ok(handle) => {
+                handles.push(handle);
+                subscribed.push((label.clone(), group.clone()));
+            }
+            Err(e) if clear_refusal(&e, group) => refused.push(format!("{label} ({group}): {e}")),
+            Err(e) => {
+                return Err(CaseError::Component(format!(
+                    "subscribing group {group} ({label}) failed without saying the name is refused: {e}"
+                )))
+            }
+        }
+    }
+    let keys = ctx.publish_numbered(&topic, "m", GROUP_MESSAGES).await?;
+    let complete = |h: &History| {
+        subscribed.iter().all(|(label, _)| {
+            let got: BTreeSet<String> = received(h)
+                .filter(|(_, s)| s == label)
+                .map(|(k, _)| k)
+                .collect();
+            keys.iter().all(|k| got.contains(k))
+        })
+    };
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), complete)
+        .await;
+    for handle in handles {
+        handle.stop().await;
+    }
+    let history = ctx.recorder.history();
+    let mut outcome = ctx.check(&ctx.expectation());
+    let by_subscriber = |label: &str| -> BTreeSet<String> {
+        received(&history)
+            .filter(|(_, s)| s == label)
+            .map(|(k, _)| k)
+            .collect()
+    };
+    for (label, group) in &subscribed {
+        let got = by_subscriber(label);
+        let missing: Vec<&String> = keys.iter().filter(|k| !got.contains(*k)).collect();
+        if missing.is_empty() {
+            continue;
+        }
+        // Missing here but delivered to another group: not lost by the broker, but
+        // handed to a member of another name's group (one broker group, two names).
+        let elsewhere = missing
+            .iter()
+            .filter(|k| {
+                subscribed
+                    .iter()
+                    .any(|(other, _)| other != label && by_subscriber(other).contains(**k))
+            })
+            .count();
+        match elsewhere == missing.len() {
+            true => outcome.fail(format!(
+                "group names folded: group {group} ({label}) received {} of the {} messages; the others reached other groups of the topic (one broker group under two names)",
+                got.len(),
+                keys.len()
+            )),
+            false => outcome.fail(format!(
+                "lost: group {group} ({label}) never received {} of the {} messages",
+                missing.len(),
+                keys.len()
+            )),
+        };
+    }
+    for note in refused {
+        outcome.note(format!("refused clearly: {note}"));
+    }
+    outcome.note(format!(
+        "{} group names on one topic, {} accepted, {} messages",
+        groups.len(),
+        subscribed.len(),
+        keys.len()
+    ));
+    Ok(outcome)
 }
 
 /// The names of the case: labels and topics, every one distinct from every other

@@ -164,6 +164,15 @@ pub fn samples(caps: &Capabilities, seed: u64, random: usize) -> Vec<Sample> {
             metadata.insert("app-tab".into(), "a\tb".into());
             metadata.insert("app-empty".into(), String::new());
             metadata.insert("app-long".into(), label.repeat(4096 / label.len() + 1));
+            // Keys at the edges of theirs: differing only in case, punctuation,
+            // non-ASCII, long, one character, reserved-looking words.
+            metadata.insert("app-Case".into(), "upper".into());
+            metadata.insert("app-case".into(), "lower".into());
+            metadata.insert("app.dot/slash:colon_under".into(), "punctuation".into());
+            metadata.insert("app-ключ-鍵".into(), "non-ascii key".into());
+            metadata.insert(format!("app-{}", "k".repeat(200)), "long key".into());
+            metadata.insert("k".into(), "one-character key".into());
+            metadata.insert("null".into(), "reserved-looking key".into());
             if raw {
                 metadata.insert("rawPayload".into(), "true".into());
             }
@@ -269,15 +278,9 @@ pub fn needs_whole_events(
     }
 }
 
-/// Whether `content_type` declares JSON (`application/json`, `...+json`).
+/// Whether `content_type` declares JSON (`application/json`, `...+json`, any case).
 pub fn is_json_type(content_type: &str) -> bool {
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    essence == "application/json" || essence.ends_with("+json")
+    pubsub_components::runtime::envelope::declares_json(content_type)
 }
 
 /// Whether two payloads are the same JSON value (both must parse).
@@ -325,30 +328,84 @@ pub fn fidelity_problems(sample: &Sample, event: &Event, crossing: Crossing) -> 
         ));
     }
     // Over HTTP metadata travels as headers: names without case, values without
-    // leading or trailing whitespace (RFC 9110 5.5: a field value excludes it).
-    let lowered = |metadata: &Metadata| -> Metadata {
-        metadata
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.to_lowercase(),
-                    v.trim_matches(|c| c == ' ' || c == '\t').to_string(),
-                )
-            })
-            .collect()
+    // leading or trailing whitespace (RFC 9110 5.5: a field value excludes it), and
+    // only names that are HTTP tokens, each once whatever its case.
+    let (published, delivered) = match over_http {
+        true => (
+            as_headers(&sample.metadata, &sample.metadata),
+            as_headers(&event.metadata, &sample.metadata),
+        ),
+        false => (sample.metadata.clone(), event.metadata.clone()),
     };
-    let metadata_differs = if over_http {
-        lowered(&event.metadata) != lowered(&sample.metadata)
-    } else {
-        event.metadata != sample.metadata
-    };
-    if metadata_differs {
+    if published != delivered {
         problems.push(format!(
-            "{}: metadata {:?} published, {:?} delivered",
-            sample.key, sample.metadata, event.metadata
+            "{}: metadata not delivered as published: {}",
+            sample.key,
+            metadata_differences(&published, &delivered)
         ));
     }
     problems
+}
+
+/// Metadata as HTTP headers can carry it, to compare with `published` as it would
+/// arrive: names in lower case, values without surrounding spaces and tabs, and
+/// without the names no header can carry (not an RFC 9110 token) or that differ
+/// from another published name only in case (two headers become one).
+fn as_headers(metadata: &Metadata, published: &Metadata) -> Metadata {
+    let lowered_count = |name: &str| {
+        published
+            .keys()
+            .filter(|k| k.eq_ignore_ascii_case(name))
+            .count()
+    };
+    metadata
+        .iter()
+        .filter(|(k, _)| is_http_token(k) && lowered_count(k) <= 1)
+        .map(|(k, v)| {
+            (
+                k.to_lowercase(),
+                v.trim_matches(|c| c == ' ' || c == '\t').to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Whether `name` can be an HTTP field name (RFC 9110 5.6.2, `token`).
+fn is_http_token(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// What differs between published and delivered metadata, key by key: missing
+/// keys, keys that were not published, changed values (shortened).
+fn metadata_differences(published: &Metadata, delivered: &Metadata) -> String {
+    let short = |value: &str| -> String {
+        let mut shown: String = value.chars().take(40).collect();
+        if shown.len() < value.len() {
+            shown.push_str("...");
+        }
+        format!("{shown:?}")
+    };
+    let mut differences = Vec::new();
+    for (key, value) in published {
+        match delivered.get(key) {
+            None => differences.push(format!("{key:?} missing")),
+            Some(got) if got != value => differences.push(format!(
+                "{key:?} is {}, published {}",
+                short(got),
+                short(value)
+            )),
+            Some(_) => {}
+        }
+    }
+    for (key, value) in delivered {
+        if !published.contains_key(key) {
+            differences.push(format!("{key:?} = {} was not published", short(value)));
+        }
+    }
+    differences.join("; ")
 }
 
 /// A bulk entry tagged with `key` (also its entry id and its text payload).
@@ -395,6 +452,8 @@ mod tests {
         assert!(is_json_type("application/cloudevents+json"));
         assert!(!is_json_type("text/plain"));
         assert!(!is_json_type("application/jsonl"));
+        assert!(is_json_type("Application/JSON"));
+        assert!(is_json_type("application/CloudEvents+JSON; charset=utf-8"));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Ordering within the declared scope, also after an unrelated RETRY.
+//! Ordering within the declared scope, also after an unrelated RETRY, and with
+//! partition keys across their space.
 
 use super::key_of;
 use crate::catalogue::{Bound, Case, Level};
@@ -18,7 +19,16 @@ pub fn cases() -> Vec<Case> {
             level: Level::Feature,
             injects: &[],
             bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
-            run: |ctx| Box::pin(ordering(ctx, false)),
+            run: |ctx| Box::pin(ordering(ctx, false, Keys::Plain)),
+        },
+        Case {
+            id: "ordering.key-space",
+            must: "Order within the declared scope MUST hold for partition keys across their space: keys that differ only in case, in punctuation or in surrounding spaces, non-ASCII keys, a one-character key, keys of 1024 characters that differ only in the last, and keys that look like wildcards or reserved words of some broker (> * + # $share null); none may be refused, lost or reordered.",
+            requires: &[Feature::Ordering],
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
+            run: |ctx| Box::pin(ordering(ctx, false, Keys::Odd)),
         },
         Case {
             id: "ordering.after-retry",
@@ -27,12 +37,34 @@ pub fn cases() -> Vec<Case> {
             level: Level::Feature,
             injects: &[],
             bound: Bound::new("4 x delivery bound + redelivery bound", |c| c.delivery_bound * 4 + c.redelivery_bound),
-            run: |ctx| Box::pin(ordering(ctx, true)),
+            run: |ctx| Box::pin(ordering(ctx, true, Keys::Plain)),
         },
     ]
 }
 
-async fn ordering(ctx: CaseContext, with_retry: bool) -> CaseRun {
+/// The partition keys a case spreads its messages over.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// `k-00` to `k-15`.
+    Plain,
+    /// [`odd_keys`].
+    Odd,
+}
+
+/// Partition keys across their space, each distinct from every other.
+fn odd_keys() -> Vec<String> {
+    let long = "x".repeat(1023);
+    [
+        "k", "K", "k.", "k_", "k-", "k/", "k:", " k", "k ", "ключ", "鍵", "🔑", ">", "*", "+", "#",
+        "$share", "null",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .chain([format!("{long}a"), format!("{long}b")])
+    .collect()
+}
+
+async fn ordering(ctx: CaseContext, with_retry: bool, key_space: Keys) -> CaseRun {
     let topic = ctx.topic("t");
     if ctx.caps.partitions.is_some() {
         ctx.runtime
@@ -43,14 +75,22 @@ async fn ordering(ctx: CaseContext, with_retry: bool) -> CaseRun {
     }
     let subscription = Subscription::new(&topic, ctx.group("g"));
     ctx.create_group(&subscription).await?;
-    let count = if with_retry { 400 } else { 1000 };
+    let partition_keys: Vec<String> = match key_space {
+        Keys::Plain => (0..KEYS).map(|k| format!("k-{k:02}")).collect(),
+        Keys::Odd => odd_keys(),
+    };
+    let count = match (with_retry, key_space) {
+        (true, _) | (_, Keys::Odd) => 400,
+        (false, Keys::Plain) => 1000,
+    };
     let mut keys = Vec::with_capacity(count);
     // Published before subscribing, so the subscriber receives them in large batches.
     for i in 0..count {
         let key = format!("m-{i:04}");
-        let request = ctx
-            .message(&topic, &key)
-            .with_metadata("partitionKey", format!("k-{:02}", i % KEYS));
+        let request = ctx.message(&topic, &key).with_metadata(
+            "partitionKey",
+            partition_keys[i % partition_keys.len()].clone(),
+        );
         ctx.publish(request)
             .await
             .doing(&format!("publishing {key}"))?;
@@ -77,7 +117,8 @@ async fn ordering(ctx: CaseContext, with_retry: bool) -> CaseRun {
     }
     let mut outcome = ctx.check(&expectation);
     outcome.note(format!(
-        "{count} messages over {KEYS} keys, checked per {:?}",
+        "{count} messages over {} keys, checked per {:?}",
+        partition_keys.len(),
         ctx.caps.ordering
     ));
     Ok(outcome)

@@ -48,6 +48,9 @@ pub enum Fault {
     IgnoresPartitionUpdates,
     /// Ignores the partition key when routing.
     MisroutesKeys,
+    /// Hands the messages of non-ASCII partition keys out in reverse within each
+    /// receive (a component whose key hashing sends them to a LIFO side queue).
+    ReordersNonAsciiKeys,
     /// Drops the trace context of every message.
     DropsTraceContext,
     /// Turns negative acks into acks: nothing is redelivered.
@@ -113,6 +116,12 @@ pub enum Fault {
     /// Stores a topic name's `:` as `_` (a broker that cannot spell `:`): `a:b` and
     /// `a_b` become one topic.
     FoldsColons,
+    /// Stores a group name in lower case (a broker whose group names ignore case):
+    /// `g-a` and `g-A` become one group, sharing its deliveries.
+    FoldsGroupCase,
+    /// Stores metadata keys in lower case (a broker whose header names ignore case):
+    /// of `app-Case` and `app-case` one value survives, under the lower-case key.
+    FoldsMetadataKeyCase,
     /// Delivers 1 message in 100 without its metadata (its payload intact).
     StripsMetadata,
     /// Delivers 1 message in 100 with the metadata of the message it received before.
@@ -193,6 +202,12 @@ impl Faulty {
     fn corrupt(&self, mut message: OutgoingMessage) -> OutgoingMessage {
         match self.fault {
             Fault::FoldsColons => message.topic = message.topic.replace(':', "_"),
+            Fault::FoldsMetadataKeyCase => {
+                message.metadata = std::mem::take(&mut message.metadata)
+                    .into_iter()
+                    .map(|(key, value)| (key.to_lowercase(), value))
+                    .collect();
+            }
             Fault::MisroutesKeys => {
                 message.partition_key = Some(uuid_like(&self.consumers));
             }
@@ -370,6 +385,7 @@ impl Component for Faulty {
         match self.fault {
             Fault::IgnoresGroups => spec.group = format!("{}-{n}", spec.group),
             Fault::MergesGroups => spec.group = "everyone".into(),
+            Fault::FoldsGroupCase => spec.group = spec.group.to_lowercase(),
             Fault::FoldsColons => {
                 if let TopicSelector::Single(topic) = &spec.topics {
                     spec.topics = TopicSelector::Single(topic.replace(':', "_"));
@@ -563,6 +579,21 @@ impl FaultyConsumer {
                 messages = messages.into_iter().flat_map(|m| [m.clone(), m]).collect();
             }
             Fault::Reorders => messages.reverse(),
+            Fault::ReordersNonAsciiKeys => {
+                let odd: Vec<usize> = (0..messages.len())
+                    .filter(|&i| {
+                        messages[i]
+                            .partition_key
+                            .as_deref()
+                            .is_some_and(|key| !key.is_ascii())
+                    })
+                    .collect();
+                let reversed: Vec<ReceivedMessage> =
+                    odd.iter().rev().map(|&i| messages[i].clone()).collect();
+                for (slot, message) in odd.into_iter().zip(reversed) {
+                    messages[slot] = message;
+                }
+            }
             Fault::ForgetsCreatedGroups => {
                 let mut kept = Vec::new();
                 for message in messages {
