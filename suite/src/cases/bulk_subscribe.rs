@@ -2,7 +2,7 @@
 
 use super::{generate, key_of};
 use crate::catalogue::{Bound, Case, Level};
-use crate::context::CaseContext;
+use crate::context::{CaseContext, SUBSCRIBED_MARKER};
 use crate::history::{Record, Recorder};
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{BulkSubscribeOptions, Status, Subscription};
@@ -341,6 +341,10 @@ async fn max_await(ctx: CaseContext) -> CaseRun {
             ctx.recorder.bulk("s1", |_| Some(Status::Success), |_| None),
         )
         .await?;
+    // The subscriber receives before the clock starts: a member still joining its
+    // group (behind a sidecar, a group every subscription shares) is bounded by the
+    // delivery bound, not by maxAwaitDurationMs. The marker's own batch is not judged.
+    ctx.await_subscribed(&topic, Duration::ZERO).await?;
     // A trickle: a batch that closes early, at the first arrival or before its
     // window ended, shows as a partial batch handed over too soon.
     let mut keys = Vec::new();
@@ -378,6 +382,9 @@ async fn max_await(ctx: CaseContext) -> CaseRun {
             ..
         } = record
         {
+            if key == SUBSCRIBED_MARKER {
+                continue;
+            }
             if let Some((started, at)) = published.get(key) {
                 let first = first_of_batch.entry(batch).or_insert((*started, *at));
                 *first = (first.0.min(*started), first.1.min(*at));
