@@ -163,8 +163,18 @@ pub async fn runtime(
     remote(launcher, name, component, ROW_SUFFIX, broker_version).await
 }
 
+/// `component` as pub/sub `name` through the sidecars `launcher` starts (e.g. a
+/// sidecar under test, or `serve` behind a proxy), judged against what it declares.
+pub async fn runtime_with(
+    launcher: Arc<dyn Launcher>,
+    name: &str,
+    component: Arc<dyn Component>,
+) -> anyhow::Result<(Runtime, Arc<SidecarTarget>)> {
+    remote(launcher, name, component, ROW_SUFFIX, None).await
+}
+
 /// `serve` in this process in front of `component`, as pub/sub `name`.
-fn serve_launcher(
+pub fn serve_launcher(
     name: &str,
     component_type: &str,
     component: Arc<dyn Component>,

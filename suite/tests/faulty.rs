@@ -5,10 +5,12 @@
 mod faulty {
     pub mod faults;
     pub mod recovery;
+    pub mod sidecar;
 }
 
 use faulty::faults::{Fault, Faulty};
 use faulty::recovery::{Breaks, Broken};
+use faulty::sidecar::{FaultySidecars, SidecarFault};
 use pubsub_conformance::catalogue::find;
 use pubsub_conformance::components::config::ComponentDefinition;
 use pubsub_conformance::components::memory::{MemoryComponent, MemoryConfig};
@@ -63,6 +65,9 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::strips_envelope_fidelity(Fault::StripsEnvelope, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
 #[case::strips_raw_marker(Fault::StripsRawMarker, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
 #[case::truncates_large_payloads(Fault::TruncatesLargePayloads, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
+#[case::truncates_at_maximum(Fault::TruncatesAtMaximum, &["publish.size-boundary"], "a payload of exactly the maximum (65536 bytes) was delivered with 65535 bytes")]
+#[case::refuses_exact_maximum(Fault::RefusesExactMaximum, &["publish.size-boundary"], "of exactly the maximum (65536 bytes) was refused")]
+#[case::loses_empty_values_after_wait(Fault::LosesEmptyValuesAfterWait, &["publish.fidelity-after-wait"], "after 3 s in the broker: single-empty-ce: metadata not delivered as published: \"app-empty\" missing")]
 #[case::ignores_groups(Fault::IgnoresGroups, &["subscribe.competing-consumers"], "more than one member")]
 #[case::merges_groups(Fault::MergesGroups, &["subscribe.fan-out"], "missed")]
 #[case::forgets_created_groups(Fault::ForgetsCreatedGroups, &["ordering.declared-scope", "certification.consumer-leaves", "retry.redelivery"], "lost")]
@@ -626,6 +631,59 @@ async fn faulty_component_fails_through_serve(
         assert!(
             failed.evidence.findings.iter().any(breaks),
             "{fault:?} failed {id} through serve, but no finding mentions '{evidence}':\n{}",
+            describe(&failed)
+        );
+    }
+    correct_target.stop().await;
+    faulty_target.stop().await;
+}
+
+/// A sidecar with one wire defect (serve behind a proxy that applies it) fails the
+/// cases it breaks when certified from outside, while serve alone passes them.
+#[rstest]
+#[case::folds_entry_id_case(SidecarFault::FoldsEntryIdCase, &["bulk-publish.entry-id-space"], "succeeded but reported failed: [\"e-case\", \"k\"]")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faulty_sidecar_fails_the_cases_it_breaks(
+    #[case] fault: SidecarFault,
+    #[case] case_ids: &[&str],
+    #[case] evidence: &str,
+) {
+    use pubsub_conformance::through_serve;
+    let (correct, correct_target) =
+        through_serve::runtime("memory", "in-memory", Arc::new(memory()), None)
+            .await
+            .unwrap();
+    let launcher = Arc::new(FaultySidecars {
+        inner: through_serve::serve_launcher("memory", "in-memory", Arc::new(memory())),
+        fault,
+    });
+    let (faulty, faulty_target) =
+        through_serve::runtime_with(launcher, "memory", Arc::new(memory()))
+            .await
+            .unwrap();
+    for id in case_ids {
+        let case = find(id).unwrap_or_else(|| panic!("no case {id} in the catalogue"));
+        let passed = run_case(case, &correct, &NO_RETRY).await;
+        assert_eq!(
+            passed.status,
+            Status::Pass,
+            "serve must pass {id}:\n{}",
+            describe(&passed)
+        );
+        let failed = run_case(case, &faulty, &NO_RETRY).await;
+        assert_eq!(
+            failed.status,
+            Status::Fail,
+            "{fault:?} must fail {id}:\n{}",
+            describe(&failed)
+        );
+        assert!(
+            failed
+                .evidence
+                .findings
+                .iter()
+                .any(|f| f.contains(evidence)),
+            "{fault:?} failed {id}, but no finding mentions '{evidence}':\n{}",
             describe(&failed)
         );
     }

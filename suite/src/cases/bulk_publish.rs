@@ -59,6 +59,15 @@ pub fn cases() -> Vec<Case> {
             run: |ctx| Box::pin(entry_ids(ctx)),
         },
         Case {
+            id: "bulk-publish.entry-id-space",
+            must: "Entry ids are the app's own: ids that differ only in case or in punctuation (. _ - / :), non-ASCII, long (200 characters), one character, with spaces inside, and reserved-looking words (null, 0, true) MUST each be accepted, and the failed entries MUST be reported under exactly their own ids.",
+            requires: FEATURE,
+            level: Level::Feature,
+            injects: &[],
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(entry_id_space(ctx)),
+        },
+        Case {
             id: "bulk-publish.metadata-merge",
             must: "Request metadata MUST apply to every entry, and an entry's own metadata MUST override it key by key.",
             requires: FEATURE,
@@ -298,6 +307,111 @@ async fn entry_ids(ctx: CaseContext) -> CaseRun {
         })
         .await;
     subscription.stop().await;
+    Ok(outcome.merge(ctx.check(&ctx.expectation())))
+}
+
+/// Entry ids across their space, each with whether the case makes its entry fail: of
+/// every pair that a sidecar folding case, punctuation or length would confuse, one
+/// fails and the other does not.
+fn entry_ids_across_their_space() -> Vec<(String, bool)> {
+    let long = format!("long-{}", "x".repeat(195));
+    let mut long_twin = long.clone();
+    long_twin.pop();
+    long_twin.push('y');
+    vec![
+        ("e-Case".into(), true),
+        ("e-case".into(), false),
+        ("e.1".into(), true),
+        ("e_1".into(), false),
+        ("e-1".into(), false),
+        ("e/1".into(), true),
+        ("e:1".into(), false),
+        ("ключ-鍵".into(), true),
+        ("ключ-键".into(), false),
+        (long, true),
+        (long_twin, false),
+        ("k".into(), false),
+        ("K".into(), true),
+        ("two words".into(), false),
+        ("null".into(), true),
+        ("0".into(), false),
+        ("true".into(), false),
+    ]
+}
+
+async fn entry_id_space(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let failing_possible = ctx.caps.max_message_bytes.is_some();
+    let mut entries = Vec::new();
+    let mut expected_failed = std::collections::BTreeSet::new();
+    for (i, (id, fails)) in entry_ids_across_their_space().into_iter().enumerate() {
+        let key = format!("id-{i}");
+        let mut entry = match fails && failing_possible {
+            true => {
+                expected_failed.insert(id.clone());
+                oversize(&ctx, &key)?
+            }
+            false => keyed_entry(&key),
+        };
+        entry.entry_id = id;
+        entries.push(entry);
+    }
+    let subscription = ctx.subscribe_recorded(&topic).await?;
+    let sent: Vec<(String, String)> = entries
+        .iter()
+        .map(|e| (e.entry_id.clone(), e.metadata[KEY].clone()))
+        .collect();
+    let mut outcome = Outcome::new();
+    let response = match ctx.bulk_publish(request(&topic, entries)).await {
+        Ok(response) => response,
+        Err(e) => {
+            outcome.fail(format!(
+                "a bulk request whose entry ids are all distinct was refused: {e}"
+            ));
+            subscription.stop().await;
+            return Ok(outcome);
+        }
+    };
+    let reported: std::collections::BTreeSet<String> = response
+        .failed_entries
+        .iter()
+        .map(|f| f.entry_id.clone())
+        .collect();
+    if reported != expected_failed {
+        let unknown: Vec<&String> = reported
+            .iter()
+            .filter(|id| !sent.iter().any(|(sent, _)| sent == *id))
+            .collect();
+        let wrongly: Vec<&String> = reported
+            .iter()
+            .filter(|id| !expected_failed.contains(*id) && !unknown.contains(id))
+            .collect();
+        let unreported: Vec<&String> = expected_failed
+            .iter()
+            .filter(|id| !reported.contains(*id))
+            .collect();
+        outcome.fail(format!(
+            "entry ids not reported as sent: failed entries reported as {reported:?}; ids never sent: {unknown:?}; succeeded but reported failed: {wrongly:?}; failed but not reported: {unreported:?}"
+        ));
+    }
+    let delivered: Vec<String> = sent
+        .iter()
+        .filter(|(id, _)| !expected_failed.contains(id))
+        .map(|(_, key)| key.clone())
+        .collect();
+    ctx.recorder
+        .wait_for_keys(&delivered, ctx.delivery_deadline())
+        .await;
+    subscription.stop().await;
+    if !failing_possible {
+        outcome.note("the component declares no maximum message size: no entry made to fail, only acceptance and delivery checked");
+    }
+    outcome.note(format!(
+        "{} entry ids sent, {} made to fail: {:?}",
+        sent.len(),
+        expected_failed.len(),
+        expected_failed
+    ));
     Ok(outcome.merge(ctx.check(&ctx.expectation())))
 }
 

@@ -17,6 +17,7 @@ mod partitions;
 mod retry;
 mod tracing_cases;
 mod ttl;
+mod values;
 
 use crate::catalogue::Case;
 use crate::history::KEY;
@@ -29,6 +30,7 @@ use pubsub_components::{Capabilities, Metadata};
 pub fn all() -> Vec<Case> {
     [
         basics::cases(),
+        values::cases(),
         groups::cases(),
         cancellation::cases(),
         identifiers::cases(),

@@ -65,6 +65,14 @@ pub enum Fault {
     StripsRawMarker,
     /// Truncates payloads over 4 KiB.
     TruncatesLargePayloads,
+    /// Drops the last byte of a payload of exactly the maximum size (an off-by-one
+    /// in a length prefix).
+    TruncatesAtMaximum,
+    /// Refuses a payload of exactly the maximum size (`>=` where `>` was meant).
+    RefusesExactMaximum,
+    /// Delivers a message that stayed in the broker over 2 s without its empty
+    /// metadata values (a cold read path that skips empty fields).
+    LosesEmptyValuesAfterWait,
     /// Gives every consumer its own group, so group members do not share.
     IgnoresGroups,
     /// Puts every consumer in one group, so groups do not each get every message.
@@ -199,6 +207,18 @@ impl Faulty {
         })
     }
 
+    /// For [`Fault::RefusesExactMaximum`]: refuses a payload of exactly the maximum.
+    fn refuse_exact_maximum(&self, message: &OutgoingMessage) -> Result<()> {
+        let max = self.inner.capabilities().max_message_bytes;
+        if self.fault == Fault::RefusesExactMaximum && Some(message.payload.len()) == max {
+            return Err(pubsub_components::PubSubError::InvalidRequest(format!(
+                "message of {} bytes reaches the maximum message size",
+                message.payload.len()
+            )));
+        }
+        Ok(())
+    }
+
     fn corrupt(&self, mut message: OutgoingMessage) -> OutgoingMessage {
         match self.fault {
             Fault::FoldsColons => message.topic = message.topic.replace(':', "_"),
@@ -237,6 +257,12 @@ impl Faulty {
                     .remove(pubsub_components::runtime::controls::HEADER_RAW);
             }
             Fault::TruncatesLargePayloads => message.payload.truncate(4096),
+            Fault::TruncatesAtMaximum => {
+                let max = self.inner.capabilities().max_message_bytes;
+                if Some(message.payload.len()) == max {
+                    message.payload.pop();
+                }
+            }
             Fault::DelaysFromReceipt
             | Fault::BlocksBehindDelayed
             | Fault::DelaysCappedAtLease
@@ -357,6 +383,7 @@ impl Component for Faulty {
     }
 
     async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
+        self.refuse_exact_maximum(&message)?;
         self.inner.publish(self.corrupt(message)).await
     }
 
@@ -364,6 +391,16 @@ impl Component for Faulty {
         &self,
         messages: Vec<OutgoingMessage>,
     ) -> Result<Vec<Result<MessageId>>> {
+        if self.fault == Fault::RefusesExactMaximum {
+            let mut results = Vec::new();
+            for message in messages {
+                results.push(match self.refuse_exact_maximum(&message) {
+                    Ok(()) => self.inner.publish(message).await,
+                    Err(e) => Err(e),
+                });
+            }
+            return Ok(results);
+        }
         let messages: Vec<OutgoingMessage> =
             messages.into_iter().map(|m| self.corrupt(m)).collect();
         let topic = messages
@@ -623,6 +660,15 @@ impl FaultyConsumer {
                     }
                 }
                 messages = kept;
+            }
+            Fault::LosesEmptyValuesAfterWait => {
+                let now = SystemTime::now();
+                for message in &mut messages {
+                    let waited = now.duration_since(message.publish_time).unwrap_or_default();
+                    if waited > Duration::from_secs(2) {
+                        message.metadata.retain(|_, value| !value.is_empty());
+                    }
+                }
             }
             Fault::StripsMetadata => {
                 for message in &mut messages {
