@@ -30,29 +30,30 @@ pub struct CaseContext {
     pub wrap: Option<crate::runner::RuntimeWrapper>,
     prefix: String,
     deadline: Instant,
-    /// How far the deadline has moved for time spent in publish calls (see
-    /// [`PublishTime`]).
-    publish_time: PublishTime,
+    /// How far the deadline has moved for time spent waiting on the broker's
+    /// acknowledgement of publishes and subscriptions (see [`AckTime`]).
+    ack_time: AckTime,
     seed: u64,
 }
 
-/// Time a case spent waiting in the component's publish calls. The contract bounds
-/// delivery, not how long a publish takes to be acknowledged (a confirm after a disk
-/// write on a contended disk), so that time moves the case's deadline back, up to
-/// [`PublishTime::MAX_FACTOR`] times the bound. Shared with the runner, whose timeout
+/// Time a case spent waiting in the component's publish, subscribe and group-creation
+/// calls. The contract bounds delivery, not how long a publish or a subscription takes
+/// to be acknowledged (a confirm after a disk write on a contended disk, eighteen
+/// queue declarations on a busy broker), so that time moves the case's deadline back, up to
+/// [`AckTime::MAX_FACTOR`] times the bound. Shared with the runner, whose timeout
 /// moves with it.
 #[derive(Clone)]
-pub struct PublishTime {
+pub struct AckTime {
     spent: std::sync::Arc<std::sync::Mutex<Duration>>,
     cap: Duration,
 }
 
-impl PublishTime {
+impl AckTime {
     /// The deadline moves back by at most this many bounds.
     pub const MAX_FACTOR: u32 = 4;
 
     fn new(bound: Duration) -> Self {
-        PublishTime {
+        AckTime {
             spent: Default::default(),
             cap: bound * Self::MAX_FACTOR,
         }
@@ -81,14 +82,14 @@ impl CaseContext {
             wrap: None,
             prefix: format!("pcs-{}-{}", &run[..8], case_id.replace('.', "-")),
             deadline: Instant::now() + bound,
-            publish_time: PublishTime::new(bound),
+            ack_time: AckTime::new(bound),
             seed,
         }
     }
 
     /// The time spent in publish calls, which moves the deadline back.
-    pub fn publish_time(&self) -> PublishTime {
-        self.publish_time.clone()
+    pub fn ack_time(&self) -> AckTime {
+        self.ack_time.clone()
     }
 
     /// The faults this case can inject (see [`crate::faults::Faults`]).
@@ -111,9 +112,10 @@ impl CaseContext {
         self.seed
     }
 
-    /// The end of the case's bound, moved back by the time spent in publish calls.
+    /// The end of the case's bound, moved back by the time spent in publish and
+    /// subscribe calls.
     pub fn deadline(&self) -> Instant {
-        self.deadline + self.publish_time.extension()
+        self.deadline + self.ack_time.extension()
     }
 
     /// Now plus `wait`, but never past the case's bound.
@@ -176,10 +178,18 @@ impl CaseContext {
     ) -> Result<SubscriptionHandle, CaseError> {
         let what = format!("subscribing to {}", subscription.topics.describe());
         self.recorder.assign_group(&handler, &subscription.group);
-        self.runtime
-            .subscribe(subscription, handler)
+        self.acknowledged(self.runtime.subscribe(subscription, handler))
             .await
             .doing(&what)
+    }
+
+    /// Awaits a publish, subscribe or group-creation call whose duration moves the
+    /// deadline back (see [`AckTime`]), for cases that inspect the call's error.
+    pub async fn acknowledged<T>(&self, call: impl std::future::Future<Output = T>) -> T {
+        let started = Instant::now();
+        let result = call.await;
+        self.ack_time.add(started.elapsed());
+        result
     }
 
     /// Creates a subscription's group before anything is published for it, so that
@@ -190,7 +200,9 @@ impl CaseContext {
             subscription.group,
             subscription.topics.describe()
         );
-        self.runtime.create_group(subscription).await.doing(&what)
+        self.acknowledged(self.runtime.create_group(subscription))
+            .await
+            .doing(&what)
     }
 
     /// Creates a consumer's group (for cases that drive the component directly)
@@ -201,9 +213,7 @@ impl CaseContext {
             spec.group,
             spec.topics.describe()
         );
-        self.runtime
-            .component()
-            .create_group(spec)
+        self.acknowledged(self.runtime.component().create_group(spec))
             .await
             .doing(&what)
     }
@@ -263,7 +273,7 @@ impl CaseContext {
         };
         let started = Instant::now();
         let result = runtime.publish(request).await;
-        self.publish_time.add(started.elapsed());
+        self.ack_time.add(started.elapsed());
         self.recorder.published_with(
             publish,
             result
@@ -336,7 +346,7 @@ impl CaseContext {
             .collect();
         let started = Instant::now();
         let result = runtime.bulk_publish(request).await;
-        self.publish_time.add(started.elapsed());
+        self.ack_time.add(started.elapsed());
         for (entry_id, publish) in entries {
             let outcome = match &result {
                 Ok(response) => match response

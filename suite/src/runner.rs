@@ -545,7 +545,7 @@ async fn run_once(
     context.connect = environment.connect.clone();
     context.wrap = environment.wrap.clone();
     let recorder = context.recorder.clone();
-    let publish_time = context.publish_time();
+    let ack_time = context.ack_time();
     let probe = if case.lane() == Lane::Timed {
         Some(
             crate::load::Probe::start(
@@ -569,7 +569,7 @@ async fn run_once(
         reason = health.gone() => Attempt::Errored(format!(
             "the broker died during the case: {reason}; this says nothing about the component"
         )),
-        attempt = run_body(case, bound, body, &recorder, &publish_time) => attempt,
+        attempt = run_body(case, bound, body, &recorder, &ack_time) => attempt,
     };
     if let Some(probe) = probe {
         probe.stop().await;
@@ -589,12 +589,12 @@ async fn run_body(
     bound: Duration,
     body: impl std::future::Future<Output = std::thread::Result<CaseRun>>,
     recorder: &crate::history::Recorder,
-    publish_time: &crate::context::PublishTime,
+    ack_time: &crate::context::AckTime,
 ) -> Attempt {
     // A little slack past the bound lets a case report its own findings at its deadline;
-    // the bound moves back by the time the case spent in publish calls.
+    // the bound moves back by the time the case spent in publish and subscribe calls.
     let started = tokio::time::Instant::now();
-    let limit = || started + bound + publish_time.extension() + Duration::from_millis(500);
+    let limit = || started + bound + ack_time.extension() + Duration::from_millis(500);
     tokio::pin!(body);
     let finished = loop {
         tokio::select! {
@@ -610,9 +610,9 @@ async fn run_body(
         Err(()) => {
             let mut outcome = Outcome::new().with_history(&recorder.history());
             let finding = format!(
-                "did not finish within its bound of {bound:?} ({}), plus the {:?} it spent waiting for publishes to be acknowledged",
+                "did not finish within its bound of {bound:?} ({}), plus the {:?} it spent waiting for publishes and subscriptions to be acknowledged",
                 case.bound.rule,
-                publish_time.extension()
+                ack_time.extension()
             );
             // A timed case overrunning its bound is a timing finding.
             if case.lane() == Lane::Timed {

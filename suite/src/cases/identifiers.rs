@@ -52,8 +52,14 @@ async fn distinct_groups(ctx: CaseContext) -> CaseRun {
         ctx.recorder.assign_group(&handler, group);
         // The group exists before anything is published (queue and session brokers
         // keep messages only for groups that do), then a member joins it.
-        let joined = match ctx.runtime.create_group(&subscription).await {
-            Ok(()) => ctx.runtime.subscribe(subscription, handler).await,
+        let joined = match ctx
+            .acknowledged(ctx.runtime.create_group(&subscription))
+            .await
+        {
+            Ok(()) => {
+                ctx.acknowledged(ctx.runtime.subscribe(subscription, handler))
+                    .await
+            }
             Err(e) => Err(e),
         };
         match joined {
@@ -182,7 +188,7 @@ async fn distinct_names(ctx: CaseContext) -> CaseRun {
             let subscription = Subscription::new(topic, group);
             let handler = ctx.recorder.handler(&subscriber);
             ctx.recorder.assign_group(&handler, &subscription.group);
-            match ctx.runtime.subscribe(subscription, handler).await {
+            match ctx.acknowledged(ctx.runtime.subscribe(subscription, handler)).await {
                 Ok(handle) => handles.push(handle),
                 Err(e) if clear_refusal(&e, topic) => {
                     refused.push(format!("{label} ({topic}): {e}"));
