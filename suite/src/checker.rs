@@ -80,7 +80,8 @@ pub struct Findings {
     pub delivered: usize,
 }
 
-fn examples(items: &[String]) -> String {
+/// The first few of `items`, and how many more there are.
+pub fn examples(items: &[String]) -> String {
     let shown: Vec<&str> = items.iter().take(EXAMPLES).map(String::as_str).collect();
     let more = items.len().saturating_sub(EXAMPLES);
     if more > 0 {

@@ -48,6 +48,7 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::retries_forever(Fault::NeverDeadLetters, &["retry.exhausted-without-dead-letter"], "maxDeliveries is 3")]
 #[case::lies_in_bulk_statuses(Fault::LiesInBulkStatuses, &["bulk-publish.partial-failure", "bulk-publish.status-mapping"], "lost")]
 #[case::overfills_batches(Fault::OverfillsBatches, &["bulk-subscribe.max-messages"], "exceeds maxMessagesCount")]
+#[case::counts_put_back_entries(Fault::CountsPutBackEntries, &["bulk-subscribe.max-messages"], "first delivered as a later attempt, never delivered before")]
 #[case::holds_partial_batches(Fault::HoldsPartialBatches, &["bulk-subscribe.max-await"], "maxAwaitDurationMs")]
 #[case::loses_owner_topic(Fault::LosesOwnerTopic, &["multi-topic.owner-topic", "message-id.round-trip"], "owner")]
 #[case::seeks_everything(Fault::SeeksEverything, &["multi-topic.seek"], "repositioned")]

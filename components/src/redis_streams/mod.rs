@@ -503,25 +503,48 @@ impl RedisConsumer {
                 .query_async(&mut conn)
                 .await
                 .map_err(broker("claiming idle entries"))?;
-            for entry in items(items(&reply).get(1).unwrap_or(&Value::Nil)) {
+            let entries = items(items(&reply).get(1).unwrap_or(&Value::Nil));
+            let ids: Vec<String> = entries
+                .iter()
+                .filter_map(|entry| items(entry).first().and_then(text))
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            // Each claimed entry's delivery count and due time, in one round trip.
+            let mut lookups = redis::pipe();
+            for id in &ids {
+                lookups
+                    .cmd("XPENDING")
+                    .arg(self.key(&topic))
+                    .arg(&self.spec.group)
+                    .arg(id)
+                    .arg(id)
+                    .arg(1)
+                    .cmd("HGET")
+                    .arg(self.due_key(&topic))
+                    .arg(id);
+            }
+            let answers: Vec<Value> = lookups
+                .query_async(&mut conn)
+                .await
+                .map_err(broker("reading delivery counts and due times"))?;
+            for entry in entries {
                 let Some(id) = items(entry).first().and_then(text) else {
                     continue;
                 };
-                let pending: Value = redis::cmd("XPENDING")
-                    .arg(self.key(&topic))
-                    .arg(&self.spec.group)
-                    .arg(&id)
-                    .arg(&id)
-                    .arg(1)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(broker("reading a delivery count"))?;
-                let attempt: u32 = items(items(&pending).first().unwrap_or(&Value::Nil))
+                let index = ids.iter().position(|i| *i == id).unwrap_or_default();
+                let pending = answers.get(2 * index).unwrap_or(&Value::Nil);
+                let attempt: u32 = items(items(pending).first().unwrap_or(&Value::Nil))
                     .get(3)
                     .and_then(text)
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(2);
-                if self.still_deferred(&topic, &id, attempt).await? {
+                let due = answers
+                    .get(2 * index + 1)
+                    .and_then(text)
+                    .and_then(|d| d.parse().ok());
+                if self.still_deferred(&topic, &id, attempt, due).await? {
                     continue;
                 }
                 if let Some(message) = self.entry(&topic, entry, attempt)? {
@@ -539,17 +562,18 @@ impl RedisConsumer {
         format!("{}-due:{}:{topic}", self.prefix, self.spec.group)
     }
 
-    /// For an entry just claimed: when it was negatively acknowledged with a delay
-    /// beyond the claim idle time and is not due yet, hands it back (idle again, its
-    /// delivery count as it was) and answers true; else forgets its due time.
-    async fn still_deferred(&self, topic: &str, id: &str, attempt: u32) -> Result<bool> {
+    /// For an entry just claimed with its recorded `due` time: when it was negatively
+    /// acknowledged with a delay beyond the claim idle time and is not due yet, hands
+    /// it back (idle again, its delivery count as it was) and answers true; else
+    /// forgets its due time.
+    async fn still_deferred(
+        &self,
+        topic: &str,
+        id: &str,
+        attempt: u32,
+        due: Option<u64>,
+    ) -> Result<bool> {
         let mut conn = self.connection.clone();
-        let due: Option<u64> = redis::cmd("HGET")
-            .arg(self.due_key(topic))
-            .arg(id)
-            .query_async(&mut conn)
-            .await
-            .map_err(broker("reading a redelivery due time"))?;
         let Some(due) = due else {
             return Ok(false);
         };
@@ -685,6 +709,30 @@ impl RedisConsumer {
         Ok(by_stream)
     }
 
+    /// Hands back entries read but never handed to the application: claimable at
+    /// once, their delivery count back to zero (the claim that delivers them counts
+    /// their first attempt).
+    async fn unread(&self, key: &str, ids: &[String]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(key).arg(&self.spec.group).arg(&self.name).arg(0);
+        for id in ids {
+            cmd.arg(id);
+        }
+        cmd.arg("IDLE")
+            .arg(self.claim_idle.as_millis() as u64)
+            .arg("RETRYCOUNT")
+            .arg(0)
+            .arg("JUSTID");
+        let mut conn = self.connection.clone();
+        cmd.query_async::<Value>(&mut conn)
+            .await
+            .map_err(broker("handing back entries of another topic"))?;
+        Ok(())
+    }
+
     /// Makes pending entries claimable after `after` by setting their idle time.
     async fn release(&self, key: &str, ids: &[String], after: Duration) -> Result<()> {
         if ids.is_empty() {
@@ -727,13 +775,9 @@ impl Consumer for RedisConsumer {
         let topic = first.topic().to_string();
         // Entries of other topics go back at once, for the next batch.
         let (same, other): (Vec<_>, Vec<_>) = batch.drain(..).partition(|m| m.topic() == topic);
-        for message in other {
-            self.release(
-                &self.owned(&message.id)?,
-                &[stream_id(message.id.position)],
-                Duration::ZERO,
-            )
-            .await?;
+        let other: Vec<MessageId> = other.into_iter().map(|m| m.id).collect();
+        for (key, entries) in self.by_stream(&other)? {
+            self.unread(&key, &entries).await?;
         }
         batch = same;
         let since_arrival = SystemTime::now()

@@ -324,6 +324,33 @@ async fn max_messages(ctx: CaseContext) -> CaseRun {
                 format!("run {run}: batch {id} mixes {mixed} topics")
             });
         }
+        // Every entry is answered SUCCESS: its first delivery is attempt 1, also when
+        // the component put back entries of the other topic to batch them apart.
+        let mut first_attempts: BTreeMap<&str, u32> = BTreeMap::new();
+        for record in &history.records {
+            if let Record::Delivered {
+                key: Some(key),
+                attempt,
+                subscriber: s,
+                ..
+            } = record
+            {
+                if *s == subscriber {
+                    first_attempts.entry(key.as_str()).or_insert(*attempt);
+                }
+            }
+        }
+        let miscounted: Vec<String> = first_attempts
+            .iter()
+            .filter(|(_, attempt)| **attempt != 1)
+            .map(|(key, attempt)| format!("{key} (attempt {attempt})"))
+            .collect();
+        outcome.expect(miscounted.is_empty(), || {
+            format!(
+                "run {run}: first delivered as a later attempt, never delivered before: {}",
+                crate::checker::examples(&miscounted)
+            )
+        });
     }
     let checked = ctx.check(&ctx.expectation());
     Ok(outcome.merge(checked))

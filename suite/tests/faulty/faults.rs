@@ -32,6 +32,11 @@ pub enum Fault {
     LiesInBulkStatuses,
     /// Returns more than maxMessagesCount entries per native batch.
     OverfillsBatches,
+    /// In a batch of a multi-topic subscription, delivers the entries of every topic
+    /// but the first as attempt 2 on their first delivery (a consumer that puts back
+    /// entries of other topics to batch topics apart, and counts the put-back as a
+    /// delivery).
+    CountsPutBackEntries,
     /// Holds partial native batches long past maxAwaitDuration.
     HoldsPartialBatches,
     /// Delivers ids without their owner topic.
@@ -892,6 +897,19 @@ impl Consumer for FaultyConsumer {
             // Closes a batch halfway through its window, as a receive that returns
             // what it has as soon as it has something.
             Fault::HandsPartialBatchesEarly => self.inner.receive_batch(max, max_await / 2).await?,
+            Fault::CountsPutBackEntries => {
+                let mut batch = self.inner.receive_batch(max, max_await).await?;
+                if let TopicSelector::List(topics) = &self.topics {
+                    for message in &mut batch {
+                        if message.attempt == 1
+                            && topics.first() != Some(&message.topic().to_string())
+                        {
+                            message.attempt = 2;
+                        }
+                    }
+                }
+                batch
+            }
             _ => self.inner.receive_batch(max, max_await).await?,
         };
         self.distort(batch).await
