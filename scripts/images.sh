@@ -4,8 +4,15 @@
 # entrypoint, `docker import` it as pcs/<broker>:bookworm. Images that already exist
 # are kept.
 #
-# Usage: scripts/images.sh [--rebuild] [broker ...]
-#   brokers: redis nats mosquitto rabbitmq postgres tansu (default: all)
+# Usage: scripts/images.sh [--rebuild] [--versions] [broker[@suite] ...]
+#   brokers: redis valkey nats mosquitto rabbitmq postgres tansu (default: all but
+#              valkey, from PCS_SUITE)
+#   broker@suite  builds the broker from that Debian release (bullseye, bookworm,
+#              trixie, forky): pcs/<broker>:<suite>, also tagged by the broker
+#              version it got, e.g. pcs/redis:8.0.2 (label org.pcs.version)
+#   --versions every Debian release that has each named broker (default: every
+#              broker with versions): the broker-version axis (certify
+#              --broker-versions); images already built are kept
 #   fresh      (never built by default) pcs/fresh:<suite>, a machine with no broker:
 #              only the C toolchain Rust's linker and librdkafka need, git and CA
 #              certificates, no entrypoint (scripts/fresh-machine.sh runs it)
@@ -14,18 +21,53 @@
 # (default: bookworm), PCS_IMAGE_CACHE (.deb cache, default /var/cache/pcs-images).
 set -euo pipefail
 
+# broker -> the Debian releases that carry it (the broker-version axis)
+declare -A releases=(
+    [redis]="bullseye bookworm trixie forky"
+    [valkey]="trixie forky"
+    [nats]="bookworm trixie forky"
+    [mosquitto]="bullseye bookworm trixie forky"
+    [rabbitmq]="bullseye bookworm trixie forky"
+    [postgres]="bullseye bookworm trixie forky"
+)
+
 rebuild=no
+versions=no
 brokers=()
 for arg in "$@"; do
+    name="${arg%@*}"
     case "$arg" in
         --rebuild) rebuild=yes ;;
-        redis | nats | mosquitto | rabbitmq | postgres | tansu | fresh) brokers+=("$arg") ;;
-        *) echo "images.sh: unknown argument '$arg' (brokers: redis nats mosquitto rabbitmq postgres tansu; or fresh)" >&2; exit 2 ;;
+        --versions) versions=yes ;;
+        *)
+            case "$name" in
+                redis | valkey | nats | mosquitto | rabbitmq | postgres | tansu | fresh) ;;
+                *) echo "images.sh: unknown argument '$arg' (brokers: redis valkey nats mosquitto rabbitmq postgres tansu, each optionally @suite; or fresh)" >&2; exit 2 ;;
+            esac
+            if [ "$arg" != "$name" ] && [[ " ${releases[$name]:-} " != *" ${arg#*@} "* ]]; then
+                echo "images.sh: Debian has no $name in '${arg#*@}' (it has it in: ${releases[$name]:-none})" >&2
+                exit 2
+            fi
+            brokers+=("$arg")
+            ;;
     esac
 done
+if [ "$versions" = yes ]; then
+    [ "${#brokers[@]}" -gt 0 ] || brokers=(redis valkey nats mosquitto rabbitmq postgres)
+    expanded=()
+    for broker in "${brokers[@]}"; do
+        if [ "$broker" != "${broker%@*}" ]; then
+            expanded+=("$broker")
+            continue
+        fi
+        [ -n "${releases[$broker]:-}" ] || { echo "images.sh: $broker has no version axis" >&2; exit 2; }
+        for release in ${releases[$broker]}; do expanded+=("$broker@$release"); done
+    done
+    brokers=("${expanded[@]}")
+fi
 [ "${#brokers[@]}" -gt 0 ] || brokers=(redis nats mosquitto rabbitmq postgres tansu)
 
-suite="${PCS_SUITE:-bookworm}"
+default_suite="${PCS_SUITE:-bookworm}"
 cache="${PCS_IMAGE_CACHE:-/var/cache/pcs-images}"
 mirror="${PCS_DEBIAN_MIRROR:-}"
 if [ -z "$mirror" ]; then
@@ -43,6 +85,7 @@ command -v debootstrap >/dev/null || { echo "images.sh: debootstrap is missing (
 # broker -> Debian package
 declare -A packages=(
     [redis]=redis-server
+    [valkey]=valkey-server
     [nats]=nats-server
     [mosquitto]=mosquitto
     [rabbitmq]=rabbitmq-server
@@ -64,6 +107,12 @@ entrypoint() {
 # Append-only persistence, so a restarted container keeps what was acknowledged.
 mkdir -p /data
 exec redis-server --bind 127.0.0.1 --port "${PCS_PORT:-6379}" --dir /data --appendonly yes --appendfsync always --save ''
+EOF
+            ;;
+        valkey) cat <<'EOF'
+#!/bin/sh
+mkdir -p /data
+exec valkey-server --bind 127.0.0.1 --port "${PCS_PORT:-6379}" --dir /data --appendonly yes --appendfsync always --save ''
 EOF
             ;;
         nats) cat <<'EOF'
@@ -129,14 +178,43 @@ EOF
 }
 
 
+# The broker's version in a built rootfs: its package's upstream version (no epoch,
+# no Debian revision), e.g. 5:7.0.15-1~deb12u1 -> 7.0.15.
+broker_version() {
+    local root="$1" broker="$2" package
+    case "$broker" in
+        postgres) package="$(chroot "$root" dpkg-query -W -f '${Package}\n' 'postgresql-[0-9]*' | grep -E '^postgresql-[0-9]+$' | head -n1)" ;;
+        *) package="${packages[$broker]%%,*}" ;;
+    esac
+    chroot "$root" dpkg-query -W -f '${Version}' "$package" | sed -E 's/^[0-9]+://; s/[-+~].*$//'
+}
+
 mkdir -p "$cache"
-for broker in "${brokers[@]}"; do
+for target in "${brokers[@]}"; do
+    broker="${target%@*}"
+    suite="$default_suite"
+    [ "$target" = "$broker" ] || suite="${target#*@}"
+    # Debian's debootstrap of bookworm knows no forky; its sid script serves it.
+    script=()
+    [ "$suite" != forky ] || script=(/usr/share/debootstrap/scripts/sid)
     image="pcs/$broker:$suite"
     if docker image inspect "$image" >/dev/null 2>&1; then
         if [ "$rebuild" = yes ]; then
             docker image rm -f "$image" >/dev/null
         else
-            echo "images.sh: $image exists"
+            version="$(docker image inspect --format '{{ index .Config.Labels "org.pcs.version" }}' "$image")"
+            if [ -z "$version" ] && [ -n "${releases[$broker]:-}" ]; then
+                # Built before images recorded their version: read it from the image.
+                package="${packages[$broker]%%,*}"
+                [ "$broker" != postgres ] || package="$(docker run --rm --entrypoint sh "$image" -c "dpkg-query -W -f '\${Package}\n' 'postgresql-[0-9]*' | grep -E '^postgresql-[0-9]+\$' | head -n1")"
+                version="$(docker run --rm --entrypoint dpkg-query "$image" -W -f '${Version}' "$package" | sed -E 's/^[0-9]+://; s/[-+~].*$//')"
+            fi
+            if [ -n "$version" ] && [ -z "$(docker image inspect --format '{{ index .Config.Labels "org.pcs.version" }}' "$image")" ]; then
+                # Record it in the image, as a new build would.
+                printf 'FROM %s\nLABEL org.pcs.version=%s\n' "$image" "$version" | docker build -q -t "$image" - >/dev/null
+            fi
+            [ -z "$version" ] || docker tag "$image" "pcs/$broker:$version"
+            echo "images.sh: $image exists${version:+ (= pcs/$broker:$version)}"
             continue
         fi
     fi
@@ -145,7 +223,7 @@ for broker in "${brokers[@]}"; do
     trap 'rm -rf "$root"' EXIT
     echo "images.sh: building $image (debootstrap $suite with ${packages[$broker]})"
     if ! debootstrap --variant=minbase --cache-dir="$cache" --include="${packages[$broker]}" \
-        "$suite" "$root" "$mirror" >"$root.log" 2>&1; then
+        "$suite" "$root" "$mirror" "${script[@]}" >"$root.log" 2>&1; then
         echo "images.sh: debootstrap failed for $broker; its log:" >&2
         tail -n 20 "$root.log" >&2
         exit 1
@@ -156,6 +234,11 @@ for broker in "${brokers[@]}"; do
         install -m 755 "$tansu_bin" "$root/usr/local/bin/tansu"
     fi
     changes=(--change "LABEL org.pcs.broker=$broker org.pcs.suite=$suite")
+    version=""
+    if [ -n "${releases[$broker]:-}" ]; then
+        version="$(broker_version "$root" "$broker")"
+        changes=(--change "LABEL org.pcs.broker=$broker org.pcs.suite=$suite org.pcs.version=$version")
+    fi
     if [ "$broker" != fresh ]; then
         entrypoint "$broker" >"$root/usr/local/bin/pcs-entrypoint"
         chmod 755 "$root/usr/local/bin/pcs-entrypoint"
@@ -165,7 +248,8 @@ for broker in "${brokers[@]}"; do
     # what the image does not need.
     rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"* "$root/usr/share/doc" "$root/usr/share/man"
     tar -C "$root" -c . | docker import "${changes[@]}" - "$image" >/dev/null
+    [ -z "$version" ] || docker tag "$image" "pcs/$broker:$version"
     rm -rf "$root" "$root.log"
     trap - EXIT
-    echo "images.sh: built $image in $(($(date +%s) - started)) s"
+    echo "images.sh: built $image${version:+ (= pcs/$broker:$version)} in $(($(date +%s) - started)) s"
 done

@@ -226,6 +226,14 @@ pub trait Component: Send + Sync + 'static {
     /// The broker and its version, for the report's evidence.
     async fn broker_version(&self) -> Result<String>;
 
+    /// What the broker lacks that the component needs (a command, a queue argument),
+    /// checked before anything is certified: e.g. "needs Redis >= 6.2 (XAUTOCLAIM);
+    /// the broker answered: ERR unknown command 'XAUTOCLAIM'". `None`: nothing lacking
+    /// (the default, for components that need nothing a broker version may lack).
+    async fn unmet_broker_requirement(&self) -> Result<Option<String>> {
+        Ok(None)
+    }
+
     /// Publishes one message; returns its id once the broker accepted it.
     async fn publish(&self, message: OutgoingMessage) -> Result<MessageId>;
 

@@ -181,6 +181,10 @@ impl Component for Partitioned {
         self.inner.broker_version().await
     }
 
+    async fn unmet_broker_requirement(&self) -> Result<Option<String>> {
+        self.inner.unmet_broker_requirement().await
+    }
+
     async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
         let (message, partition) = self.route(message).await?;
         let id = self.inner.publish(message).await?;

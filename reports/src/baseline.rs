@@ -198,6 +198,7 @@ mod tests {
                     endpoint: None,
                     broker_version: None,
                     problem: None,
+                    unsupported_broker: None,
                 },
                 capabilities: serde_json::Value::Null,
                 cases: cells,

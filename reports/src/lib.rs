@@ -128,6 +128,10 @@ pub struct Provisioning {
     pub broker_version: Option<String>,
     /// Why it could not be provisioned, and how to get one.
     pub problem: Option<String>,
+    /// What this broker (version) lacks that the component needs, with the broker's
+    /// own refusal: the row's cases were not run (each UNSUPPORTED, saying so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsupported_broker: Option<String>,
 }
 
 /// The verdict of one cell.

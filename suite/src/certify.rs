@@ -200,6 +200,7 @@ pub async fn certify(
                             endpoint: None,
                             broker_version: None,
                             problem: None,
+                            unsupported_broker: None,
                         },
                         format!("certifying {name} stopped: {e} (a suite defect)"),
                     )],
@@ -279,7 +280,28 @@ async fn certify_component(
         endpoint: provisioned.endpoint.clone(),
         broker_version,
         problem: None,
+        unsupported_broker: None,
     };
+    // A broker version that lacks what the component needs: said once for the row,
+    // with the broker's own refusal, instead of a wall of failures.
+    if let Ok(Some(unmet)) = provisioned.component.unmet_broker_requirement().await {
+        progress(name, &format!("{name}: UNSUPPORTED broker: {unmet}"));
+        let mut provisioning = provisioning;
+        provisioning.unsupported_broker = Some(unmet.clone());
+        let report = uniform_report(
+            definition,
+            cases,
+            Status::Unsupported,
+            provisioning,
+            format!("not run: this broker version cannot serve the component: {unmet}"),
+        );
+        let mut left = Vec::new();
+        if let Some(broker) = &provisioned.broker {
+            broker.shutdown().await;
+            left.extend(broker.leftover().await);
+        }
+        return (vec![report], left);
+    }
     let results = run_cases(
         definition,
         provisioning.broker_version.clone(),
@@ -973,6 +995,7 @@ fn not_provisioned(
         endpoint: None,
         broker_version: None,
         problem: Some(problem.clone()),
+        unsupported_broker: None,
     };
     uniform_report(
         definition,

@@ -10,6 +10,7 @@ use crate::certify::{
     Selection,
 };
 use crate::progress::Board;
+use crate::provision::versions::{self, AxisPoint, VersionSelection};
 use crate::provision::{
     order_from_environment as provision_from_environment, own_broker_order, provision,
     ProvisionKind,
@@ -18,6 +19,7 @@ use crate::reports::{self, RunReport};
 use crate::runner::RunOptions;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+use pubsub_components::config::ComponentDefinition;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -39,6 +41,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Certify components against the catalogue and write the report.
@@ -94,6 +98,14 @@ enum Command {
         /// (default: each broker's auto order; also PUBSUB_PROVISION).
         #[arg(long, value_name = "ORDER", value_parser = parse_order)]
         provision: Option<ProvisionOrder>,
+        /// Certify each component once per broker version, each in its own container
+        /// (a row `<component> on <broker> <version>`): 'all' (every version Debian's
+        /// releases carry, and Valkey for Redis Streams), or a list of versions,
+        /// Debian releases or broker@release, e.g. '3.10.8,4.0.5' or 'valkey@forky'.
+        /// A missing image is built first (scripts/images.sh). Components without a
+        /// versioned broker are certified once.
+        #[arg(long, value_name = "VERSIONS")]
+        broker_versions: Option<crate::provision::versions::VersionSelection>,
         /// When a broker dies mid-run, restart it and run the remaining cases (default:
         /// they are ERROR, naming how it died).
         #[arg(long)]
@@ -335,6 +347,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             js_sdk,
             seed,
             provision,
+            broker_versions,
             restart_broker,
             fail_not_provisioned,
             jobs,
@@ -357,6 +370,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let provision = match provision {
                 Some(order) => Some(order.0),
                 None => provision_from_environment().map_err(anyhow::Error::msg)?,
+            };
+            let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            let (definitions, provision) = match &broker_versions {
+                None => (definitions, provision),
+                Some(selection) => {
+                    if provision
+                        .as_ref()
+                        .is_some_and(|kinds| !kinds.contains(&ProvisionKind::Container))
+                    {
+                        anyhow::bail!("--broker-versions runs each version in its own container: --provision (or PUBSUB_PROVISION) must allow 'container'");
+                    }
+                    let definitions = tokio.block_on(on_broker_versions(definitions, selection))?;
+                    (definitions, Some(vec![ProvisionKind::Container]))
+                }
             };
             let options = CertifyOptions {
                 run: RunOptions {
@@ -394,7 +421,6 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 std::fs::remove_dir_all(&histories)
                     .with_context(|| format!("cannot clear {}", histories.display()))?;
             }
-            let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             let board = Arc::new(Board::new(std::io::stderr().is_terminal()));
             let progress: Progress =
                 Arc::new(move |component: &str, line: &str| board.hear(component, line));
@@ -418,6 +444,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let unprovisioned = not_provisioned(&report);
             for (name, problem) in &unprovisioned {
                 println!("NOT PROVISIONED {name}: {problem}");
+            }
+            for component in &report.components {
+                if let Some(unmet) = &component.provisioning.unsupported_broker {
+                    println!("BROKER UNSUPPORTED {}: {unmet}", component.name);
+                }
             }
             print_changes(&report);
             if fail_not_provisioned && !unprovisioned.is_empty() {
@@ -538,6 +569,44 @@ fn not_provisioned(report: &RunReport) -> Vec<(String, String)> {
                 .map(|problem| (c.name.clone(), problem.clone()))
         })
         .collect()
+}
+
+/// The definitions of a `--broker-versions` run: each component with a versioned
+/// broker once per selected version (its image built first when missing), the others
+/// as they are. Versions on no selected component's axis are an error.
+async fn on_broker_versions(
+    definitions: Vec<ComponentDefinition>,
+    selection: &VersionSelection,
+) -> anyhow::Result<Vec<ComponentDefinition>> {
+    let axes: Vec<Vec<AxisPoint>> = definitions
+        .iter()
+        .map(|definition| versions::axis(&definition.component_type))
+        .collect();
+    selection.check(&axes).map_err(anyhow::Error::msg)?;
+    let mut expanded = Vec::new();
+    for (definition, axis) in definitions.into_iter().zip(axes) {
+        if axis.is_empty() {
+            eprintln!(
+                "broker versions: {} has no versioned broker image; certified once",
+                definition.name
+            );
+            expanded.push(definition);
+            continue;
+        }
+        for point in selection.select(&axis) {
+            let progress = |line: &str| eprintln!("broker versions: {line}");
+            match versions::prepare(point, &progress).await {
+                Ok(prepared) => expanded.push(versions::on_version(&definition, &prepared)),
+                Err(problem) => anyhow::bail!(
+                    "{} on {} from Debian {}: {problem}",
+                    definition.name,
+                    point.broker,
+                    point.release
+                ),
+            }
+        }
+    }
+    Ok(expanded)
 }
 
 /// The baseline report given with `--baseline`, read and checked like any report.

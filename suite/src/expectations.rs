@@ -61,7 +61,10 @@ impl Expectations {
     /// (e.g. `via @dapr-dapr client.yaml`). Unknown cases and bad YAML are errors
     /// naming the file.
     pub fn load(definition: &Path, name: &str) -> anyhow::Result<Self> {
-        let mut expectations = Self::load_file(&Self::path_for(definition, name))?;
+        // A row on one broker version (`<component> on <broker> <version>`) takes its
+        // component's file: its entries name the broker versions they hold for.
+        let component = crate::provision::versions::component_of(name);
+        let mut expectations = Self::load_file(&Self::path_for(definition, component))?;
         if let Some((_, via)) = name.split_once(" via ") {
             let shared = Self::load_file(&Self::path_for(definition, &format!("via {via}")))?;
             expectations.file = expectations.file.or(shared.file);

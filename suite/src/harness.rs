@@ -128,6 +128,7 @@ fn summarize() {
                     endpoint: None,
                     broker_version: None,
                     problem: None,
+                    unsupported_broker: None,
                 },
                 capabilities: serde_json::Value::Null,
                 cases: vec![cell],

@@ -51,6 +51,7 @@ async fn component_report(name: &str, component: Arc<dyn Component>) -> Componen
             endpoint: None,
             broker_version: component.broker_version().await.ok(),
             problem: None,
+            unsupported_broker: None,
         },
         capabilities: serde_json::to_value(component.capabilities()).unwrap(),
         cases,

@@ -451,6 +451,7 @@ async fn saved_failures_are_judged_again_identically() {
                 endpoint: None,
                 broker_version: None,
                 problem: None,
+                unsupported_broker: None,
             },
             capabilities: serde_json::Value::Null,
             cases: vec![result],

@@ -254,6 +254,33 @@ impl Component for RedisStreams {
         Ok(format!("redis {version} at {}", self.config.host))
     }
 
+    async fn unmet_broker_requirement(&self) -> Result<Option<String>> {
+        // Redeliveries are claimed with XAUTOCLAIM (Redis 6.2). On a key that does not
+        // exist a broker that knows it answers NOGROUP; one that does not, an unknown
+        // command.
+        let mut conn = self.connection.clone();
+        let answer = redis::cmd("XAUTOCLAIM")
+            .arg(format!(
+                "{}-probe:{}",
+                self.config.key_prefix,
+                uuid::Uuid::new_v4().simple()
+            ))
+            .arg("probe")
+            .arg("probe")
+            .arg(0)
+            .arg("0-0")
+            .arg("COUNT")
+            .arg(1)
+            .query_async::<Value>(&mut conn)
+            .await;
+        Ok(match answer {
+            Err(e) if e.to_string().to_lowercase().contains("unknown command") => Some(format!(
+                "needs Redis >= 6.2 (XAUTOCLAIM, with which it claims redeliveries); the broker answered: {e}"
+            )),
+            _ => None,
+        })
+    }
+
     async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
         self.check_size(&message)?;
         let mut conn = self.connection.clone();

@@ -123,6 +123,10 @@ impl Component for HeaderCarrier {
         self.inner.broker_version().await
     }
 
+    async fn unmet_broker_requirement(&self) -> Result<Option<String>> {
+        self.inner.unmet_broker_requirement().await
+    }
+
     async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
         self.inner.publish(Self::framed(message)?).await
     }

@@ -55,6 +55,7 @@ pub(crate) fn sample() -> RunReport {
         endpoint: None,
         broker_version: problem.is_none().then(|| "in-memory 0.1.0".into()),
         problem: problem.map(String::from),
+        unsupported_broker: None,
     };
     RunReport {
         schema_version: SCHEMA_VERSION,

@@ -11,6 +11,7 @@ pub mod health;
 mod ports;
 mod process;
 pub mod spec;
+pub mod versions;
 
 pub use broker::Broker;
 pub use container::BrokerContainer;
