@@ -211,7 +211,7 @@ for target in "${brokers[@]}"; do
             fi
             if [ -n "$version" ] && [ -z "$(docker image inspect --format '{{ index .Config.Labels "org.pcs.version" }}' "$image")" ]; then
                 # Record it in the image, as a new build would.
-                printf 'FROM %s\nLABEL org.pcs.version=%s\n' "$image" "$version" | docker build -q -t "$image" - >/dev/null
+                printf 'FROM %s\nLABEL org.pcs.version=%s\n' "$image" "$version" | docker build -q -t "$image" - >/dev/null 2>&1
             fi
             [ -z "$version" ] || docker tag "$image" "pcs/$broker:$version"
             echo "images.sh: $image exists${version:+ (= pcs/$broker:$version)}"

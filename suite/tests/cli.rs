@@ -119,6 +119,9 @@ fn unknown_names_and_globs_are_refused() {
 #[case::regression_without_baseline(&["merge", "x.json", "--fail-on-regression"], "--baseline")]
 #[case::zero_repeats(&["bench", "--repeats", "0"], "--repeats")]
 #[case::unknown_list_format(&["list", "--format", "yaml"], "'yaml'")]
+#[case::unknown_broker_version(&["certify", "--component", "redis", "--broker-versions", "5.0"], "no broker version '5.0'")]
+#[case::empty_broker_version(&["certify", "--broker-versions", "7.0.15,,8.0.2"], "an empty version")]
+#[case::broker_versions_without_containers(&["certify", "--broker-versions", "trixie", "--provision", "local"], "must allow 'container'")]
 fn bad_options_are_refused_naming_them(#[case] args: &[&str], #[case] named: &str) {
     let output = cli()
         .args(args)

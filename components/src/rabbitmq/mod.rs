@@ -30,7 +30,7 @@ use futures::{FutureExt, StreamExt};
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
     BasicRejectOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
-    QueueDeclareOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::PublisherConfirm;
@@ -471,6 +471,37 @@ impl Component for RabbitMq {
             .await
             .unwrap_or_else(|| "(version unknown)".into());
         Ok(format!("RabbitMQ {version} at {}", self.config.endpoint()))
+    }
+
+    async fn unmet_broker_requirement(&self) -> Result<Option<String>> {
+        // A group's queue as every subscription declares it (quorum, delivery limit,
+        // dead letters, expiry), on a name of its own, removed again. A broker whose
+        // quorum queues refuse one of those arguments cannot serve any group.
+        let probe = format!("pcs-probe-{}", uuid::Uuid::new_v4().simple());
+        let mut spec = ConsumerSpec::new(TopicSelector::Single(probe.clone()), "probe");
+        spec.max_deliveries = Some(3);
+        spec.dead_letter_topic = Some(format!("{probe}-dlq"));
+        let channel = self
+            .link()
+            .await?
+            .connection
+            .create_channel()
+            .await
+            .map_err(amqp("opening a channel"))?;
+        let declared = self.declare_group(&channel, &spec).await;
+        if let Ok(queue) = &declared {
+            let _ = channel
+                .queue_delete(queue.clone(), QueueDeleteOptions::default())
+                .await;
+            let _ = channel.close(200, "probe done".into()).await;
+        }
+        Ok(match declared {
+            Err(e) if e.to_string().contains("PRECONDITION_FAILED") => Some(format!(
+                "needs RabbitMQ quorum queues that take the arguments it declares ({}x-delivery-limit, x-dead-letter-exchange; certified from RabbitMQ 3.10); the broker answered: {e}",
+                if self.config.queue_expiry.is_some() { "x-expires, " } else { "" }
+            )),
+            _ => None,
+        })
     }
 
     async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
