@@ -203,6 +203,7 @@ mod tests {
                 capabilities: serde_json::Value::Null,
                 cases: cells,
                 third_party: None,
+                broker_axis: None,
             }],
             conflicts: Vec::new(),
             bench: Vec::new(),

@@ -10,6 +10,7 @@ mod levels;
 mod merge;
 mod render;
 mod summary;
+mod versions;
 
 pub use baseline::{compare, Baseline, CellChange, ChangeKind};
 pub use bench::{BenchReport, LatencySummary, Measurement};
@@ -20,6 +21,7 @@ pub use render::{
     CHART_SERIES,
 };
 pub use summary::summary_table;
+pub use versions::{compatibility, Compatibility, VersionColumn, VersionVerdict};
 
 use serde::{Deserialize, Serialize};
 
@@ -98,6 +100,23 @@ pub struct ComponentReport {
     /// and its version, e.g. `omniqueue 0.3.0`. Reports mark the row third-party.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub third_party: Option<String>,
+    /// For a row of the broker-version axis (`certify --broker-versions`): the
+    /// component and the broker version it ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker_axis: Option<BrokerAxis>,
+}
+
+/// Where a row sits on the broker-version axis.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerAxis {
+    /// The component's name (the row's name without the version).
+    pub component: String,
+    /// The broker software, e.g. `redis` or `valkey`.
+    pub broker: String,
+    /// The broker version the image recorded, e.g. `8.0.2`.
+    pub version: String,
+    /// The Debian release it came from.
+    pub release: String,
 }
 
 impl ComponentReport {

@@ -2,6 +2,7 @@
 
 use crate::catalogue::{catalogue, Case, Lane, Level};
 use crate::expectations::Expectations;
+use crate::provision::versions;
 use crate::provision::{self, Broker, NotProvisioned, ProvisionKind};
 use crate::runner::{run_case_in, CaseEnvironment, RowRuntime, RunOptions, RuntimeWrapper};
 use anyhow::{bail, Context as _};
@@ -975,6 +976,7 @@ fn component_report(
         capabilities: serde_json::to_value(component.capabilities()).unwrap_or_default(),
         cases,
         third_party: third_party(definition),
+        broker_axis: versions::axis_of(definition),
     }
 }
 
@@ -1016,6 +1018,7 @@ fn uniform_report(
 ) -> ComponentReport {
     ComponentReport {
         third_party: third_party(definition),
+        broker_axis: versions::axis_of(definition),
         name: definition.name.clone(),
         component_type: definition.component_type.clone(),
         definition: definition.source.display().to_string(),

@@ -133,6 +133,7 @@ fn summarize() {
                 capabilities: serde_json::Value::Null,
                 cases: vec![cell],
                 third_party: None,
+                broker_axis: None,
             }),
         }
     }

@@ -56,6 +56,7 @@ async fn component_report(name: &str, component: Arc<dyn Component>) -> Componen
         capabilities: serde_json::to_value(component.capabilities()).unwrap(),
         cases,
         third_party: None,
+        broker_axis: None,
     }
 }
 

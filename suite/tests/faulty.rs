@@ -456,6 +456,7 @@ async fn saved_failures_are_judged_again_identically() {
             capabilities: serde_json::Value::Null,
             cases: vec![result],
             third_party: None,
+            broker_axis: None,
         });
     }
     let report = RunReport {

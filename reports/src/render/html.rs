@@ -235,6 +235,7 @@ pub fn html(report: &RunReport) -> String {
     .iter()
     .map(|s| s.label().to_string())
     .collect();
+    versions_section(&mut out, report);
     out.push_str("<section id=\"matrix-section\"><h2>Matrix</h2><div id=\"filters\">");
     select(&mut out, "filter-family", "Family", &families);
     select(
@@ -471,6 +472,88 @@ fn bench_section(out: &mut String, report: &RunReport) {
                 l.samples, l.p50_us, l.p99_us, l.max_us
             );
         }
+    }
+    out.push_str("</section>\n");
+}
+
+/// The broker-version axis: per component, the versions it is certified on, fails on
+/// and does not support, and a matrix with the versions as columns (the verdict, and
+/// each case whose verdict differs between versions).
+fn versions_section(out: &mut String, report: &RunReport) {
+    let axes = crate::compatibility(report);
+    if axes.is_empty() {
+        return;
+    }
+    out.push_str("<section id=\"versions\"><h2>Broker versions</h2>");
+    for axis in &axes {
+        let _ = write!(out, "<h3>{}</h3><ul>", esc(&axis.component));
+        for (title, lines) in [
+            (
+                "certified on",
+                axis.listed(|v| matches!(v, crate::VersionVerdict::Certified { .. })),
+            ),
+            (
+                "fails on",
+                axis.listed(|v| matches!(v, crate::VersionVerdict::Fails { .. })),
+            ),
+            (
+                "not supported on",
+                axis.listed(|v| matches!(v, crate::VersionVerdict::NotSupported { .. })),
+            ),
+        ] {
+            let text = if lines.is_empty() {
+                "none".to_string()
+            } else {
+                lines.join("; ")
+            };
+            let _ = write!(out, "<li><strong>{title}</strong>: {}</li>", esc(&text));
+        }
+        out.push_str("</ul><table class=\"versions\"><thead><tr><th></th>");
+        for column in &axis.versions {
+            let _ = write!(out, "<th>{}</th>", esc(&column.version));
+        }
+        out.push_str("</tr></thead><tbody><tr><th>verdict</th>");
+        for column in &axis.versions {
+            let status = match &column.verdict {
+                crate::VersionVerdict::Certified { .. } => Status::Pass,
+                crate::VersionVerdict::Fails { .. } => Status::Fail,
+                crate::VersionVerdict::NotSupported { .. } => Status::Unsupported,
+                crate::VersionVerdict::NotProvisioned { .. } => Status::NotProvisioned,
+            };
+            let title = match &column.verdict {
+                crate::VersionVerdict::Fails { why, .. } => why.clone(),
+                crate::VersionVerdict::NotSupported { reason }
+                | crate::VersionVerdict::NotProvisioned { reason } => reason.clone(),
+                crate::VersionVerdict::Certified { .. } => String::new(),
+            };
+            let _ = write!(
+                out,
+                "<td class=\"{}\" title=\"{}\">{}</td>",
+                class(status),
+                esc(&title),
+                esc(&column.verdict.label())
+            );
+        }
+        out.push_str("</tr>");
+        for (case, statuses) in &axis.differing {
+            let _ = write!(out, "<tr><th><code>{}</code></th>", esc(case));
+            for status in statuses {
+                match status {
+                    Some(status) => {
+                        let _ = write!(
+                            out,
+                            "<td class=\"{}\">{} {}</td>",
+                            class(*status),
+                            status.symbol(),
+                            status.label()
+                        );
+                    }
+                    None => out.push_str("<td>-</td>"),
+                }
+            }
+            out.push_str("</tr>");
+        }
+        out.push_str("</tbody></table>");
     }
     out.push_str("</section>\n");
 }

@@ -87,6 +87,7 @@ pub fn markdown(report: &RunReport) -> String {
             }
         }
     }
+    broker_versions(report, &mut out);
     out.push_str("\n<details><summary>What the levels prove</summary>\n\n");
     for (level, proves) in crate::LEVEL_LEGEND {
         out.push_str(&format!("- **{level}**: {proves}\n"));
@@ -170,4 +171,47 @@ pub fn markdown(report: &RunReport) -> String {
         }
     }
     out
+}
+
+/// The broker-version axis: per component, the versions it is certified on, fails on
+/// and does not support, then a matrix with the versions as columns (the verdict, and
+/// each case whose verdict differs between versions).
+fn broker_versions(report: &RunReport, out: &mut String) {
+    let axes = crate::compatibility(report);
+    if axes.is_empty() {
+        return;
+    }
+    out.push_str("\n## Broker versions\n");
+    for axis in &axes {
+        let _ = writeln!(out, "\n### {}\n", axis.component);
+        let certified = axis.listed(|v| matches!(v, crate::VersionVerdict::Certified { .. }));
+        let fails = axis.listed(|v| matches!(v, crate::VersionVerdict::Fails { .. }));
+        let unsupported = axis.listed(|v| matches!(v, crate::VersionVerdict::NotSupported { .. }));
+        let none = |list: Vec<String>| {
+            if list.is_empty() {
+                "none".to_string()
+            } else {
+                list.join("; ")
+            }
+        };
+        let _ = writeln!(out, "- certified on: {}", none(certified));
+        let _ = writeln!(out, "- fails on: {}", none(fails).replace('|', "\\|"));
+        let _ = writeln!(
+            out,
+            "- not supported on: {}\n",
+            none(unsupported).replace('|', "\\|")
+        );
+        let header: Vec<&str> = axis.versions.iter().map(|v| v.version.as_str()).collect();
+        let _ = writeln!(out, "| | {} |", header.join(" | "));
+        let _ = writeln!(out, "|---|{}", "---|".repeat(header.len()));
+        let verdicts: Vec<String> = axis.versions.iter().map(|v| v.verdict.label()).collect();
+        let _ = writeln!(out, "| verdict | {} |", verdicts.join(" | "));
+        for (case, statuses) in &axis.differing {
+            let cells: Vec<String> = statuses
+                .iter()
+                .map(|s| s.map_or("-".to_string(), |s| format!("{} {}", s.symbol(), s.label())))
+                .collect();
+            let _ = writeln!(out, "| `{case}` | {} |", cells.join(" | "));
+        }
+    }
 }

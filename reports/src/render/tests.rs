@@ -74,6 +74,7 @@ pub(crate) fn sample() -> RunReport {
                 component_type: "in-memory".into(),
                 definition: "fixtures/memory.yaml".into(),
                 third_party: None,
+                broker_axis: None,
                 provisioning: provisioning("in-process", None),
                 capabilities: serde_json::json!({"bulk_publish": "native"}),
                 cases: vec![
@@ -112,6 +113,7 @@ pub(crate) fn sample() -> RunReport {
                 component_type: "in-memory".into(),
                 definition: "fixtures/broken.yaml".into(),
                 third_party: Some("somequeue 1.2.3".into()),
+                broker_axis: None,
                 provisioning: provisioning("in-process", None),
                 capabilities: serde_json::Value::Null,
                 cases: vec![
@@ -377,4 +379,104 @@ fn a_row_name_with_a_slash_is_written_as_one_folder_and_one_badge() {
         .path()
         .join("badges/memory via @dapr-dapr client.json")
         .is_file());
+}
+
+/// Redis Streams on three broker versions: one it cannot serve, one where every case
+/// passes, one where a case fails.
+fn versions_sample() -> RunReport {
+    let mut report = sample();
+    let row = |version: &str, release: &str, unmet: Option<&str>, ttl: Status| {
+        let mut row = report.components[0].clone();
+        row.name = format!("redis on redis {version}");
+        row.component_type = "redis-streams".into();
+        row.provisioning = Provisioning {
+            kind: "container".into(),
+            endpoint: None,
+            broker_version: Some(format!("redis {version}")),
+            problem: None,
+            unsupported_broker: unmet.map(String::from),
+        };
+        row.broker_axis = Some(BrokerAxis {
+            component: "redis".into(),
+            broker: "redis".into(),
+            version: version.into(),
+            release: release.into(),
+        });
+        row.cases.truncate(2);
+        for case in &mut row.cases {
+            case.status = if unmet.is_some() {
+                Status::Unsupported
+            } else if case.id == "ttl.live-delivered" {
+                ttl
+            } else {
+                Status::Pass
+            };
+        }
+        row.cases[1].evidence.findings = match ttl {
+            Status::Fail => vec!["expired early".into()],
+            _ => vec![],
+        };
+        row
+    };
+    let rows = vec![
+        row(
+            "6.0.16",
+            "bullseye",
+            Some("needs Redis >= 6.2 (XAUTOCLAIM); the broker answered: unknown command"),
+            Status::Pass,
+        ),
+        row("7.0.15", "bookworm", None, Status::Pass),
+        row("8.0.2", "trixie", None, Status::Fail),
+    ];
+    report.components = rows;
+    report.conflicts.clear();
+    report.bench.clear();
+    report
+}
+
+#[test]
+fn broker_versions_show_ranges_and_differing_cases() {
+    let report = versions_sample();
+    let axes = compatibility(&report);
+    assert_eq!(axes.len(), 1);
+    assert_eq!(axes[0].component, "redis");
+    assert_eq!(
+        axes[0].differing,
+        vec![(
+            "ttl.live-delivered".to_string(),
+            vec![
+                Some(Status::Unsupported),
+                Some(Status::Pass),
+                Some(Status::Fail)
+            ]
+        )]
+    );
+    let text = markdown(&report);
+    let section = &text[text.find("## Broker versions").expect("a versions section")..];
+    assert!(
+        section.contains("- certified on: redis 7.0.15\n"),
+        "{section}"
+    );
+    assert!(
+        section.contains("- fails on: redis 8.0.2 (first failing case ttl.live-delivered)"),
+        "{section}"
+    );
+    assert!(
+        section.contains("- not supported on: redis 6.0.16 (needs Redis >= 6.2 (XAUTOCLAIM)"),
+        "{section}"
+    );
+    assert!(
+        section.contains("| | redis 6.0.16 | redis 7.0.15 | redis 8.0.2 |"),
+        "{section}"
+    );
+    assert!(
+        section.contains("| `ttl.live-delivered` | – UNSUPPORTED | ✔ PASS | ✘ FAIL |"),
+        "{section}"
+    );
+    let page = html(&report);
+    assert!(page.contains("<section id=\"versions\"><h2>Broker versions</h2>"));
+    assert!(page.contains("<th>redis 8.0.2</th>"));
+    // Without version rows there is no section.
+    assert!(!markdown(&sample()).contains("## Broker versions"));
+    assert!(!html(&sample()).contains("id=\"versions\""));
 }

@@ -283,16 +283,43 @@ pub fn component_of(row: &str) -> &str {
         .map_or(row, |(component, _)| component)
 }
 
+/// The annotation a version row's definition carries (set here, never read from a
+/// file): `<component> <broker> <version> <release>`.
+const AXIS_ANNOTATION: &str = "pubsub-conformance/broker-axis";
+
 /// The definition of the component on one broker version: its own row name, and the
 /// version's image for the container kind.
 pub fn on_version(definition: &ComponentDefinition, prepared: &Prepared) -> ComponentDefinition {
-    let mut definition = definition.clone();
-    definition.name = row_name(&definition.name, prepared);
-    definition.annotations.insert(
+    let mut row = definition.clone();
+    row.name = row_name(&definition.name, prepared);
+    row.annotations.insert(
         CONTAINER_IMAGE_ANNOTATION.to_string(),
         prepared.point.image(),
     );
-    definition
+    row.annotations.insert(
+        AXIS_ANNOTATION.to_string(),
+        format!(
+            "{} {} {} {}",
+            definition.name, prepared.point.broker, prepared.version, prepared.point.release
+        ),
+    );
+    row
+}
+
+/// Where a version row's definition sits on the axis; `None` for other definitions.
+pub fn axis_of(definition: &ComponentDefinition) -> Option<crate::reports::BrokerAxis> {
+    let text = definition.annotations.get(AXIS_ANNOTATION)?;
+    let mut words = text.rsplitn(4, ' ');
+    let release = words.next()?.to_string();
+    let version = words.next()?.to_string();
+    let broker = words.next()?.to_string();
+    let component = words.next()?.to_string();
+    Some(crate::reports::BrokerAxis {
+        component,
+        broker,
+        version,
+        release,
+    })
 }
 
 #[cfg(test)]

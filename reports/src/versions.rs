@@ -1,0 +1,165 @@
+//! Compatibility across broker versions: the rows of the broker-version axis
+//! (`certify --broker-versions`) gathered per component, each version with its
+//! verdict, and the cases whose verdict differs between versions.
+
+use crate::{ComponentReport, RunReport, Status};
+
+/// How one component fared on one broker version.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VersionVerdict {
+    /// Every cell that ran passed (UNSUPPORTED features aside).
+    Certified { passed: usize },
+    /// At least one cell failed (FAIL, ERROR or FLAKY): the first one and why.
+    Fails {
+        failed: usize,
+        first_case: String,
+        why: String,
+    },
+    /// The broker version lacks what the component needs (nothing ran).
+    NotSupported { reason: String },
+    /// The broker could not be provisioned.
+    NotProvisioned { reason: String },
+}
+
+impl VersionVerdict {
+    /// A short label for a matrix cell.
+    pub fn label(&self) -> String {
+        match self {
+            VersionVerdict::Certified { passed } => format!("certified ({passed} PASS)"),
+            VersionVerdict::Fails {
+                failed, first_case, ..
+            } => format!("fails {failed} (first: {first_case})"),
+            VersionVerdict::NotSupported { .. } => "not supported".into(),
+            VersionVerdict::NotProvisioned { .. } => "not provisioned".into(),
+        }
+    }
+}
+
+/// One version of a component's axis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionColumn<'a> {
+    /// `<broker> <version>`, e.g. `valkey 9.1.2`.
+    pub version: String,
+    pub row: &'a ComponentReport,
+    pub verdict: VersionVerdict,
+}
+
+/// A component certified on several broker versions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compatibility<'a> {
+    pub component: String,
+    /// The versions as their rows came, each with its verdict.
+    pub versions: Vec<VersionColumn<'a>>,
+    /// The cases whose status differs between versions that ran them, in catalogue
+    /// order: (case id, the status per version).
+    pub differing: Vec<(String, Vec<Option<Status>>)>,
+}
+
+impl Compatibility<'_> {
+    /// The versions with the given kind of verdict, as text (`redis 7.0.15, redis 8.0.2`).
+    pub fn listed(&self, matches: impl Fn(&VersionVerdict) -> bool) -> Vec<String> {
+        self.versions
+            .iter()
+            .filter(|v| matches(&v.verdict))
+            .map(|v| match &v.verdict {
+                VersionVerdict::Fails { first_case, .. } => {
+                    format!("{} (first failing case {first_case})", v.version)
+                }
+                VersionVerdict::NotSupported { reason } => format!("{} ({reason})", v.version),
+                _ => v.version.clone(),
+            })
+            .collect()
+    }
+}
+
+fn verdict(row: &ComponentReport) -> VersionVerdict {
+    if let Some(reason) = &row.provisioning.problem {
+        return VersionVerdict::NotProvisioned {
+            reason: reason.clone(),
+        };
+    }
+    if let Some(reason) = &row.provisioning.unsupported_broker {
+        return VersionVerdict::NotSupported {
+            reason: reason.clone(),
+        };
+    }
+    let failing: Vec<_> = row.cases.iter().filter(|c| c.counts_as_failure()).collect();
+    match failing.first() {
+        None => VersionVerdict::Certified {
+            passed: row.count(Status::Pass),
+        },
+        Some(first) => VersionVerdict::Fails {
+            failed: failing.len(),
+            first_case: first.id.clone(),
+            why: first
+                .evidence
+                .findings
+                .first()
+                .or(first.evidence.notes.first())
+                .cloned()
+                .unwrap_or_default(),
+        },
+    }
+}
+
+/// The components of the report that ran on broker versions, in report order.
+pub fn compatibility(report: &RunReport) -> Vec<Compatibility<'_>> {
+    let mut out: Vec<Compatibility> = Vec::new();
+    for row in &report.components {
+        let Some(axis) = &row.broker_axis else {
+            continue;
+        };
+        // Rows through sidecars keep their own name; group by the row's component.
+        let component = row
+            .name
+            .replacen(&format!(" on {} {}", axis.broker, axis.version), "", 1);
+        let column = VersionColumn {
+            version: format!("{} {}", axis.broker, axis.version),
+            row,
+            verdict: verdict(row),
+        };
+        match out.iter_mut().find(|c| c.component == component) {
+            Some(existing) => existing.versions.push(column),
+            None => out.push(Compatibility {
+                component,
+                versions: vec![column],
+                differing: Vec::new(),
+            }),
+        }
+    }
+    for compatibility in &mut out {
+        let mut ids: Vec<&str> = Vec::new();
+        for column in &compatibility.versions {
+            for case in &column.row.cases {
+                if !ids.contains(&case.id.as_str()) {
+                    ids.push(&case.id);
+                }
+            }
+        }
+        for id in ids {
+            let statuses: Vec<Option<Status>> = compatibility
+                .versions
+                .iter()
+                .map(|column| {
+                    column
+                        .row
+                        .cases
+                        .iter()
+                        .find(|c| c.id == id)
+                        .map(|c| c.status)
+                })
+                .collect();
+            let ran: Vec<Status> = compatibility
+                .versions
+                .iter()
+                .zip(&statuses)
+                .filter(|(column, _)| column.row.provisioning.unsupported_broker.is_none())
+                .filter_map(|(_, status)| *status)
+                .collect();
+            if ran.windows(2).any(|pair| pair[0] != pair[1]) {
+                compatibility.differing.push((id.to_string(), statuses));
+            }
+        }
+    }
+    out
+}
