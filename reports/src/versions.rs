@@ -109,10 +109,12 @@ pub fn compatibility(report: &RunReport) -> Vec<Compatibility<'_>> {
         let Some(axis) = &row.broker_axis else {
             continue;
         };
-        // Rows through sidecars keep their own name; group by the row's component.
-        let component = row
-            .name
-            .replacen(&format!(" on {} {}", axis.broker, axis.version), "", 1);
+        // Rows through sidecars keep their suffix (` via serve`): a component of its own.
+        let component = row.name.replacen(
+            &format!(" on {} {} ({})", axis.broker, axis.version, axis.release),
+            "",
+            1,
+        );
         let column = VersionColumn {
             version: format!("{} {}", axis.broker, axis.version),
             row,
@@ -128,6 +130,19 @@ pub fn compatibility(report: &RunReport) -> Vec<Compatibility<'_>> {
         }
     }
     for compatibility in &mut out {
+        // One upstream version from two Debian releases: the columns say which.
+        let labels: Vec<String> = compatibility
+            .versions
+            .iter()
+            .map(|c| c.version.clone())
+            .collect();
+        for column in &mut compatibility.versions {
+            if labels.iter().filter(|l| **l == column.version).count() > 1 {
+                if let Some(axis) = &column.row.broker_axis {
+                    column.version = format!("{} ({})", column.version, axis.release);
+                }
+            }
+        }
         let mut ids: Vec<&str> = Vec::new();
         for column in &compatibility.versions {
             for case in &column.row.cases {

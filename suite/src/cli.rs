@@ -99,7 +99,7 @@ enum Command {
         #[arg(long, value_name = "ORDER", value_parser = parse_order)]
         provision: Option<ProvisionOrder>,
         /// Certify each component once per broker version, each in its own container
-        /// (a row `<component> on <broker> <version>`): 'all' (every version Debian's
+        /// (a row `<component> on <broker> <version> (<Debian release>)`): 'all' (every version Debian's
         /// releases carry, and Valkey for Redis Streams), or a list of versions,
         /// Debian releases or broker@release, e.g. '3.10.8,4.0.5' or 'valkey@forky'.
         /// A missing image is built first (scripts/images.sh). Components without a

@@ -831,13 +831,14 @@ impl Consumer for RabbitConsumer {
 
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
         let (tag, channel) = self.tag(id)?;
-        let requeue = BasicNackOptions {
-            requeue: true,
-            ..Default::default()
-        };
+        // A failed delivery: basic.reject with requeue. Since RabbitMQ 4.3 only a
+        // reject counts towards the quorum queue's delivery-count (x-delivery-count,
+        // the attempt, and x-delivery-limit, maxDeliveries); a basic.nack returns the
+        // message without counting (rabbitmq-server#15387). Earlier versions count both.
+        let requeue = BasicRejectOptions { requeue: true };
         if delay.is_zero() {
             return channel
-                .basic_nack(tag, requeue)
+                .basic_reject(tag, requeue)
                 .await
                 .map_err(amqp("requeueing"));
         }
@@ -845,7 +846,7 @@ impl Consumer for RabbitConsumer {
         // delay has passed (closing the channel returns it earlier, which is allowed).
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let _ = channel.basic_nack(tag, requeue).await;
+            let _ = channel.basic_reject(tag, requeue).await;
         });
         Ok(())
     }

@@ -387,7 +387,7 @@ fn versions_sample() -> RunReport {
     let mut report = sample();
     let row = |version: &str, release: &str, unmet: Option<&str>, ttl: Status| {
         let mut row = report.components[0].clone();
-        row.name = format!("redis on redis {version}");
+        row.name = format!("redis on redis {version} ({release})");
         row.component_type = "redis-streams".into();
         row.provisioning = Provisioning {
             kind: "container".into(),

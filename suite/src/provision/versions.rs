@@ -269,11 +269,13 @@ async fn recorded_version(image: &str) -> Result<Option<String>, String> {
     )
 }
 
-/// The row name of a component on one broker version, e.g. `redis on valkey 9.1.2`.
+/// The row name of a component on one broker version, e.g. `redis on valkey 9.1.2
+/// (forky)`: the Debian release too, since two releases may carry one upstream version
+/// (Mosquitto 2.0.11 in bullseye and bookworm), each with its own patches.
 pub fn row_name(component: &str, prepared: &Prepared) -> String {
     format!(
-        "{component} on {} {}",
-        prepared.point.broker, prepared.version
+        "{component} on {} {} ({})",
+        prepared.point.broker, prepared.version, prepared.point.release
     )
 }
 
@@ -387,7 +389,7 @@ mod tests {
             version: "9.1.2".into(),
         };
         let row = on_version(&definition, &prepared);
-        assert_eq!(row.name, "redis on valkey 9.1.2");
+        assert_eq!(row.name, "redis on valkey 9.1.2 (forky)");
         assert_eq!(component_of(&row.name), "redis");
         assert_eq!(
             row.annotations
