@@ -27,7 +27,22 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
 fn db(context: &str) -> impl Fn(tokio_postgres::Error) -> PubSubError + '_ {
-    move |e| PubSubError::broker(context, e)
+    move |e| PubSubError::broker(context, describe(&e))
+}
+
+/// The server's own words for a database error (its Display says only "db error"),
+/// else the error with its causes.
+fn describe(error: &tokio_postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return format!("{} {}: {}", db.severity(), db.code().code(), db.message());
+    }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
 }
 
 fn micros(at: SystemTime) -> i64 {
@@ -52,7 +67,7 @@ async fn connect(config: &PostgresConfig, notify: Option<Arc<Notify>>) -> Result
             format!("no answer within {CONNECT_TIMEOUT:?}"),
         )
     })?
-    .map_err(|e| PubSubError::broker("connecting to PostgreSQL", e))?;
+    .map_err(|e| PubSubError::broker("connecting to PostgreSQL", describe(&e)))?;
     tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {

@@ -908,6 +908,52 @@ impl Consumer for RedisConsumer {
         Ok(())
     }
 
+    async fn defer_many(&self, deferrals: &[(MessageId, Duration)]) -> Result<()> {
+        self.ensure_open()?;
+        // What `nack` does for each (a due time when the idle time cannot hold the
+        // delay, then the idle time), for all of them in one pipeline: the runtime
+        // defers every delayed message beyond what it holds after each receive, and
+        // hundreds of round trips one after another starve what is due meanwhile.
+        let now = SystemTime::now();
+        let mut pipeline = redis::pipe();
+        let mut first_error = None;
+        for (id, delay) in deferrals {
+            let (key, topic) = match (self.owned(id), owner_topic(id, &self.spec.topics)) {
+                (Ok(key), Ok(topic)) => (key, topic),
+                (Err(e), _) | (_, Err(e)) => {
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
+            let entry = stream_id(id.position);
+            if *delay > self.claim_idle {
+                pipeline
+                    .cmd("HSET")
+                    .arg(self.due_key(&topic))
+                    .arg(&entry)
+                    .arg(millis_since_epoch(now + *delay))
+                    .ignore();
+            }
+            pipeline
+                .cmd("XCLAIM")
+                .arg(&key)
+                .arg(&self.spec.group)
+                .arg(&self.name)
+                .arg(0)
+                .arg(&entry)
+                .arg("IDLE")
+                .arg(self.claim_idle.saturating_sub(*delay).as_millis() as u64)
+                .arg("JUSTID")
+                .ignore();
+        }
+        let mut conn = self.connection.clone();
+        pipeline
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(broker("deferring entries"))?;
+        first_error.map_or(Ok(()), Err)
+    }
+
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
         self.ensure_open()?;
         let key = self.owned(id)?;

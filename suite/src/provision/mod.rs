@@ -127,13 +127,29 @@ fn not(kind: ProvisionKind, reason: impl Into<String>, hint: impl Into<String>) 
     }
 }
 
+/// How long a broker the suite just started may refuse the component's first
+/// connection while it finishes starting (PostgreSQL accepts connections before it
+/// serves them: "the database system is starting up").
+const STARTING_UP: Duration = Duration::from_secs(15);
+
 async fn build(
     kind: ProvisionKind,
     definition: &ComponentDefinition,
     broker: Option<Arc<dyn Broker>>,
     endpoint: Option<String>,
 ) -> Result<Provisioned, NotProvisioned> {
-    match registry::build(definition, endpoint.as_deref()).await {
+    let deadline = tokio::time::Instant::now() + STARTING_UP;
+    let mut built = registry::build(definition, endpoint.as_deref()).await;
+    // Only a broker this run started (a container, a process) may still be starting; a
+    // configuration error, and any broker the run did not start, is reported at once.
+    while broker.is_some()
+        && matches!(&built, Err(registry::BuildError::Connect(e)) if e.kind() == pubsub_components::ErrorKind::Broker)
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        built = registry::build(definition, endpoint.as_deref()).await;
+    }
+    match built {
         Ok(component) => Ok(Provisioned {
             kind,
             endpoint,
