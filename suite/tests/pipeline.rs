@@ -66,7 +66,13 @@ fn the_workflow_shards_every_fixture_through_the_script() {
         "./scripts/certify-matrix.sh shard ${{ matrix.component }} shards/${{ matrix.component }}"
     ));
     let merge = &workflow["jobs"]["merge"];
-    assert_eq!(merge["needs"].as_str(), Some("shard"));
+    let needs: Vec<&str> = merge["needs"]
+        .as_sequence()
+        .expect("the merge needs the shards of both matrices")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(needs, ["shard", "versions"]);
     assert_eq!(
         merge["if"].as_str(),
         Some("always()"),
@@ -85,7 +91,44 @@ fn the_workflow_shards_every_fixture_through_the_script() {
         .collect();
     assert_eq!(uploads.len(), 1);
     assert_eq!(uploads[0]["with"]["path"].as_str(), Some("reports/merged"));
-    for job in [shard, merge] {
+    // The version axis: a job per broker version of each component with one, every
+    // version of its axis, each certified through the script on that version alone.
+    let versions = &workflow["jobs"]["versions"];
+    let mut covered: Vec<(String, String)> = versions["strategy"]["matrix"]["include"]
+        .as_sequence()
+        .expect("a version matrix")
+        .iter()
+        .map(|entry| {
+            (
+                entry["component"].as_str().unwrap().to_string(),
+                entry["broker"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    covered.sort();
+    let mut axis: Vec<(String, String)> = Vec::new();
+    for name in fixture_names() {
+        let text = std::fs::read_to_string(root().join(format!("fixtures/{name}.yaml"))).unwrap();
+        let definition: Value = serde_yaml::from_str(&text).unwrap();
+        let component_type = definition["spec"]["type"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("pubsub.");
+        for point in pubsub_conformance::provision::versions::axis(component_type) {
+            axis.push((name.clone(), format!("{}@{}", point.broker, point.release)));
+        }
+    }
+    axis.sort();
+    assert_eq!(
+        covered, axis,
+        "one job per broker version of each component"
+    );
+    let version_runs = runs(versions);
+    assert!(version_runs.contains("sudo ./scripts/images.sh ${{ matrix.broker }}"));
+    assert!(version_runs.contains(
+        "./scripts/certify-matrix.sh shard ${{ matrix.component }} shards/${{ matrix.slug }} --broker-versions ${{ matrix.broker }}"
+    ));
+    for job in [shard, versions, merge] {
         assert!(job["timeout-minutes"].as_u64().is_some(), "a bounded job");
         for step in job["steps"].as_sequence().unwrap() {
             if let Some(action) = step["uses"].as_str() {
