@@ -178,15 +178,17 @@ EOF
 }
 
 
-# The broker's version in a built rootfs: its package's upstream version (no epoch,
-# no Debian revision), e.g. 5:7.0.15-1~deb12u1 -> 7.0.15.
+# The broker's version: its package's upstream version (no epoch, no Debian revision),
+# e.g. 5:7.0.15-1~deb12u1 -> 7.0.15. The arguments after the broker run a command in
+# the rootfs or image that has it (`chroot DIR`, `docker run --rm --entrypoint "" IMAGE`).
 broker_version() {
-    local root="$1" broker="$2" package
+    local broker="$1" package
+    shift
     case "$broker" in
-        postgres) package="$(chroot "$root" dpkg-query -W -f '${Package}\n' 'postgresql-[0-9]*' | grep -E '^postgresql-[0-9]+$' | head -n1)" ;;
+        postgres) package="$("$@" dpkg-query -W -f '${Package}\n' 'postgresql-[0-9]*' | grep -E '^postgresql-[0-9]+$' | head -n1)" ;;
         *) package="${packages[$broker]%%,*}" ;;
     esac
-    chroot "$root" dpkg-query -W -f '${Version}' "$package" | sed -E 's/^[0-9]+://; s/[-+~].*$//'
+    "$@" dpkg-query -W -f '${Version}' "$package" | sed -E 's/^[0-9]+://; s/[-+~].*$//'
 }
 
 mkdir -p "$cache"
@@ -204,13 +206,9 @@ for target in "${brokers[@]}"; do
         else
             version="$(docker image inspect --format '{{ index .Config.Labels "org.pcs.version" }}' "$image")"
             if [ -z "$version" ] && [ -n "${releases[$broker]:-}" ]; then
-                # Built before images recorded their version: read it from the image.
-                package="${packages[$broker]%%,*}"
-                [ "$broker" != postgres ] || package="$(docker run --rm --entrypoint sh "$image" -c "dpkg-query -W -f '\${Package}\n' 'postgresql-[0-9]*' | grep -E '^postgresql-[0-9]+\$' | head -n1")"
-                version="$(docker run --rm --entrypoint dpkg-query "$image" -W -f '${Version}' "$package" | sed -E 's/^[0-9]+://; s/[-+~].*$//')"
-            fi
-            if [ -n "$version" ] && [ -z "$(docker image inspect --format '{{ index .Config.Labels "org.pcs.version" }}' "$image")" ]; then
-                # Record it in the image, as a new build would.
+                # Built before images recorded their version: read it from the image
+                # and record it there, as a new build would.
+                version="$(broker_version "$broker" docker run --rm --entrypoint "" "$image")"
                 printf 'FROM %s\nLABEL org.pcs.version=%s\n' "$image" "$version" | docker build -q -t "$image" - >/dev/null 2>&1
             fi
             [ -z "$version" ] || docker tag "$image" "pcs/$broker:$version"
@@ -236,7 +234,7 @@ for target in "${brokers[@]}"; do
     changes=(--change "LABEL org.pcs.broker=$broker org.pcs.suite=$suite")
     version=""
     if [ -n "${releases[$broker]:-}" ]; then
-        version="$(broker_version "$root" "$broker")"
+        version="$(broker_version "$broker" chroot "$root")"
         changes=(--change "LABEL org.pcs.broker=$broker org.pcs.suite=$suite org.pcs.version=$version")
     fi
     if [ "$broker" != fresh ]; then

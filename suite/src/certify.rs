@@ -296,12 +296,7 @@ async fn certify_component(
             provisioning,
             format!("not run: this broker version cannot serve the component: {unmet}"),
         );
-        let mut left = Vec::new();
-        if let Some(broker) = &provisioned.broker {
-            broker.shutdown().await;
-            left.extend(broker.leftover().await);
-        }
-        return (vec![report], left);
+        return (vec![report], shut_down(&provisioned).await);
     }
     let results = run_cases(
         definition,
@@ -356,14 +351,16 @@ async fn certify_component(
             );
         }
     }
-    let mut left = Vec::new();
-    if let Some(broker) = &provisioned.broker {
-        broker.shutdown().await;
-        if let Some(still) = broker.leftover().await {
-            left.push(still);
-        }
-    }
-    (reports, left)
+    (reports, shut_down(&provisioned).await)
+}
+
+/// Shuts the provisioned broker down; what is still running after it (a suite defect).
+async fn shut_down(provisioned: &provision::Provisioned) -> Vec<String> {
+    let Some(broker) = &provisioned.broker else {
+        return Vec::new();
+    };
+    broker.shutdown().await;
+    broker.leftover().await.into_iter().collect()
 }
 
 /// The component's row over Dapr's HTTP API: the same cases through `sidecars`, on

@@ -236,6 +236,16 @@ impl RabbitMq {
 }
 
 impl Inner {
+    /// A new channel on the live connection; `what` names its use in the error.
+    async fn channel(&self, what: &'static str) -> Result<Channel> {
+        self.link()
+            .await?
+            .connection
+            .create_channel()
+            .await
+            .map_err(amqp(what))
+    }
+
     /// The live connection, opened again when it died.
     async fn link(&self) -> Result<Arc<Link>> {
         let mut link = self.link.lock().await;
@@ -481,13 +491,7 @@ impl Component for RabbitMq {
         let mut spec = ConsumerSpec::new(TopicSelector::Single(probe.clone()), "probe");
         spec.max_deliveries = Some(3);
         spec.dead_letter_topic = Some(format!("{probe}-dlq"));
-        let channel = self
-            .link()
-            .await?
-            .connection
-            .create_channel()
-            .await
-            .map_err(amqp("opening a channel"))?;
+        let channel = self.channel("opening a channel").await?;
         let declared = self.declare_group(&channel, &spec).await;
         if let Ok(queue) = &declared {
             let _ = channel
@@ -524,13 +528,7 @@ impl Component for RabbitMq {
     }
 
     async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
-        let channel = self
-            .link()
-            .await?
-            .connection
-            .create_channel()
-            .await
-            .map_err(amqp("opening a channel"))?;
+        let channel = self.channel("opening a channel").await?;
         let declared = self.declare_group(&channel, spec).await;
         let _ = channel.close(200, "group created".into()).await;
         declared.map(|_| ())
@@ -551,13 +549,7 @@ impl Component for RabbitMq {
 impl Inner {
     /// Opens a channel, declares the group and starts consuming from its queue.
     async fn subscribe(&self, spec: &ConsumerSpec) -> Result<Subscription> {
-        let channel = self
-            .link()
-            .await?
-            .connection
-            .create_channel()
-            .await
-            .map_err(amqp("opening a consumer channel"))?;
+        let channel = self.channel("opening a consumer channel").await?;
         let queue = self.declare_group(&channel, spec).await?;
         channel
             .basic_qos(self.config.prefetch, BasicQosOptions::default())

@@ -530,17 +530,17 @@ impl RedisConsumer {
                 .query_async(&mut conn)
                 .await
                 .map_err(broker("claiming idle entries"))?;
-            let entries = items(items(&reply).get(1).unwrap_or(&Value::Nil));
-            let ids: Vec<String> = entries
+            // Each claimed entry with its id, its delivery count and due time read for
+            // all of them in one round trip.
+            let claimed: Vec<(String, &Value)> = items(items(&reply).get(1).unwrap_or(&Value::Nil))
                 .iter()
-                .filter_map(|entry| items(entry).first().and_then(text))
+                .filter_map(|entry| Some((items(entry).first().and_then(text)?, entry)))
                 .collect();
-            if ids.is_empty() {
+            if claimed.is_empty() {
                 continue;
             }
-            // Each claimed entry's delivery count and due time, in one round trip.
             let mut lookups = redis::pipe();
-            for id in &ids {
+            for (id, _) in &claimed {
                 lookups
                     .cmd("XPENDING")
                     .arg(self.key(&topic))
@@ -556,22 +556,14 @@ impl RedisConsumer {
                 .query_async(&mut conn)
                 .await
                 .map_err(broker("reading delivery counts and due times"))?;
-            for entry in entries {
-                let Some(id) = items(entry).first().and_then(text) else {
-                    continue;
-                };
-                let index = ids.iter().position(|i| *i == id).unwrap_or_default();
-                let pending = answers.get(2 * index).unwrap_or(&Value::Nil);
-                let attempt: u32 = items(items(pending).first().unwrap_or(&Value::Nil))
+            for ((id, entry), answer) in claimed.iter().zip(answers.chunks(2)) {
+                let attempt: u32 = items(items(&answer[0]).first().unwrap_or(&Value::Nil))
                     .get(3)
                     .and_then(text)
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(2);
-                let due = answers
-                    .get(2 * index + 1)
-                    .and_then(text)
-                    .and_then(|d| d.parse().ok());
-                if self.still_deferred(&topic, &id, attempt, due).await? {
+                let due = answer.get(1).and_then(text).and_then(|d| d.parse().ok());
+                if self.still_deferred(&topic, id, attempt, due).await? {
                     continue;
                 }
                 if let Some(message) = self.entry(&topic, entry, attempt)? {
@@ -740,6 +732,27 @@ impl RedisConsumer {
     /// once, their delivery count back to zero (the claim that delivers them counts
     /// their first attempt).
     async fn unread(&self, key: &str, ids: &[String]) -> Result<()> {
+        self.xclaim(key, ids, Duration::ZERO, Some(0))
+            .await
+            .map_err(broker("handing back entries of another topic"))
+    }
+
+    /// Makes pending entries claimable after `after` by setting their idle time.
+    async fn release(&self, key: &str, ids: &[String], after: Duration) -> Result<()> {
+        self.xclaim(key, ids, after, None)
+            .await
+            .map_err(broker("releasing entries"))
+    }
+
+    /// Keeps `ids` with this member, claimable by any after `after`; with
+    /// `retry_count`, their delivery count set to it (else kept as it is).
+    async fn xclaim(
+        &self,
+        key: &str,
+        ids: &[String],
+        after: Duration,
+        retry_count: Option<u32>,
+    ) -> std::result::Result<(), redis::RedisError> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -749,34 +762,13 @@ impl RedisConsumer {
             cmd.arg(id);
         }
         cmd.arg("IDLE")
-            .arg(self.claim_idle.as_millis() as u64)
-            .arg("RETRYCOUNT")
-            .arg(0)
-            .arg("JUSTID");
-        let mut conn = self.connection.clone();
-        cmd.query_async::<Value>(&mut conn)
-            .await
-            .map_err(broker("handing back entries of another topic"))?;
-        Ok(())
-    }
-
-    /// Makes pending entries claimable after `after` by setting their idle time.
-    async fn release(&self, key: &str, ids: &[String], after: Duration) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
+            .arg(self.claim_idle.saturating_sub(after).as_millis() as u64);
+        if let Some(count) = retry_count {
+            cmd.arg("RETRYCOUNT").arg(count);
         }
-        let idle = self.claim_idle.saturating_sub(after).as_millis() as u64;
-        let mut cmd = redis::cmd("XCLAIM");
-        cmd.arg(key).arg(&self.spec.group).arg(&self.name).arg(0);
-        for id in ids {
-            cmd.arg(id);
-        }
-        cmd.arg("IDLE").arg(idle).arg("JUSTID");
+        cmd.arg("JUSTID");
         let mut conn = self.connection.clone();
-        cmd.query_async::<Value>(&mut conn)
-            .await
-            .map_err(broker("releasing entries"))?;
-        Ok(())
+        cmd.query_async::<Value>(&mut conn).await.map(|_| ())
     }
 }
 
@@ -910,10 +902,11 @@ impl Consumer for RedisConsumer {
 
     async fn defer_many(&self, deferrals: &[(MessageId, Duration)]) -> Result<()> {
         self.ensure_open()?;
-        // What `nack` does for each (a due time when the idle time cannot hold the
-        // delay, then the idle time), for all of them in one pipeline: the runtime
-        // defers every delayed message beyond what it holds after each receive, and
-        // hundreds of round trips one after another starve what is due meanwhile.
+        // Each entry gets a due time when the idle time cannot hold its delay (then
+        // `claim` hands it back until due), then the idle time; all in one pipeline:
+        // the runtime defers every delayed message beyond what it holds after each
+        // receive, and hundreds of round trips one after another starve what is due
+        // meanwhile.
         let now = SystemTime::now();
         let mut pipeline = redis::pipe();
         let mut first_error = None;
@@ -955,23 +948,8 @@ impl Consumer for RedisConsumer {
     }
 
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
-        self.ensure_open()?;
-        let key = self.owned(id)?;
-        let entry = stream_id(id.position);
-        if delay > self.claim_idle {
-            // The idle time cannot hold it that long: remember when it is due.
-            let topic = owner_topic(id, &self.spec.topics)?;
-            let due = millis_since_epoch(SystemTime::now() + delay);
-            let mut conn = self.connection.clone();
-            redis::cmd("HSET")
-                .arg(self.due_key(&topic))
-                .arg(&entry)
-                .arg(due)
-                .query_async::<Value>(&mut conn)
-                .await
-                .map_err(broker("recording a redelivery due time"))?;
-        }
-        self.release(&key, &[entry], delay).await
+        // A due time when the idle time cannot hold the delay, then the idle time.
+        self.defer_many(&[(id.clone(), delay)]).await
     }
 
     async fn seek(&self, id: &MessageId) -> Result<()> {

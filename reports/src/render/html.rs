@@ -160,20 +160,9 @@ pub fn html(report: &RunReport) -> String {
     out.push_str("<section id=\"summary\"><h2>Components</h2><table><thead><tr><th>component</th><th>level</th><th>pass</th><th>fail</th><th>unsupported</th><th>other</th><th>native / emulated</th><th>provisioning</th></tr></thead><tbody>\n");
     for component in &report.components {
         let s = ComponentSummary::of(component);
-        let provisioning = match (
-            &component.provisioning.problem,
-            &component.provisioning.unsupported_broker,
-        ) {
-            (Some(problem), _) => format!("NOT PROVISIONED: {problem}"),
-            (None, Some(unmet)) => format!(
-                "BROKER UNSUPPORTED ({}): {unmet}",
-                component
-                    .provisioning
-                    .broker_version
-                    .as_deref()
-                    .unwrap_or("version unknown")
-            ),
-            (None, None) => format!(
+        let provisioning = match super::not_run(&component.provisioning) {
+            Some(not_run) => not_run,
+            None => format!(
                 "{}{}{}",
                 component.provisioning.kind,
                 component

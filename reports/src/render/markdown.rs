@@ -21,20 +21,9 @@ pub fn markdown(report: &RunReport) -> String {
     out.push_str("| component | level | pass | fail | unsupported | other | native / emulated | provisioning |\n|---|---|---|---|---|---|---|---|\n");
     for component in &report.components {
         let s = ComponentSummary::of(component);
-        let provisioning = match (
-            &component.provisioning.problem,
-            &component.provisioning.unsupported_broker,
-        ) {
-            (Some(problem), _) => format!("NOT PROVISIONED: {problem}"),
-            (None, Some(unmet)) => format!(
-                "BROKER UNSUPPORTED ({}): {unmet}",
-                component
-                    .provisioning
-                    .broker_version
-                    .as_deref()
-                    .unwrap_or("version unknown")
-            ),
-            (None, None) => format!(
+        let provisioning = match super::not_run(&component.provisioning) {
+            Some(not_run) => not_run,
+            None => format!(
                 "{}{}",
                 component.provisioning.kind,
                 component

@@ -18,6 +18,22 @@ use crate::{CaseResult, RunReport, Status};
 use std::io;
 use std::path::Path;
 
+/// Why a row's cases did not run, as its provisioning column says it: the broker could
+/// not be provisioned, or this broker version lacks what the component needs.
+pub(crate) fn not_run(provisioning: &crate::Provisioning) -> Option<String> {
+    if let Some(problem) = &provisioning.problem {
+        return Some(format!("NOT PROVISIONED: {problem}"));
+    }
+    let unmet = provisioning.unsupported_broker.as_ref()?;
+    Some(format!(
+        "BROKER UNSUPPORTED ({}): {unmet}",
+        provisioning
+            .broker_version
+            .as_deref()
+            .unwrap_or("version unknown")
+    ))
+}
+
 /// A shields.io endpoint badge for one component.
 pub fn badge_json(component: &crate::ComponentReport) -> String {
     let summary = ComponentSummary::of(component);

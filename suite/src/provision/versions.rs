@@ -40,12 +40,12 @@ const fn point(
     }
 }
 
-/// Every version of the broker behind `component_type` that Debian's releases carry,
-/// oldest first; empty for components without a versioned broker image.
-pub fn axis(component_type: &str) -> Vec<AxisPoint> {
-    let broker = super::broker_spec(component_type).map(|spec| spec.name);
-    match broker {
-        Some("redis") => vec![
+/// Every axis: the broker spec's name (`provision::broker_spec`) and its points,
+/// oldest first.
+const AXES: &[(&str, &[AxisPoint])] = &[
+    (
+        "redis",
+        &[
             point("redis", "bullseye", "6.0.16"),
             point("redis", "bookworm", "7.0.15"),
             point("redis", "trixie", "8.0.2"),
@@ -54,31 +54,53 @@ pub fn axis(component_type: &str) -> Vec<AxisPoint> {
             point("valkey", "trixie", "8.1.1"),
             point("valkey", "forky", "9.1.2"),
         ],
-        Some("rabbitmq") => vec![
+    ),
+    (
+        "rabbitmq",
+        &[
             point("rabbitmq", "bullseye", "3.8.9"),
             point("rabbitmq", "bookworm", "3.10.8"),
             point("rabbitmq", "trixie", "4.0.5"),
             point("rabbitmq", "forky", "4.3.6"),
         ],
-        Some("nats") => vec![
+    ),
+    (
+        "nats",
+        &[
             point("nats", "bookworm", "2.9.10"),
             point("nats", "trixie", "2.10.27"),
             point("nats", "forky", "2.15.1"),
         ],
-        Some("mosquitto") => vec![
+    ),
+    (
+        "mosquitto",
+        &[
             point("mosquitto", "bullseye", "2.0.11"),
             point("mosquitto", "bookworm", "2.0.11"),
             point("mosquitto", "trixie", "2.0.21"),
             point("mosquitto", "forky", "2.1.2"),
         ],
-        Some("postgres") => vec![
+    ),
+    (
+        "postgres",
+        &[
             point("postgres", "bullseye", "13"),
             point("postgres", "bookworm", "15"),
             point("postgres", "trixie", "17"),
             point("postgres", "forky", "18"),
         ],
-        _ => Vec::new(),
-    }
+    ),
+];
+
+/// Every version of the broker behind `component_type` that Debian's releases carry,
+/// oldest first; empty for components without a versioned broker image.
+pub fn axis(component_type: &str) -> Vec<AxisPoint> {
+    let Some(spec) = super::broker_spec(component_type) else {
+        return Vec::new();
+    };
+    AXES.iter()
+        .find(|(name, _)| *name == spec.name)
+        .map_or_else(Vec::new, |(_, points)| points.to_vec())
 }
 
 /// Which versions `--broker-versions` asks for.
@@ -171,15 +193,9 @@ fn names_point(name: &str, point: &AxisPoint) -> bool {
 
 /// Whether `name` is a broker of some axis.
 fn is_broker(name: &str) -> bool {
-    [
-        "redis",
-        "valkey",
-        "rabbitmq",
-        "nats",
-        "mosquitto",
-        "postgres",
-    ]
-    .contains(&name)
+    AXES.iter()
+        .flat_map(|(_, points)| points.iter())
+        .any(|point| point.broker == name)
 }
 
 /// A point whose image is on the engine, with the version the image recorded.
