@@ -155,23 +155,10 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
         }
     }
     outcome.note(format!("{} samples (seed {})", samples.len(), ctx.seed()));
-    if crossing.over_http {
-        outcome.note(OVER_HTTP_NOTE);
-    }
-    if crossing.json_reserialized {
-        outcome.note(RESERIALIZED_JSON_NOTE);
-    }
-    if let Some(why) = ctx.runtime.hands_over_data_only() {
-        outcome.note(format!("content types not compared: {why}"));
-    }
+    crossing.note_what_is_not_compared(&mut outcome, &ctx.runtime);
     Ok(outcome)
 }
 
-/// What a fidelity case leaves uncompared over Dapr's HTTP API.
-pub(crate) const OVER_HTTP_NOTE: &str = "over Dapr's HTTP API: payload bytes compared as always; content types the API cannot carry (none given, a raw payload's at a subscription without rawPayload, a bulk entry's bytes its type cannot hold) the case of metadata keys, the leading and trailing whitespace of metadata values (HTTP headers: RFC 9110 5.5 excludes it from a field value), and metadata keys no header name can spell (not an RFC 9110 token: non-ASCII, '/', ':') or that differ from another only in case are not compared";
-
-/// What a fidelity case compares differently when an SDK handles JSON payloads.
-pub(crate) const RESERIALIZED_JSON_NOTE: &str = "JSON payloads cross an SDK as values (its client serializes what an app hands it; its server hands the handler what it parsed): a JSON-typed payload is compared as a JSON value, not byte for byte";
 
 async fn invalid_requests(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
@@ -710,11 +697,6 @@ async fn concurrent_fidelity(ctx: CaseContext) -> CaseRun {
         "{} messages from {CONCURRENT_SINGLE_PUBLISHERS} single and {CONCURRENT_BULK_PUBLISHERS} bulk publishers at once (seed {seed})",
         all.len()
     ));
-    if crossing.over_http {
-        outcome.note(OVER_HTTP_NOTE);
-    }
-    if crossing.json_reserialized {
-        outcome.note(RESERIALIZED_JSON_NOTE);
-    }
+    crossing.note_what_is_not_compared(&mut outcome, &ctx.runtime);
     Ok(outcome)
 }

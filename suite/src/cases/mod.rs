@@ -264,7 +264,30 @@ impl Crossing {
             data_only: runtime.hands_over_data_only().is_some(),
         }
     }
+
+    /// Notes on a fidelity case's outcome what this crossing leaves uncompared.
+    pub fn note_what_is_not_compared(
+        self,
+        outcome: &mut crate::outcome::Outcome,
+        runtime: &pubsub_components::runtime::Runtime,
+    ) {
+        if self.over_http {
+            outcome.note(OVER_HTTP_NOTE);
+        }
+        if self.json_reserialized {
+            outcome.note(RESERIALIZED_JSON_NOTE);
+        }
+        if let Some(why) = runtime.hands_over_data_only() {
+            outcome.note(format!("content types not compared: {why}"));
+        }
+    }
 }
+
+/// What a fidelity case leaves uncompared over Dapr's HTTP API.
+const OVER_HTTP_NOTE: &str = "over Dapr's HTTP API: payload bytes compared as always; content types the API cannot carry (none given, a raw payload's at a subscription without rawPayload, a bulk entry's bytes its type cannot hold) the case of metadata keys, the leading and trailing whitespace of metadata values (HTTP headers: RFC 9110 5.5 excludes it from a field value), and metadata keys no header name can spell (not an RFC 9110 token: non-ASCII, '/', ':') or that differ from another only in case are not compared";
+
+/// What a fidelity case compares differently when an SDK handles JSON payloads.
+const RESERIALIZED_JSON_NOTE: &str = "JSON payloads cross an SDK as values (its client serializes what an app hands it; its server hands the handler what it parsed): a JSON-typed payload is compared as a JSON value, not byte for byte";
 
 /// A case that judges a delivered event's CloudEvent cannot run where the
 /// subscriber's handler sees only data and metadata (an SDK's app): UNSUPPORTED,

@@ -2,7 +2,6 @@
 //! that stayed in the broker (and came back after a RETRY), and payloads exactly at
 //! the declared maximum size and one byte over it.
 
-use super::basics::{OVER_HTTP_NOTE, RESERIALIZED_JSON_NOTE};
 use super::{fidelity_problems, key_of, samples, Crossing, Sample};
 use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
@@ -128,15 +127,7 @@ async fn fidelity_after_wait(ctx: CaseContext) -> CaseRun {
         ctx.seed(),
         IN_BROKER.as_secs()
     ));
-    if crossing.over_http {
-        outcome.note(OVER_HTTP_NOTE);
-    }
-    if crossing.json_reserialized {
-        outcome.note(RESERIALIZED_JSON_NOTE);
-    }
-    if let Some(why) = ctx.runtime.hands_over_data_only() {
-        outcome.note(format!("content types not compared: {why}"));
-    }
+    crossing.note_what_is_not_compared(&mut outcome, &ctx.runtime);
     Ok(outcome)
 }
 
