@@ -159,7 +159,6 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
     Ok(outcome)
 }
 
-
 async fn invalid_requests(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx.subscribe_recorded(&topic).await?;

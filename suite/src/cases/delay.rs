@@ -80,6 +80,9 @@ pub fn cases() -> Vec<Case> {
 
 /// The subscription delay of the publish-time case.
 const RECEIVER_DELAY: Duration = Duration::from_millis(1500);
+/// What the clock reads around a subscribe call may be off from the subscriber's
+/// start, in `delay.receiver-delay-from-publish`.
+const CLOCK_READS: Duration = Duration::from_millis(50);
 /// Delayed messages queued ahead of undelayed ones: more than any prefetch window.
 const QUEUED_AHEAD: usize = 600;
 
@@ -118,13 +121,15 @@ async fn receiver_delay_from_publish(ctx: CaseContext) -> CaseRun {
             if after <= precision + allowance {
                 continue;
             }
-            // Held for (nearly) the whole delay again while undelayed messages took
-            // far less: the delay was counted from receipt. Otherwise a slow
-            // delivery, judged as timing.
+            // Held for the whole delay again while undelayed messages took far less:
+            // the delay was counted from receipt. Receipt follows the subscriber's
+            // start, so such a delivery comes the whole delay after it at the
+            // earliest (CLOCK_READS for the clock reads around the subscribe call);
+            // anything earlier is a slow delivery, judged as timing.
             let control_p99 = ctx
                 .machine_load()
                 .map_or(Duration::ZERO, |load| load.control_p99);
-            if after + precision >= RECEIVER_DELAY && control_p99 * 2 < after {
+            if after + CLOCK_READS >= RECEIVER_DELAY && control_p99 * 2 < after {
                 outcome.fail(format!("{key}: delivered {after:?} after the subscriber started though it was older than the receiverDelay {RECEIVER_DELAY:?}: held for the delay again, so the delay counted from receipt, not publish time (precision {precision:?}, undelayed control messages took {allowance:?} then)"));
             } else {
                 outcome.fail_timing(format!("{key}: late: delivered {after:?} after the subscriber started though it was older than the receiverDelay {RECEIVER_DELAY:?}, beyond the precision {precision:?} and the {allowance:?} undelayed control messages took then"));
