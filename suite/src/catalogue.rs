@@ -138,7 +138,19 @@ const TIMED: &[&str] = &[
     "retry.delay",
 ];
 
+/// The cases that move a backlog of tens of thousands of messages through the broker
+/// and the harness: `certify` runs one of them at a time in the whole run (see
+/// [`Case::moves_a_backlog`]).
+const BACKLOG: &[&str] = &["certification.long-drain", "certification.backlog"];
+
 impl Case {
+    /// Whether it moves a backlog of tens of thousands of messages: several at once
+    /// (one per row of a matrix) starve the harness, whose verdicts (a drain's rate,
+    /// everything within the bound) would then judge the machine, not the component.
+    pub fn moves_a_backlog(&self) -> bool {
+        BACKLOG.contains(&self.id)
+    }
+
     /// Where `certify` runs it: certification cases alone, timed ones in their lane.
     pub fn lane(&self) -> Lane {
         if self.level == Level::Certification || !self.injects.is_empty() {

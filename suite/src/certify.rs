@@ -751,7 +751,13 @@ async fn run_cases(
                 continue;
             }
         }
+        let backlog_turn = if case.moves_a_backlog() {
+            Some(backlog_turn(&definition.name, case, progress).await)
+        } else {
+            None
+        };
         let mut result = run.run(case).await;
+        drop(backlog_turn);
         if let (true, Some(Err(reason))) = (wants_control, &controlled) {
             result.evidence.notes.push(format!(
                 "no broker the suite controls could be started for the fault cases: {reason}"
@@ -790,7 +796,35 @@ async fn run_cases(
     results.into_iter().map(|(_, result)| result).collect()
 }
 
-/// The cases of one lane, with their indices in the run.
+/// One case that moves a backlog at a time in the whole run (the rows of a matrix
+/// run at once): several would starve the harness they share.
+static BACKLOG_TURN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// Waits for the run's turn to move a backlog, saying so when another row has it.
+async fn backlog_turn(
+    row: &str,
+    case: &Case,
+    progress: &Progress,
+) -> tokio::sync::SemaphorePermit<'static> {
+    if let Ok(permit) = BACKLOG_TURN.try_acquire() {
+        return permit;
+    }
+    progress(
+        row,
+        &format!(
+            "{row}: {} waits while another row moves its backlog (one at a time)",
+            case.id
+        ),
+    );
+    BACKLOG_TURN
+        .acquire()
+        .await
+        .expect("the backlog semaphore is never closed")
+}
+
+/// The cases of one lane, with their indices in the run; in the exclusive lane the
+/// cases that move a backlog come last, so that a row waiting for its turn to move
+/// one has run everything else.
 fn in_lane(cases: &[&'static Case], lane: Lane) -> Vec<(usize, &'static Case)> {
     let mut chosen = Vec::new();
     for (index, case) in cases.iter().enumerate() {
@@ -798,6 +832,7 @@ fn in_lane(cases: &[&'static Case], lane: Lane) -> Vec<(usize, &'static Case)> {
             chosen.push((index, *case));
         }
     }
+    chosen.sort_by_key(|(_, case)| case.moves_a_backlog());
     chosen
 }
 
@@ -1046,5 +1081,77 @@ pub fn machine() -> Machine {
         os: std::env::consts::OS.to_string(),
         arch: std::env::consts::ARCH.to_string(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_cases_that_move_a_backlog_come_last_in_the_exclusive_lane() {
+        let cases: Vec<&'static Case> = catalogue().iter().collect();
+        let exclusive = in_lane(&cases, Lane::Exclusive);
+        let backlog: Vec<&str> = exclusive
+            .iter()
+            .skip_while(|(_, case)| !case.moves_a_backlog())
+            .map(|(_, case)| case.id)
+            .collect();
+        assert_eq!(
+            backlog,
+            ["certification.backlog", "certification.long-drain"],
+            "{:?}",
+            exclusive.iter().map(|(_, c)| c.id).collect::<Vec<_>>()
+        );
+        // Every other exclusive case keeps the catalogue's order before them.
+        let others: Vec<usize> = exclusive
+            .iter()
+            .filter(|(_, case)| !case.moves_a_backlog())
+            .map(|(index, _)| *index)
+            .collect();
+        assert!(others.windows(2).all(|w| w[0] < w[1]));
+        assert!(exclusive.len() > backlog.len());
+    }
+
+    #[tokio::test]
+    async fn one_backlog_at_a_time_in_the_whole_run() {
+        let case = catalogue()
+            .iter()
+            .find(|c| c.id == "certification.long-drain")
+            .unwrap();
+        let said = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let heard = said.clone();
+        let progress: Progress = Arc::new(move |_, line| heard.lock().unwrap().push(line.into()));
+        let first = backlog_turn("row a", case, &progress).await;
+        let second = tokio::spawn({
+            let progress = progress.clone();
+            async move {
+                let _turn = backlog_turn("row b", case, &progress).await;
+            }
+        });
+        // The second row waits while the first holds the turn...
+        tokio::task::yield_now().await;
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), async {
+                while said.lock().unwrap().is_empty() {
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await
+            .is_ok(),
+            "the waiting row says it waits"
+        );
+        assert!(!second.is_finished());
+        assert_eq!(
+            said.lock().unwrap()[0],
+            "row b: certification.long-drain waits while another row moves its backlog (one at a time)"
+        );
+        // ... and gets it once the first is done.
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(5), second)
+            .await
+            .expect("the second row gets its turn")
+            .unwrap();
     }
 }

@@ -115,7 +115,8 @@ enum Command {
         #[arg(long)]
         fail_not_provisioned: bool,
         /// Components certified at once, and cases of one component run at once
-        /// (timing-sensitive cases keep their own lane, fault cases run alone);
+        /// (timing-sensitive cases keep their own lane, fault cases run alone, and the
+        /// cases that move a backlog one at a time in the whole run);
         /// 1 runs everything one after another.
         #[arg(long, default_value_t = DEFAULT_JOBS, value_parser = clap::value_parser!(u16).range(1..=64))]
         jobs: u16,
