@@ -56,14 +56,19 @@ impl Expectations {
     }
 
     /// Reads the component's file; none is no expectations. A row through another
-    /// client or sidecar (`<component> via <what>`) also takes the entries of
+    /// client or sidecar (`<component> via <what>`) takes them, and also the entries of
     /// `expectations/via <what>.yaml`, that client's defects whatever the component
     /// (e.g. `via @dapr-dapr client.yaml`). Unknown cases and bad YAML are errors
     /// naming the file.
     pub fn load(definition: &Path, name: &str) -> anyhow::Result<Self> {
-        // A row on one broker version (`<component> on <broker> <version>`) takes its
-        // component's file: its entries name the broker versions they hold for.
-        let component = crate::provision::versions::component_of(name);
+        // A row on one broker version (`<component> on <broker> <version>`), and a row
+        // through a sidecar or client (`<component> via <what>`), take the component's
+        // file: its entries name the broker versions they hold for, and a broker's
+        // defect shows whatever reaches the broker.
+        let component = crate::provision::versions::component_of(
+            name.split_once(" via ")
+                .map_or(name, |(component, _)| component),
+        );
         let mut expectations = Self::load_file(&Self::path_for(definition, component))?;
         if let Some((_, via)) = name.split_once(" via ") {
             let shared = Self::load_file(&Self::path_for(definition, &format!("via {via}")))?;
@@ -114,11 +119,15 @@ impl Expectations {
         })
     }
 
-    /// The entry for `case` on a broker whose version text is `broker_version`.
+    /// The entry for `case` on a broker whose version text is `broker_version` (a row
+    /// through a client reports `<client version> on <broker version>`: a broker's
+    /// entry holds there too).
     pub fn entry(&self, case: &str, broker_version: &str) -> Option<&Expected> {
-        self.entries
-            .iter()
-            .find(|e| e.case == case && broker_version.starts_with(e.broker.as_str()))
+        self.entries.iter().find(|e| {
+            e.case == case
+                && (broker_version.starts_with(e.broker.as_str())
+                    || broker_version.contains(&format!(" on {}", e.broker)))
+        })
     }
 
     /// The entry for `case` on a broker whose version text is `broker_version`, as the
@@ -223,6 +232,17 @@ mod tests {
         assert!(row
             .for_cell("bulk-publish.partial-failure", "@dapr/dapr 3.19.0 on B 1")
             .is_none());
+        // The component's entries (its broker's defects) hold through the client too.
+        assert!(row
+            .for_cell("certification.broker-restart", "@dapr/dapr 3.18.0 on B 1")
+            .is_some());
+        assert!(row
+            .for_cell("certification.broker-restart", "@dapr/dapr 3.18.0 on B 2")
+            .is_none());
+        let through_serve = Expectations::load(&definition, "x via serve").unwrap();
+        assert!(through_serve
+            .for_cell("certification.broker-restart", "B 1")
+            .is_some());
         let plain = Expectations::load(&definition, "x").unwrap();
         assert!(plain
             .for_cell("bulk-publish.partial-failure", "@dapr/dapr 3.18.0 on B 1")
