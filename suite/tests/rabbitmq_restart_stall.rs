@@ -21,9 +21,12 @@
 //! `REPRO_IMAGE=pcs/rabbitmq:trixie cargo test -p pubsub-conformance --test
 //! rabbitmq_restart_stall -- --nocapture` (images from `scripts/images.sh
 //! rabbitmq@trixie`). Seen 2026-12-05: on 3.10.8 and 4.0.5 every consume answered
-//! INTERNAL_ERROR after 65 s (6 of 6), and a publish issued alone was never confirmed
-//! (8 of 8 rounds waited 60 s; issued beside the consume, 1 of 3 was confirmed); 4.3.6
-//! confirms in 2 ms and consumes (3 of 3); without `x-expires` 4.0.5 stalls the same.
+//! INTERNAL_ERROR (12 of 12; 65 s after it was sent where measured), and a publish
+//! issued alone was never confirmed (8 of 8 rounds, waiting 15, 30 or 60 s; issued
+//! beside the consume on 3.10.8, 1 of 3 was confirmed); 4.3.6 confirms in 1-8 ms and
+//! consumes (5 of 5); without `x-expires` 4.0.5 stalls the same. The declarations
+//! repeat the component's (components/src/rabbitmq) on purpose: the reproduction
+//! stands alone for the broker's maintainers.
 
 use futures::StreamExt;
 use lapin::options::{
