@@ -8,6 +8,7 @@ mod baseline;
 mod bench;
 mod levels;
 mod merge;
+mod paths;
 mod render;
 mod summary;
 mod versions;
@@ -16,6 +17,7 @@ pub use baseline::{compare, Baseline, CellChange, ChangeKind};
 pub use bench::{BenchReport, LatencySummary, Measurement};
 pub use levels::{certification_level, CertificationLevel, ComponentSummary, LEVEL_LEGEND};
 pub use merge::{merge, MergeError};
+pub use paths::{path_comparison, Explanation, PathComparison, PathDifference, PathRow};
 pub use render::{
     badge_json, bench_chart_svg, bench_chart_text, file_stem, html, junit, markdown, write_all,
     CHART_SERIES,

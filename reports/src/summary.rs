@@ -117,6 +117,24 @@ pub fn summary_table(report: &RunReport) -> String {
             }
         }
     }
+    for comparison in crate::path_comparison(report) {
+        for path in &comparison.paths {
+            let unexplained: Vec<&str> = path.unexplained().map(|d| d.case.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "PATH {}: {} same verdict as in process, {} differ, {} unexplained{}",
+                path.row.name,
+                path.same,
+                path.differences.len(),
+                unexplained.len(),
+                if unexplained.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", unexplained.join(", "))
+                }
+            );
+        }
+    }
     out
 }
 

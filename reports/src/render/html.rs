@@ -225,6 +225,7 @@ pub fn html(report: &RunReport) -> String {
     .map(|s| s.label().to_string())
     .collect();
     versions_section(&mut out, report);
+    paths_section(&mut out, report);
     out.push_str("<section id=\"matrix-section\"><h2>Matrix</h2><div id=\"filters\">");
     select(&mut out, "filter-family", "Family", &families);
     select(
@@ -543,6 +544,70 @@ fn versions_section(out: &mut String, report: &RunReport) {
             out.push_str("</tr>");
         }
         out.push_str("</tbody></table>");
+    }
+    out.push_str("</section>\n");
+}
+
+/// Each component in process beside its rows over other paths: per path, how many
+/// cases agree, and every case that differs with its explanation (unexplained first).
+fn paths_section(out: &mut String, report: &RunReport) {
+    let comparisons = crate::path_comparison(report);
+    if comparisons.is_empty() {
+        return;
+    }
+    out.push_str("<section id=\"paths\"><h2>In process and over the wire</h2><p>Every difference is a defect of the path until explained: by what the path cannot express or run, or by an expected failure.</p>");
+    for comparison in &comparisons {
+        let _ = write!(
+            out,
+            "<h3>{}</h3><table class=\"paths\"><thead><tr><th>path</th><th>same verdict</th><th>differs</th><th>unexplained</th></tr></thead><tbody>",
+            esc(&comparison.component)
+        );
+        for path in &comparison.paths {
+            let unexplained = path.unexplained().count();
+            let _ = write!(
+                out,
+                "<tr><th>{}</th><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
+                esc(&path.path),
+                path.same,
+                path.differences.len(),
+                class(if unexplained == 0 {
+                    Status::Pass
+                } else {
+                    Status::Fail
+                }),
+                unexplained
+            );
+        }
+        out.push_str("</tbody></table>");
+        for path in &comparison.paths {
+            if path.differences.is_empty() {
+                continue;
+            }
+            let _ = write!(
+                out,
+                "<details><summary>{} via {}: {} difference(s)</summary><ul>",
+                esc(&comparison.component),
+                esc(&path.path),
+                path.differences.len()
+            );
+            for difference in path.unexplained_first() {
+                let _ = write!(
+                    out,
+                    "<li><code>{}</code>: {} in process, <span class=\"{}\">{}</span> over the path (<strong>{}</strong>){}</li>",
+                    esc(&difference.case),
+                    difference.in_process.map_or("not run", |s| s.label()),
+                    class(difference.over_path),
+                    difference.over_path.label(),
+                    difference.explanation.label(),
+                    if difference.why.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", esc(&difference.why))
+                    }
+                );
+            }
+            out.push_str("</ul></details>");
+        }
     }
     out.push_str("</section>\n");
 }

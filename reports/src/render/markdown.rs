@@ -77,6 +77,7 @@ pub fn markdown(report: &RunReport) -> String {
         }
     }
     broker_versions(report, &mut out);
+    paths(report, &mut out);
     out.push_str("\n<details><summary>What the levels prove</summary>\n\n");
     for (level, proves) in crate::LEVEL_LEGEND {
         out.push_str(&format!("- **{level}**: {proves}\n"));
@@ -201,6 +202,51 @@ fn broker_versions(report: &RunReport, out: &mut String) {
                 .map(|s| s.map_or("-".to_string(), |s| format!("{} {}", s.symbol(), s.label())))
                 .collect();
             let _ = writeln!(out, "| `{case}` | {} |", cells.join(" | "));
+        }
+    }
+}
+
+/// Each component in process beside its rows over other paths: per path, how many
+/// cases agree, and every case that differs with its explanation (unexplained first).
+fn paths(report: &RunReport, out: &mut String) {
+    let comparisons = crate::path_comparison(report);
+    if comparisons.is_empty() {
+        return;
+    }
+    out.push_str("\n## In process and over the wire\n\nEvery difference is a defect of the path until explained: by what the path cannot express or run, or by an expected failure.\n");
+    for comparison in &comparisons {
+        let _ = writeln!(out, "\n### {}\n", comparison.component);
+        out.push_str("| path | same verdict | differs | unexplained |\n|---|---|---|---|\n");
+        for path in &comparison.paths {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                path.path,
+                path.same,
+                path.differences.len(),
+                path.unexplained().count()
+            );
+        }
+        for path in &comparison.paths {
+            if path.differences.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "\n{} via {}:\n", comparison.component, path.path);
+            for difference in path.unexplained_first() {
+                let _ = writeln!(
+                    out,
+                    "- `{}`: {} in process, {} over the path ({}){}",
+                    difference.case,
+                    difference.in_process.map_or("not run", |s| s.label()),
+                    difference.over_path.label(),
+                    difference.explanation.label(),
+                    if difference.why.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", difference.why)
+                    }
+                );
+            }
         }
     }
 }

@@ -480,3 +480,90 @@ fn broker_versions_show_ranges_and_differing_cases() {
     assert!(!markdown(&sample()).contains("## Broker versions"));
     assert!(!html(&sample()).contains("id=\"versions\""));
 }
+
+/// The memory row of [`sample`] with one row through serve beside it, whose cases
+/// differ in every way a path can differ.
+fn paths_sample() -> RunReport {
+    let mut report = sample();
+    report.components.truncate(1);
+    let in_process = &mut report.components[0];
+    in_process.cases[3].status = Status::Pass;
+    in_process.cases.push(case(
+        "bulk-publish.partial-failure",
+        "core",
+        None,
+        Status::Fail,
+        None,
+    ));
+    in_process.cases[4].expected_failure = Some("the broker drops one entry".into());
+    let mut served = report.components[0].clone();
+    served.name = "memory via serve".into();
+    // publish.delivery: the same. ttl.live-delivered: fails only over the path.
+    served.cases[1].status = Status::Fail;
+    served.cases[1].evidence.findings = vec!["expired 1 of 100 early".into()];
+    // seek.reposition stays UNSUPPORTED (the same); consumer-leaves cannot be said.
+    served.cases[3].status = Status::Unsupported;
+    served.cases[3].evidence.notes = vec!["not part of Dapr's HTTP API".into()];
+    // The broker's defect passes over the path: listed with what failed in process.
+    served.cases[4].status = Status::Pass;
+    let mut expected = case("envelope.cloudevents", "core", None, Status::Fail, None);
+    expected.expected_failure = Some("the client re-serializes JSON".into());
+    served.cases.push(expected);
+    report.components.push(served);
+    report
+}
+
+#[test]
+fn paths_list_every_difference_with_its_explanation() {
+    let report = paths_sample();
+    let comparisons = path_comparison(&report);
+    assert_eq!(comparisons.len(), 1);
+    let served = &comparisons[0].paths[0];
+    assert_eq!(
+        (comparisons[0].component.as_str(), served.path.as_str()),
+        ("memory", "serve")
+    );
+    assert_eq!(served.same, 2, "publish.delivery and seek.reposition agree");
+    let explained: Vec<(&str, Explanation)> = served
+        .unexplained_first()
+        .iter()
+        .map(|d| (d.case.as_str(), d.explanation))
+        .collect();
+    assert_eq!(
+        explained,
+        vec![
+            ("ttl.live-delivered", Explanation::Unexplained),
+            ("bulk-publish.partial-failure", Explanation::Unexplained),
+            ("envelope.cloudevents", Explanation::Expected),
+            ("certification.consumer-leaves", Explanation::NotExpressible),
+        ]
+    );
+    let text = markdown(&report);
+    let section = &text[text
+        .find("## In process and over the wire")
+        .expect("a paths section")..];
+    for line in [
+        "| serve | 2 | 4 | 2 |",
+        "- `ttl.live-delivered`: PASS in process, FAIL over the path (unexplained): expired 1 of 100 early",
+        "- `bulk-publish.partial-failure`: FAIL in process, PASS over the path (unexplained): in process: lost: 2 acknowledged",
+        "- `envelope.cloudevents`: not run in process, FAIL over the path (expected failure): the client re-serializes JSON",
+        "- `certification.consumer-leaves`: PASS in process, UNSUPPORTED over the path (not expressible over this path): not part of Dapr's HTTP API",
+    ] {
+        assert!(section.contains(line), "{line}\nnot in\n{section}");
+    }
+    let page = html(&report);
+    assert!(page.contains("<section id=\"paths\"><h2>In process and over the wire</h2>"));
+    assert!(page.contains("memory via serve: 4 difference(s)"));
+    // Without rows over other paths there is no section.
+    assert!(!markdown(&sample()).contains("## In process and over the wire"));
+    assert!(!html(&sample()).contains("id=\"paths\""));
+}
+
+#[test]
+fn the_summary_counts_each_paths_differences() {
+    let text = summary_table(&paths_sample());
+    assert!(
+        text.contains("PATH memory via serve: 2 same verdict as in process, 4 differ, 2 unexplained (ttl.live-delivered, bulk-publish.partial-failure)"),
+        "{text}"
+    );
+}
