@@ -217,7 +217,9 @@ impl Sidecar {
 
 /// Makes the declarative subscriptions delivered those `wanted`: a new name is
 /// subscribed, a removed one stopped, a changed one stopped and subscribed again.
-/// The first that cannot start is an error naming it (those before it run).
+/// One that cannot start does not hold up the others (daprd starts every
+/// subscription it can): every one that could not is an error naming it, and it is
+/// tried again at the next reconcile.
 async fn reconcile(
     state: &ApiState,
     app: &AppChannel,
@@ -231,7 +233,7 @@ async fn reconcile(
         .filter(|(name, (spec, _))| wanted.get(*name) != Some(spec))
         .map(|(name, _)| name.clone())
         .collect();
-    let mut outcome = Ok(());
+    let mut refused: Vec<anyhow::Error> = Vec::new();
     for name in gone {
         if let Some((spec, handle)) = declarative.running.remove(&name) {
             tracing::info!(%name, topic = %spec.topic, "declarative subscription removed");
@@ -247,10 +249,7 @@ async fn reconcile(
                 tracing::info!(%name, topic = %spec.topic, "declarative subscription started");
                 declarative.running.insert(name, (spec, handle));
             }
-            Err(e) => {
-                outcome = Err(e.context(format!("the declarative subscription '{name}'")));
-                break;
-            }
+            Err(e) => refused.push(e.context(format!("the declarative subscription '{name}'"))),
         }
     }
     *state.declarative.lock().unwrap_or_else(|p| p.into_inner()) = declarative
@@ -258,7 +257,19 @@ async fn reconcile(
         .values()
         .map(|(spec, _)| spec.clone())
         .collect();
-    outcome
+    // The first refusal stays the error's source (a caller may ask what refused it).
+    let mut refused = refused.into_iter();
+    match refused.next() {
+        None => Ok(()),
+        Some(first) => {
+            let others: Vec<String> = refused.map(|e| format!("{e:#}")).collect();
+            if others.is_empty() {
+                Err(first)
+            } else {
+                Err(first.context(format!("also not started: {}", others.join("; "))))
+            }
+        }
+    }
 }
 
 /// Reads the resources directory every 100 ms until the sidecar stops, and

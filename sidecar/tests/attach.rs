@@ -301,3 +301,114 @@ async fn a_declarative_subscription_that_serve_cannot_start_is_an_error_naming_i
     );
     app.stop().await;
 }
+
+/// Hot reload: a declarative subscription the sidecar cannot start (here a
+/// `maxDeliveries` that is not a number; on RabbitMQ, a topic longer than a routing
+/// key) does not hold up the others. It did: reconciling stopped at the first
+/// refusal, so every subscription named after it waited until it was removed, and a
+/// matrix row through an attached sidecar stalled in a dozen cases.
+#[tokio::test]
+async fn a_refused_declarative_subscription_does_not_hold_up_the_others() {
+    use pubsub_sidecar::resources::{write_subscription, SubscriptionResource};
+    use pubsub_sidecar::wire::AppSubscription;
+    let resources = tempfile::tempdir().unwrap();
+    let (http_port, app_port) = (free_port(), free_port());
+    let mut components = BTreeMap::new();
+    components.insert(
+        "ps".to_string(),
+        ServedComponent {
+            runtime: Runtime::new("ps", Arc::new(MemoryComponent::default())),
+            component_type: "pubsub.in-memory".into(),
+        },
+    );
+    // An app that answers only the subscription discovery: nothing is delivered here.
+    let app = tokio::net::TcpListener::bind(("127.0.0.1", app_port))
+        .await
+        .unwrap();
+    let app = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let Ok((mut stream, _)) = app.accept().await else {
+                return;
+            };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request).await;
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]")
+                .await;
+        }
+    });
+    let sidecar = Sidecar::start(
+        components,
+        ServeOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], http_port)),
+            app: Some(
+                AppChannel::new(
+                    format!("http://127.0.0.1:{app_port}"),
+                    Duration::from_secs(5),
+                )
+                .unwrap(),
+            ),
+            app_id: "app".into(),
+            resources: Some(resources.path().to_path_buf()),
+            hot_reload: true,
+            ..ServeOptions::default()
+        },
+    )
+    .await
+    .expect("serve started");
+    let declared = |topic: &str, metadata: &[(&str, &str)]| AppSubscription {
+        pubsub_name: "ps".into(),
+        topic: topic.into(),
+        route: Some(format!("/{topic}")),
+        metadata: metadata
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    // Reconciled in name order: the refused one comes first.
+    write_subscription(
+        resources.path(),
+        &SubscriptionResource::new(
+            "a-refused",
+            declared("refused", &[("maxDeliveries", "three")]),
+            "app",
+        ),
+    )
+    .unwrap();
+    write_subscription(
+        resources.path(),
+        &SubscriptionResource::new("b-taken-up", declared("orders", &[]), "app"),
+    )
+    .unwrap();
+    let topics = || async {
+        let metadata: serde_json::Value =
+            reqwest::get(format!("http://127.0.0.1:{http_port}/v1.0/metadata"))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+        metadata["subscriptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["topic"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let listed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let listed = topics().await;
+            if !listed.is_empty() {
+                return listed;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the subscription after the refused one was taken up within 10 s");
+    assert_eq!(listed, ["orders"], "only the one that could start");
+    sidecar.stop().await;
+    app.abort();
+}

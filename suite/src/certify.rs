@@ -540,6 +540,18 @@ impl ComponentRun {
     /// Runs one case once on the run's broker.
     async fn run_once(&self, case: &'static Case, run_number: u32) -> CaseResult {
         let (runtime, restarted_after) = self.next_runtime().await;
+        // Over the wire, the sidecar and the app run in this process beside the case:
+        // such cases share one run-wide allowance (timed ones mostly wait).
+        let _wire_slot = if runtime.is_remote() && case.lane() != Lane::Timed {
+            Some(
+                WIRE_CASES
+                    .acquire()
+                    .await
+                    .expect("the wire semaphore is never closed"),
+            )
+        } else {
+            None
+        };
         let run = run_options_for(
             &self.options,
             &self.expectations,
@@ -799,6 +811,17 @@ async fn run_cases(
 /// One case that moves a backlog at a time in the whole run (the rows of a matrix
 /// run at once): several would starve the harness they share.
 static BACKLOG_TURN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// How many cases of rows over the wire (`via serve`, sidecars, SDKs) run at once in
+/// the whole run, timed ones aside: four per core. Each such case also drives the
+/// sidecar and the app it delivers to, in this process, so it weighs several times an
+/// in-process case: at `--jobs 8`, seven rows at once over `serve` (56 such cases on 2
+/// cores) slowed deliveries fortyfold, and cases missed their bounds with nothing wrong
+/// in the component or the path (2026-12-05).
+static WIRE_CASES: std::sync::LazyLock<tokio::sync::Semaphore> = std::sync::LazyLock::new(|| {
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    tokio::sync::Semaphore::new(4 * cores)
+});
 
 /// Waits for the run's turn to move a backlog, saying so when another row has it.
 async fn backlog_turn(
