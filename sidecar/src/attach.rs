@@ -325,6 +325,16 @@ impl AttachedMember {
     }
 }
 
+impl Drop for AttachedMember {
+    /// A member dropped without [`AttachedMember::leave`] (its case stopped at its
+    /// bound) still takes its resource away: left behind, a subscription kept
+    /// delivering to a route nobody serves, and one the sidecar refused stayed in its
+    /// directory for the next run.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
 /// The sidecar's `GET /v1.0/metadata` answer.
 async fn read_metadata(
     http: &reqwest::Client,

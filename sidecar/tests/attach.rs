@@ -165,6 +165,23 @@ async fn a_running_sidecar_takes_up_the_suites_subscriptions_as_resources() {
         0,
         "the resource is removed when the subscription ends"
     );
+    // A case stopped at its bound while the sidecar had not yet taken up its
+    // subscription: the resource goes too (left behind, one the sidecar refused stayed
+    // in its directory and was tried again in the next run).
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(1),
+        target.subscribe(
+            Subscription::new("abandoned", "g1"),
+            Handler::Single(Arc::new(Recorder::default())),
+        ),
+    )
+    .await;
+    assert!(abandoned.is_err(), "stopped while waiting for the sidecar");
+    assert_eq!(
+        std::fs::read_dir(resources.path()).unwrap().count(),
+        0,
+        "the resource of an abandoned subscription is removed"
+    );
     let metadata: serde_json::Value =
         reqwest::get(format!("http://127.0.0.1:{http_port}/v1.0/metadata"))
             .await
