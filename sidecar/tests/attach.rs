@@ -61,35 +61,49 @@ fn free_port() -> u16 {
         .port()
 }
 
-#[tokio::test]
-async fn a_running_sidecar_takes_up_the_suites_subscriptions_as_resources() {
-    let resources = tempfile::tempdir().unwrap();
-    let (http_port, app_port) = (free_port(), free_port());
-    let mut components = BTreeMap::new();
-    components.insert(
+/// The in-memory component, served as pub/sub `ps`.
+fn served_memory() -> BTreeMap<String, ServedComponent> {
+    BTreeMap::from([(
         "ps".to_string(),
         ServedComponent {
             runtime: Runtime::new("ps", Arc::new(MemoryComponent::default())),
             component_type: "pubsub.in-memory".into(),
         },
-    );
+    )])
+}
+
+/// `serve` on `http_port` with hot reload of `resources`, delivering to the app
+/// `app_id` on `app_port`.
+fn hot_reload_options(
+    http_port: u16,
+    app_port: u16,
+    app_id: &str,
+    resources: &std::path::Path,
+) -> ServeOptions {
+    ServeOptions {
+        listen: SocketAddr::from(([127, 0, 0, 1], http_port)),
+        app: Some(
+            AppChannel::new(
+                format!("http://127.0.0.1:{app_port}"),
+                Duration::from_secs(5),
+            )
+            .unwrap(),
+        ),
+        app_id: app_id.into(),
+        resources: Some(resources.to_path_buf()),
+        hot_reload: true,
+        ..ServeOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn a_running_sidecar_takes_up_the_suites_subscriptions_as_resources() {
+    let resources = tempfile::tempdir().unwrap();
+    let (http_port, app_port) = (free_port(), free_port());
     // The sidecar starts first and waits for its app, as daprd does.
     let sidecar = tokio::spawn(Sidecar::start(
-        components,
-        ServeOptions {
-            listen: SocketAddr::from(([127, 0, 0, 1], http_port)),
-            app: Some(
-                AppChannel::new(
-                    format!("http://127.0.0.1:{app_port}"),
-                    Duration::from_secs(5),
-                )
-                .unwrap(),
-            ),
-            app_id: "certified-app".into(),
-            resources: Some(resources.path().to_path_buf()),
-            hot_reload: true,
-            ..ServeOptions::default()
-        },
+        served_memory(),
+        hot_reload_options(http_port, app_port, "certified-app", resources.path()),
     ));
     let options = AttachOptions {
         base: format!("http://127.0.0.1:{http_port}"),
@@ -330,47 +344,13 @@ async fn a_refused_declarative_subscription_does_not_hold_up_the_others() {
     use pubsub_sidecar::wire::AppSubscription;
     let resources = tempfile::tempdir().unwrap();
     let (http_port, app_port) = (free_port(), free_port());
-    let mut components = BTreeMap::new();
-    components.insert(
-        "ps".to_string(),
-        ServedComponent {
-            runtime: Runtime::new("ps", Arc::new(MemoryComponent::default())),
-            component_type: "pubsub.in-memory".into(),
-        },
-    );
-    // An app that answers only the subscription discovery: nothing is delivered here.
-    let app = tokio::net::TcpListener::bind(("127.0.0.1", app_port))
+    // The suite's app, declaring no subscription of its own: nothing is delivered here.
+    let app = pubsub_sidecar::subscriber::SharedApp::start(app_port)
         .await
         .unwrap();
-    let app = tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        loop {
-            let Ok((mut stream, _)) = app.accept().await else {
-                return;
-            };
-            let mut request = [0u8; 4096];
-            let _ = stream.read(&mut request).await;
-            let _ = stream
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]")
-                .await;
-        }
-    });
     let sidecar = Sidecar::start(
-        components,
-        ServeOptions {
-            listen: SocketAddr::from(([127, 0, 0, 1], http_port)),
-            app: Some(
-                AppChannel::new(
-                    format!("http://127.0.0.1:{app_port}"),
-                    Duration::from_secs(5),
-                )
-                .unwrap(),
-            ),
-            app_id: "app".into(),
-            resources: Some(resources.path().to_path_buf()),
-            hot_reload: true,
-            ..ServeOptions::default()
-        },
+        served_memory(),
+        hot_reload_options(http_port, app_port, "app", resources.path()),
     )
     .await
     .expect("serve started");
@@ -427,5 +407,5 @@ async fn a_refused_declarative_subscription_does_not_hold_up_the_others() {
     .expect("the subscription after the refused one was taken up within 10 s");
     assert_eq!(listed, ["orders"], "only the one that could start");
     sidecar.stop().await;
-    app.abort();
+    app.stop().await;
 }

@@ -8,7 +8,7 @@ use crate::history::{History, Record};
 use crate::outcome::{CaseError, CaseRun};
 use pubsub_components::runtime::controls::MAX_TOPIC_LEN;
 use pubsub_components::runtime::Subscription;
-use pubsub_components::ErrorKind;
+use pubsub_components::{ErrorKind, PubSubError};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub fn cases() -> Vec<Case> {
@@ -66,6 +66,14 @@ async fn distinct_groups(ctx: CaseContext) -> CaseRun {
             Ok(handle) => {
                 handles.push(handle);
                 subscribed.push((label.clone(), group.clone()));
+            }
+            // A path with one group per topic (an attached sidecar, one app id) says
+            // so for the second name: a limit of the path, not a refusal of the name.
+            Err(e @ PubSubError::Unsupported { .. }) if is_beyond_remote_api(&e) => {
+                return Err(CaseError::CannotProvoke(format!(
+                    "subscribing group {group} ({label}) after {} other name(s) on the topic: {e}",
+                    subscribed.len()
+                )))
             }
             Err(e) if clear_refusal(&e, group) => refused.push(format!("{label} ({group}): {e}")),
             Err(e) => {
@@ -159,6 +167,12 @@ fn names(base: &str) -> Vec<(String, String)> {
     names.push(("longest-x".into(), format!("{long}x")));
     names.push(("longest-y".into(), format!("{long}y")));
     names
+}
+
+/// Whether `error` says the remote runtime's API cannot express the request.
+fn is_beyond_remote_api(error: &PubSubError) -> bool {
+    matches!(error, PubSubError::Unsupported { component, .. }
+        if component == pubsub_components::runtime::BEYOND_REMOTE_API)
 }
 
 /// Whether a refusal names the problem as the contract asks (an invalid or
