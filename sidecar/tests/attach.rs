@@ -61,6 +61,16 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The sidecar's `GET /v1.0/metadata` answer.
+async fn metadata(http_port: u16) -> serde_json::Value {
+    reqwest::get(format!("http://127.0.0.1:{http_port}/v1.0/metadata"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// The in-memory component, served as pub/sub `ps`.
 fn served_memory() -> BTreeMap<String, ServedComponent> {
     BTreeMap::from([(
@@ -196,13 +206,7 @@ async fn a_running_sidecar_takes_up_the_suites_subscriptions_as_resources() {
         0,
         "the resource of an abandoned subscription is removed"
     );
-    let metadata: serde_json::Value =
-        reqwest::get(format!("http://127.0.0.1:{http_port}/v1.0/metadata"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+    let metadata = metadata(http_port).await;
     assert_eq!(
         metadata["subscriptions"],
         serde_json::json!([]),
@@ -380,13 +384,7 @@ async fn a_refused_declarative_subscription_does_not_hold_up_the_others() {
     )
     .unwrap();
     let topics = || async {
-        let metadata: serde_json::Value =
-            reqwest::get(format!("http://127.0.0.1:{http_port}/v1.0/metadata"))
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+        let metadata = metadata(http_port).await;
         metadata["subscriptions"]
             .as_array()
             .unwrap()

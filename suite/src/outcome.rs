@@ -130,16 +130,22 @@ pub trait Context<T> {
     fn doing(self, doing: &str) -> Result<T, CaseError>;
 }
 
+/// Whether `error` says a remote runtime's API cannot express what was asked (a
+/// limit of the path, not the component's answer).
+pub fn is_beyond_remote_api(error: &PubSubError) -> bool {
+    matches!(error, PubSubError::Unsupported { component, .. }
+        if component == pubsub_components::runtime::BEYOND_REMOTE_API)
+}
+
 impl<T> Context<T> for Result<T, PubSubError> {
     fn doing(self, doing: &str) -> Result<T, CaseError> {
-        self.map_err(|e| match &e {
+        self.map_err(|e| {
             // A remote runtime's API cannot express what the case asks: not applicable.
-            PubSubError::Unsupported { component, .. }
-                if component == pubsub_components::runtime::BEYOND_REMOTE_API =>
-            {
+            if is_beyond_remote_api(&e) {
                 CaseError::CannotProvoke(format!("{doing}: {e}"))
+            } else {
+                CaseError::Component(format!("{doing}: {e}"))
             }
-            _ => CaseError::Component(format!("{doing}: {e}")),
         })
     }
 }

@@ -5,10 +5,10 @@
 use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::{History, Record};
-use crate::outcome::{CaseError, CaseRun};
+use crate::outcome::{is_beyond_remote_api, CaseError, CaseRun};
 use pubsub_components::runtime::controls::MAX_TOPIC_LEN;
 use pubsub_components::runtime::Subscription;
-use pubsub_components::{ErrorKind, PubSubError};
+use pubsub_components::ErrorKind;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub fn cases() -> Vec<Case> {
@@ -69,7 +69,7 @@ async fn distinct_groups(ctx: CaseContext) -> CaseRun {
             }
             // A path with one group per topic (an attached sidecar, one app id) says
             // so for the second name: a limit of the path, not a refusal of the name.
-            Err(e @ PubSubError::Unsupported { .. }) if is_beyond_remote_api(&e) => {
+            Err(e) if is_beyond_remote_api(&e) => {
                 return Err(CaseError::CannotProvoke(format!(
                     "subscribing group {group} ({label}) after {} other name(s) on the topic: {e}",
                     subscribed.len()
@@ -167,12 +167,6 @@ fn names(base: &str) -> Vec<(String, String)> {
     names.push(("longest-x".into(), format!("{long}x")));
     names.push(("longest-y".into(), format!("{long}y")));
     names
-}
-
-/// Whether `error` says the remote runtime's API cannot express the request.
-fn is_beyond_remote_api(error: &PubSubError) -> bool {
-    matches!(error, PubSubError::Unsupported { component, .. }
-        if component == pubsub_components::runtime::BEYOND_REMOTE_API)
 }
 
 /// Whether a refusal names the problem as the contract asks (an invalid or
