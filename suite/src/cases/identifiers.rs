@@ -170,13 +170,16 @@ fn names(base: &str) -> Vec<(String, String)> {
 }
 
 /// Whether a refusal names the problem as the contract asks (an invalid or
-/// unsupported name, saying which).
+/// unsupported name, saying which), from the component: a remote path's own limit
+/// is not one.
 fn clear_refusal(error: &pubsub_components::PubSubError, topic: &str) -> bool {
     let text = error.to_string();
-    matches!(
-        error.kind(),
-        ErrorKind::InvalidRequest | ErrorKind::Unsupported
-    ) && (text.contains(topic) || text.contains(&topic[..topic.len().min(32)]))
+    !is_beyond_remote_api(error)
+        && matches!(
+            error.kind(),
+            ErrorKind::InvalidRequest | ErrorKind::Unsupported
+        )
+        && (text.contains(topic) || text.contains(&topic[..topic.len().min(32)]))
 }
 
 async fn distinct_names(ctx: CaseContext) -> CaseRun {
@@ -198,6 +201,15 @@ async fn distinct_names(ctx: CaseContext) -> CaseRun {
             ctx.recorder.assign_group(&handler, &subscription.group);
             match ctx.acknowledged(ctx.runtime.subscribe(subscription, handler)).await {
                 Ok(handle) => handles.push(handle),
+                // A path with one group per topic (an attached sidecar, one app id)
+                // cannot hold a name's own group beside the shared one: a limit of the
+                // path, not a refusal of the name.
+                Err(e) if is_beyond_remote_api(&e) => {
+                    return Err(CaseError::CannotProvoke(format!(
+                        "subscribing to {topic} ({label}) in group {} as well: {e}",
+                        ctx.group("shared")
+                    )))
+                }
                 Err(e) if clear_refusal(&e, topic) => {
                     refused.push(format!("{label} ({topic}): {e}"));
                     continue 'names;
