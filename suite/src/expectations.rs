@@ -25,6 +25,11 @@ pub struct Expected {
     /// a PASS is then accepted, not flagged as a stale entry.
     #[serde(default)]
     pub intermittent: bool,
+    /// The entry holds on rows through this path only (`attached sidecar` for
+    /// `<component> via attached sidecar`): a broker defect that only that path's
+    /// use of the broker meets. None: every row of the component.
+    #[serde(default)]
+    pub via: Option<String>,
     /// The file the entry was read from.
     #[serde(skip)]
     pub source: PathBuf,
@@ -70,6 +75,10 @@ impl Expectations {
                 .map_or(name, |(component, _)| component),
         );
         let mut expectations = Self::load_file(&Self::path_for(definition, component))?;
+        let row_via = name.split_once(" via ").map(|(_, via)| via);
+        expectations
+            .entries
+            .retain(|entry| entry.via.is_none() || entry.via.as_deref() == row_via);
         if let Some((_, via)) = name.split_once(" via ") {
             let shared = Self::load_file(&Self::path_for(definition, &format!("via {via}")))?;
             expectations.file = expectations.file.or(shared.file);
@@ -250,6 +259,28 @@ mod tests {
         assert!(plain
             .for_cell("certification.broker-restart", "B 1")
             .is_some());
+    }
+
+    #[test]
+    fn an_entry_of_one_path_holds_on_that_paths_rows_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let definition = write(
+            dir.path(),
+            "expectations:\n  - case: bulk-subscribe.handler-error\n    broker: B 1\n    via: attached sidecar\n    reason: one group for every subscription meets a broker defect\n",
+        );
+        let attached = Expectations::load(&definition, "x via attached sidecar").unwrap();
+        assert!(attached
+            .for_cell("bulk-subscribe.handler-error", "B 1")
+            .is_some());
+        for row in ["x", "x via serve", "x via sidecar", "x on B 1"] {
+            let other = Expectations::load(&definition, row).unwrap();
+            assert!(
+                other
+                    .for_cell("bulk-subscribe.handler-error", "B 1")
+                    .is_none(),
+                "{row}"
+            );
+        }
     }
 
     #[test]
