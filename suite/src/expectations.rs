@@ -70,16 +70,17 @@ impl Expectations {
         // through a sidecar or client (`<component> via <what>`), take the component's
         // file: its entries name the broker versions they hold for, and a broker's
         // defect shows whatever reaches the broker.
-        let component = crate::provision::versions::component_of(
-            name.split_once(" via ")
-                .map_or(name, |(component, _)| component),
-        );
+        let (row, via) = match name.split_once(" via ") {
+            Some((row, via)) => (row, Some(via)),
+            None => (name, None),
+        };
+        let component = crate::provision::versions::component_of(row);
         let mut expectations = Self::load_file(&Self::path_for(definition, component))?;
-        let row_via = name.split_once(" via ").map(|(_, via)| via);
+        // An entry of one path holds on that path's rows only.
         expectations
             .entries
-            .retain(|entry| entry.via.is_none() || entry.via.as_deref() == row_via);
-        if let Some((_, via)) = name.split_once(" via ") {
+            .retain(|entry| entry.via.is_none() || entry.via.as_deref() == via);
+        if let Some(via) = via {
             let shared = Self::load_file(&Self::path_for(definition, &format!("via {via}")))?;
             expectations.file = expectations.file.or(shared.file);
             expectations.entries.extend(shared.entries);
