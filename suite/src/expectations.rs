@@ -6,6 +6,7 @@
 //! FAIL is expected is flagged, so that a fixed defect's entry is removed.
 
 use crate::catalogue::find;
+use crate::row_paths::PATH_ROW_SUFFIXES;
 use anyhow::{bail, Context as _};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -113,6 +114,21 @@ impl Expectations {
                     path.display(),
                     entry.case
                 );
+            }
+            if let Some(via) = &entry.via {
+                let suffix = format!(" via {via}");
+                if !PATH_ROW_SUFFIXES.contains(&suffix.as_str()) {
+                    let paths: Vec<&str> = PATH_ROW_SUFFIXES
+                        .iter()
+                        .map(|suffix| suffix.trim_start_matches(" via "))
+                        .collect();
+                    bail!(
+                        "{}: the entry for '{}' names no path in 'via: {via}' (one of: {})",
+                        path.display(),
+                        entry.case,
+                        paths.join(", ")
+                    );
+                }
             }
         }
         let entries = file

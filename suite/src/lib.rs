@@ -24,6 +24,7 @@ pub mod outcome;
 pub mod progress;
 pub mod provision;
 pub mod replay;
+pub mod row_paths;
 pub mod runner;
 #[cfg(feature = "sidecar")]
 pub mod serve;

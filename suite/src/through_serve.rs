@@ -4,6 +4,10 @@
 //! program, daprd, any sidecar that speaks the API).
 
 use crate::certify::AttachTo;
+use crate::row_paths::{
+    ATTACHED_ROW_SUFFIX, COMMAND_ROW_SUFFIX, JS_SDK_CLIENT_ROW_SUFFIX, JS_SDK_SERVER_ROW_SUFFIX,
+    ROW_SUFFIX,
+};
 use crate::runner::{RowRuntime, RuntimeWrapper};
 use pubsub_components::config::ComponentDefinition;
 use pubsub_components::runtime::Runtime;
@@ -16,17 +20,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The suffix of a row certified through `serve` in this process.
-pub const ROW_SUFFIX: &str = " via serve";
-/// The suffix of a row certified through sidecars started from a command line.
-pub const COMMAND_ROW_SUFFIX: &str = " via sidecar";
-/// The suffix of a row certified through a running sidecar.
-pub const ATTACHED_ROW_SUFFIX: &str = " via attached sidecar";
-/// The suffix of a row whose publishes go through Dapr's JavaScript SDK's client.
-pub const JS_SDK_CLIENT_ROW_SUFFIX: &str = " via @dapr/dapr client";
-/// The suffix of a row whose subscriptions are Dapr's JavaScript SDK's server.
-pub const JS_SDK_SERVER_ROW_SUFFIX: &str = " via @dapr/dapr server";
 
 /// How long a sidecar may take to read its app's subscriptions, and the app to
 /// answer a delivery.

@@ -95,6 +95,10 @@ fn a_bad_kafka_definition_is_refused_naming_the_field(#[case] text: &str, #[case
     "needs a broker version and a reason"
 )]
 #[case::not_a_list("expectations: yes\n", "not an expectations file")]
+#[case::no_such_path(
+    "expectations:\n  - case: publish.delivery\n    broker: x\n    via: attached-sidecar\n    reason: y\n",
+    "names no path in 'via: attached-sidecar' (one of: serve, sidecar, attached sidecar, @dapr/dapr client, @dapr/dapr server)"
+)]
 fn a_bad_expectations_file_is_refused_naming_it(#[case] text: &str, #[case] named: &str) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("memory.yaml");
