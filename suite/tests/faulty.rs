@@ -78,7 +78,16 @@ const NO_RETRY: RunOptions = RunOptions {
 #[case::strands_dropped_receives(Fault::StrandsDroppedReceives, &["subscribe.cancelled-receive"], "lost after a dropped receive")]
 #[case::folds_colons(Fault::FoldsColons, &["topics.distinct-names"], "topic names folded")]
 #[case::folds_metadata_key_case(Fault::FoldsMetadataKeyCase, &["publish.fidelity", "bulk-publish.fidelity"], "metadata not delivered as published: \"app-Case\" missing")]
-#[case::folds_group_case(Fault::FoldsGroupCase, &["groups.distinct-names"], "group names folded")]
+#[case::folds_group_case(
+    Fault::FoldsGroupCase,
+    &["groups.distinct-names"],
+    "published once the other groups' members stopped: one broker group under two names"
+)]
+#[case::starves_one_group(
+    Fault::StarvesOneGroup,
+    &["groups.distinct-names"],
+    "never delivered: group"
+)]
 #[case::strips_metadata(Fault::StripsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers"], "delivered without its metadata")]
 #[case::borrows_metadata(Fault::BorrowsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers", "publish.concurrent-fidelity"], "carries another message's metadata")]
 #[case::counts_attempts_across_groups(Fault::CountsAttemptsAcrossGroups, &["subscribe.group-isolation"], "attempts not counted per group")]

@@ -64,7 +64,7 @@ async fn distinct_groups(ctx: CaseContext) -> CaseRun {
         };
         match joined {
             Ok(handle) => {
-                handles.push(handle);
+                handles.push((label.clone(), handle));
                 subscribed.push((label.clone(), group.clone()));
             }
             // A path with one group per topic (an attached sidecar, one app id) says
@@ -84,57 +84,116 @@ async fn distinct_groups(ctx: CaseContext) -> CaseRun {
         }
     }
     let keys = ctx.publish_numbered(&topic, "m", GROUP_MESSAGES).await?;
-    let complete = |h: &History| {
-        subscribed.iter().all(|(label, _)| {
-            let got: BTreeSet<String> = received(h)
-                .filter(|(_, s)| s == label)
-                .map(|(k, _)| k)
-                .collect();
-            keys.iter().all(|k| got.contains(k))
-        })
-    };
-    ctx.recorder
-        .wait_until(ctx.delivery_deadline(), complete)
-        .await;
-    for handle in handles {
-        handle.stop().await;
-    }
-    let history = ctx.recorder.history();
-    let mut outcome = ctx.check(&ctx.expectation());
-    let by_subscriber = |label: &str| -> BTreeSet<String> {
-        received(&history)
+    let got = |h: &History, label: &str| -> BTreeSet<String> {
+        received(h)
             .filter(|(_, s)| s == label)
             .map(|(k, _)| k)
             .collect()
     };
-    for (label, group) in &subscribed {
-        let got = by_subscriber(label);
-        let missing: Vec<&String> = keys.iter().filter(|k| !got.contains(*k)).collect();
-        if missing.is_empty() {
-            continue;
-        }
-        // Missing here but delivered to another group: not lost by the broker, but
-        // handed to a member of another name's group (one broker group, two names).
-        let elsewhere = missing
-            .iter()
-            .filter(|k| {
-                subscribed
+    let has_all = |h: &History, label: &str, keys: &[String]| {
+        let got = got(h, label);
+        keys.iter().all(|k| got.contains(k))
+    };
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), |h| {
+            subscribed.iter().all(|(label, _)| has_all(h, label, &keys))
+        })
+        .await;
+    let history = ctx.recorder.history();
+    let mut outcome = ctx.check(&ctx.expectation());
+    // Names short of messages that every other name received: their group was never
+    // delivered to, or shares a broker group with another name whose member took them
+    // all. Stopping every complete name's member and publishing again tells which: a
+    // shared broker group now delivers to the member left.
+    let short: Vec<&(String, String)> = subscribed
+        .iter()
+        .filter(|(label, _)| !has_all(&history, label, &keys))
+        .collect();
+    let silent: Vec<&(String, String)> = short
+        .iter()
+        .copied()
+        .filter(|(label, _)| {
+            let missing: Vec<&String> = keys
+                .iter()
+                .filter(|k| !got(&history, label).contains(*k))
+                .collect();
+            subscribed.len() > 1
+                && subscribed
                     .iter()
-                    .any(|(other, _)| other != label && by_subscriber(other).contains(**k))
+                    .filter(|(other, _)| other != label)
+                    .all(|(other, _)| missing.iter().all(|k| got(&history, other).contains(*k)))
+        })
+        .collect();
+    let mut probe = Vec::new();
+    for (label, handle) in handles {
+        if short.iter().any(|(l, _)| *l == label) {
+            probe.push(handle);
+        } else {
+            handle.stop().await;
+        }
+    }
+    let mut probe_keys = Vec::new();
+    if !silent.is_empty() {
+        probe_keys = ctx
+            .publish_numbered(&topic, "probe", GROUP_MESSAGES)
+            .await?;
+        ctx.recorder
+            .wait_until(ctx.delivery_deadline(), |h| {
+                silent
+                    .iter()
+                    .all(|(label, _)| has_all(h, label, &probe_keys))
             })
+            .await;
+    }
+    for handle in probe {
+        handle.stop().await;
+    }
+    let after = ctx.recorder.history();
+    for (label, group) in &short {
+        let mine = got(&history, label);
+        let missing: Vec<&String> = keys.iter().filter(|k| !mine.contains(*k)).collect();
+        // Missing here but delivered to another name that misses some too: the two
+        // names share one broker group, whose members split the messages.
+        let shared_with: Vec<&str> = short
+            .iter()
+            .filter(|(other, _)| other != label)
+            .filter(|(other, _)| missing.iter().any(|k| got(&history, other).contains(*k)))
+            .map(|(other, _)| other.as_str())
+            .collect();
+        let probed = probe_keys
+            .iter()
+            .filter(|k| got(&after, label).contains(*k))
             .count();
-        match elsewhere == missing.len() {
-            true => outcome.fail(format!(
-                "group names folded: group {group} ({label}) received {} of the {} messages; the others reached other groups of the topic (one broker group under two names)",
-                got.len(),
-                keys.len()
-            )),
-            false => outcome.fail(format!(
+        if silent.iter().any(|(l, _)| l == label) {
+            if probed > 0 {
+                outcome.fail(format!(
+                    "group names folded: group {group} ({label}) received {} of the {} messages while every other group received all of them, and {probed} of the {} published once the other groups' members stopped: one broker group under two names, whose other member took them",
+                    mine.len(),
+                    keys.len(),
+                    probe_keys.len()
+                ));
+            } else {
+                outcome.fail(format!(
+                    "never delivered: group {group} ({label}) received {} of the {} messages while every other group received all of them, and none of the {} published once the other groups' members stopped (not a name shared with another group: that group's member was gone)",
+                    mine.len(),
+                    keys.len(),
+                    probe_keys.len()
+                ));
+            }
+        } else if !shared_with.is_empty() {
+            outcome.fail(format!(
+                "group names folded: group {group} ({label}) received {} of the {} messages, and the rest went to {} (one broker group under several names, its members splitting the messages)",
+                mine.len(),
+                keys.len(),
+                shared_with.join(", ")
+            ));
+        } else {
+            outcome.fail(format!(
                 "lost: group {group} ({label}) never received {} of the {} messages",
                 missing.len(),
                 keys.len()
-            )),
-        };
+            ));
+        }
     }
     for note in refused {
         outcome.note(format!("refused clearly: {note}"));

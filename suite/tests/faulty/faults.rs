@@ -132,6 +132,10 @@ pub enum Fault {
     /// Stores a group name in lower case (a broker whose group names ignore case):
     /// `g-a` and `g-A` become one group, sharing its deliveries.
     FoldsGroupCase,
+    /// Delivers nothing to one group name in nine (those ending in `ga`, as
+    /// `groups.distinct-names` spells `<base>a`), as tansu 0.6.0 does to a group whose
+    /// first member left before it was assigned: its members read an empty topic.
+    StarvesOneGroup,
     /// Stores metadata keys in lower case (a broker whose header names ignore case):
     /// of `app-Case` and `app-case` one value survives, under the lower-case key.
     FoldsMetadataKeyCase,
@@ -428,6 +432,11 @@ impl Component for Faulty {
             Fault::IgnoresGroups => spec.group = format!("{}-{n}", spec.group),
             Fault::MergesGroups => spec.group = "everyone".into(),
             Fault::FoldsGroupCase => spec.group = spec.group.to_lowercase(),
+            Fault::StarvesOneGroup if spec.group.ends_with("ga") => {
+                if let TopicSelector::Single(topic) = &spec.topics {
+                    spec.topics = TopicSelector::Single(format!("{topic}-nothing"));
+                }
+            }
             Fault::FoldsColons => {
                 if let TopicSelector::Single(topic) = &spec.topics {
                     spec.topics = TopicSelector::Single(topic.replace(':', "_"));
