@@ -1,6 +1,7 @@
-//! A broker-only reproduction of tansu 0.6.0 keeping a departed member as its group's
-//! leader, recorded as expected failures of `kafka via attached sidecar` in
-//! `fixtures/expectations/kafka.yaml`. It uses rdkafka and the `tansu` binary only,
+//! Broker-only reproductions of tansu 0.6.0's group coordinator keeping members that
+//! are gone: as the group's leader (below), and as the holder of a partition (the
+//! second test, at the end), recorded as expected failures of `kafka via attached
+//! sidecar` and `kafka via serve` in `fixtures/expectations/kafka.yaml`. It uses rdkafka and the `tansu` binary only,
 //! none of this project's code:
 //!
 //! 1. start `tansu broker` on a free port with in-memory storage, and create three
@@ -205,5 +206,80 @@ async fn a_leader_that_leaves_mid_rebalance_stays_the_groups_leader() {
     assert!(
         after.is_none(),
         "tansu assigned the newcomer after {after:?}: a leader that leaves mid-rebalance no longer stays the group's leader. Remove the entries of 'kafka via attached sidecar' in fixtures/expectations/kafka.yaml"
+    );
+}
+
+/// A member of `group` on `topic`, static (`group.instance.id`) when `instance` is
+/// given. librdkafka sends no LeaveGroup when a static member closes, which is how a
+/// member that crashes, or stops mid-join, looks to the broker.
+fn static_member(broker: &Broker, group: &str, topic: &str, instance: Option<&str>) -> Member {
+    let mut config = config(broker);
+    config
+        .set("group.id", group)
+        .set("partition.assignment.strategy", "range")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "1000")
+        .set("auto.offset.reset", "earliest");
+    if let Some(instance) = instance {
+        config.set("group.instance.id", instance);
+    }
+    let consumer: Member = config.create_with_context(Assignments::default()).unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    consumer
+}
+
+/// In `group`, on one topic of one partition: two members, one of them assigned the
+/// partition; that one stops, leaving the group (`silently`: without a LeaveGroup, its
+/// session left to expire). When the other member was assigned the partition.
+fn holder_stops(broker: &Broker, group: &str, silently: bool) -> Option<Duration> {
+    let first = static_member(broker, group, "p", silently.then_some("first"));
+    poll_until_assigned(&[&first], ASSIGN_BOUND).expect("the first member assigned");
+    let second = static_member(broker, group, "p", silently.then_some("second"));
+    let started = Instant::now();
+    // Both took part in the rebalance the second one's join started, and one holds
+    // the partition.
+    while second.context().0.load(Ordering::SeqCst) < 1
+        || first.context().0.load(Ordering::SeqCst) < 2
+        || assigned(&first) == assigned(&second)
+    {
+        assert!(
+            started.elapsed() < ASSIGN_BOUND,
+            "the group did not form again with both members, one holding the partition, within {ASSIGN_BOUND:?}"
+        );
+        let _ = first.poll(Duration::from_millis(50));
+        let _ = second.poll(Duration::from_millis(50));
+    }
+    let (holder, other) = if assigned(&first) {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    drop(holder);
+    poll_until_assigned(&[&other], WATCH)
+}
+
+/// Through serve a group is created by a sidecar that subscribes and stops at once
+/// (`groups.distinct-names`): its member can stop before it ever leaves. tansu 0.6.0
+/// keeps such a member's partition after its session timeout (6 s), so the member that
+/// stays is never assigned; a member that leaves with a LeaveGroup (the control) hands
+/// its partition over at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_stops_without_leaving_keeps_its_partition_past_its_session() {
+    let broker = start_broker();
+    create_topics(&broker, &["p"]).await;
+
+    let control = holder_stops(&broker, "leaves", false);
+    assert!(
+        control.is_some(),
+        "control: the partition of a member that left was not handed to the other member within {WATCH:?}"
+    );
+
+    let after = holder_stops(&broker, "vanishes", true);
+    println!(
+        "control member assigned after {control:?}; after a silent stop (6 s session): {after:?}"
+    );
+    assert!(
+        after.is_none(),
+        "tansu handed over the partition of a member that stopped without leaving after {after:?}: remove the entry of 'kafka via serve' groups.distinct-names in fixtures/expectations/kafka.yaml, unless its departed-leader shape still shows"
     );
 }
