@@ -128,16 +128,7 @@ type Member = BaseConsumer<Assignments>;
 /// A member of `group` subscribed to `topic`, with the settings of the Kafka
 /// component (range assignment, 6 s session).
 fn member(broker: &Broker, group: &str, topic: &str) -> Member {
-    let consumer: Member = config(broker)
-        .set("group.id", group)
-        .set("partition.assignment.strategy", "range")
-        .set("session.timeout.ms", "6000")
-        .set("heartbeat.interval.ms", "1000")
-        .set("auto.offset.reset", "earliest")
-        .create_with_context(Assignments::default())
-        .unwrap();
-    consumer.subscribe(&[topic]).unwrap();
-    consumer
+    static_member(broker, group, topic, None)
 }
 
 fn assigned(consumer: &Member) -> bool {
@@ -205,12 +196,12 @@ async fn a_leader_that_leaves_mid_rebalance_stays_the_groups_leader() {
     );
     assert!(
         after.is_none(),
-        "tansu assigned the newcomer after {after:?}: a leader that leaves mid-rebalance no longer stays the group's leader. Remove the entries of 'kafka via attached sidecar' in fixtures/expectations/kafka.yaml"
+        "tansu assigned the newcomer after {after:?}: a leader that leaves mid-rebalance no longer stays the group's leader. Remove the entries of 'kafka via attached sidecar' in fixtures/expectations/kafka.yaml (and that of 'kafka via serve' once the other test here passes too)"
     );
 }
 
-/// A member of `group` on `topic`, static (`group.instance.id`) when `instance` is
-/// given. librdkafka sends no LeaveGroup when a static member closes, which is how a
+/// A member of `group` on `topic`, with the settings of the Kafka component, static
+/// (`group.instance.id`) when `instance` is given. librdkafka sends no LeaveGroup when a static member closes, which is how a
 /// member that crashes, or stops mid-join, looks to the broker.
 fn static_member(broker: &Broker, group: &str, topic: &str, instance: Option<&str>) -> Member {
     let mut config = config(broker);
