@@ -1,8 +1,8 @@
 //! Broker-only reproductions of tansu 0.6.0's group coordinator keeping members that
 //! are gone: as the group's leader (below), and as the holder of a partition (the
 //! second test, at the end), recorded as expected failures of `kafka via attached
-//! sidecar` and `kafka via serve` in `fixtures/expectations/kafka.yaml`. It uses rdkafka and the `tansu` binary only,
-//! none of this project's code:
+//! sidecar` and `kafka via serve` in `fixtures/expectations/kafka.yaml`. It uses
+//! rdkafka and the `tansu` binary only, none of this project's code:
 //!
 //! 1. start `tansu broker` on a free port with in-memory storage, and create three
 //!    topics of one partition;
@@ -201,8 +201,9 @@ async fn a_leader_that_leaves_mid_rebalance_stays_the_groups_leader() {
 }
 
 /// A member of `group` on `topic`, with the settings of the Kafka component, static
-/// (`group.instance.id`) when `instance` is given. librdkafka sends no LeaveGroup when a static member closes, which is how a
-/// member that crashes, or stops mid-join, looks to the broker.
+/// (`group.instance.id`) when `instance` is given. librdkafka sends no LeaveGroup when
+/// a static member closes, which is how a member that crashes, or stops mid-join,
+/// looks to the broker.
 fn static_member(broker: &Broker, group: &str, topic: &str, instance: Option<&str>) -> Member {
     let mut config = config(broker);
     config

@@ -101,27 +101,38 @@ async fn distinct_groups(ctx: CaseContext) -> CaseRun {
         .await;
     let history = ctx.recorder.history();
     let mut outcome = ctx.check(&ctx.expectation());
+    // What each name received, and what it is missing, read once.
+    let received_by: BTreeMap<&str, BTreeSet<String>> = subscribed
+        .iter()
+        .map(|(label, _)| (label.as_str(), got(&history, label)))
+        .collect();
+    let missing_of = |label: &str| -> Vec<&String> {
+        keys.iter()
+            .filter(|k| !received_by[label].contains(*k))
+            .collect()
+    };
     // Names short of messages that every other name received: their group was never
     // delivered to, or shares a broker group with another name whose member took them
     // all. Stopping every complete name's member and publishing again tells which: a
     // shared broker group now delivers to the member left.
     let short: Vec<&(String, String)> = subscribed
         .iter()
-        .filter(|(label, _)| !has_all(&history, label, &keys))
+        .filter(|(label, _)| !missing_of(label).is_empty())
         .collect();
     let silent: Vec<&(String, String)> = short
         .iter()
         .copied()
         .filter(|(label, _)| {
-            let missing: Vec<&String> = keys
-                .iter()
-                .filter(|k| !got(&history, label).contains(*k))
-                .collect();
+            let missing = missing_of(label);
             subscribed.len() > 1
                 && subscribed
                     .iter()
                     .filter(|(other, _)| other != label)
-                    .all(|(other, _)| missing.iter().all(|k| got(&history, other).contains(*k)))
+                    .all(|(other, _)| {
+                        missing
+                            .iter()
+                            .all(|k| received_by[other.as_str()].contains(*k))
+                    })
         })
         .collect();
     let mut probe = Vec::new();
@@ -150,19 +161,24 @@ async fn distinct_groups(ctx: CaseContext) -> CaseRun {
     }
     let after = ctx.recorder.history();
     for (label, group) in &short {
-        let mine = got(&history, label);
-        let missing: Vec<&String> = keys.iter().filter(|k| !mine.contains(*k)).collect();
+        let mine = &received_by[label.as_str()];
+        let missing = missing_of(label);
         // Missing here but delivered to another name that misses some too: the two
         // names share one broker group, whose members split the messages.
         let shared_with: Vec<&str> = short
             .iter()
             .filter(|(other, _)| other != label)
-            .filter(|(other, _)| missing.iter().any(|k| got(&history, other).contains(*k)))
+            .filter(|(other, _)| {
+                missing
+                    .iter()
+                    .any(|k| received_by[other.as_str()].contains(*k))
+            })
             .map(|(other, _)| other.as_str())
             .collect();
+        let probed_got = got(&after, label);
         let probed = probe_keys
             .iter()
-            .filter(|k| got(&after, label).contains(*k))
+            .filter(|k| probed_got.contains(*k))
             .count();
         if silent.iter().any(|(l, _)| l == label) {
             if probed > 0 {
