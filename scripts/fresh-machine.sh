@@ -31,15 +31,15 @@ trap 'docker volume rm -f "$volume" >/dev/null' EXIT
 run() {
     docker run --rm "$@"
 }
-common=(-v "$toolchain:/opt/rust:ro" -v "$volume:/work" -e PATH=/opt/rust/bin:/usr/sbin:/usr/bin:/sbin:/bin
-    -e CARGO_HOME=/work/cargo-home -w /work/suite)
+common=(-v "$toolchain:/opt/rust:ro" -v "$volume:/fresh" -e PATH=/opt/rust/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    -e CARGO_HOME=/fresh/cargo-home -w /fresh/suite)
 
 # The build reaches crates.io as this machine does: its network and its trust store
 # (a registry proxy may sign with a local authority).
 echo "fresh-machine.sh: cloning and building in $image (with network, for crates.io)"
 run --network host -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
-    -v "$repo:/src:ro" "${common[@]}" -w /work "$image" sh -c \
-    'git clone -q /src /work/suite && cd /work/suite && cargo build --release --locked -q'
+    -v "$repo:/src:ro" "${common[@]}" -w /fresh "$image" sh -c \
+    'git clone -q /src /fresh/suite && cd /fresh/suite && cargo build --release --locked'
 
 echo "fresh-machine.sh: the README's certify command, with no network and no brokers"
 status=0

@@ -19,7 +19,7 @@ install_tansu() {
     if [ "$(cat "$root/pcs-built" 2>/dev/null)" != "$built" ] || ! [ -x "$root/bin/tansu" ]; then
         echo "install.sh: building $built (cached in $root)"
         mkdir -p "$root"
-        cargo install --locked --quiet --force "tansu@$TANSU_VERSION" --features "$TANSU_FEATURES" --root "$root"
+        cargo install --locked --force "tansu@$TANSU_VERSION" --features "$TANSU_FEATURES" --root "$root"
         echo "$built" >"$root/pcs-built"
     fi
     if [ "$(id -u)" = 0 ]; then

@@ -4,7 +4,9 @@ use crate::catalogue::{catalogue, Case, Lane, Level};
 use crate::expectations::Expectations;
 use crate::provision::versions;
 use crate::provision::{self, Broker, NotProvisioned, ProvisionKind};
-use crate::runner::{run_case_in, CaseEnvironment, RowRuntime, RunOptions, RuntimeWrapper};
+pub use crate::row_paths::AttachTo;
+use crate::row_runtime::{RowRuntime, RuntimeWrapper};
+use crate::runner::{run_case_in, CaseEnvironment, RunOptions};
 use anyhow::{bail, Context as _};
 use futures::StreamExt as _;
 use globset::{Glob, GlobMatcher};
@@ -139,23 +141,6 @@ pub struct CertifyOptions {
     /// Also certify each component with Dapr's JavaScript SDK on the app's side of
     /// `serve` (`--js-sdk`): a row `<component> via @dapr/dapr client`.
     pub js_sdk: bool,
-}
-
-/// A running sidecar to certify through (`--sidecar`): where it is and how it was
-/// started.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttachTo {
-    /// Its HTTP API, e.g. `http://127.0.0.1:3500`.
-    pub base: String,
-    /// The pub/sub name there; `None`: the component's name.
-    pub pubsub: Option<String>,
-    /// The app port it was started with (the suite's app listens there).
-    pub app_port: u16,
-    /// The directory it loads resources from (the suite writes its subscriptions
-    /// there).
-    pub resources: PathBuf,
-    /// Its `dapr-api-token`, if it wants one.
-    pub api_token: Option<String>,
 }
 
 impl CertifyOptions {
@@ -542,7 +527,7 @@ impl ComponentRun {
         let (runtime, restarted_after) = self.next_runtime().await;
         // Over the wire, the sidecar and the app run in this process beside the case:
         // such cases share one run-wide allowance (timed ones mostly wait).
-        let _wire_slot = if runtime.is_remote() && case.lane() != Lane::Timed {
+        let _wire_slot = if runtime.is_remote() && case.lane != Lane::Timed {
             Some(
                 WIRE_CASES
                     .acquire()
@@ -563,7 +548,7 @@ impl ComponentRun {
         let mut result = run_case_in(case, &runtime, &run, &self.environment).await;
         // Certification cases may fault the broker: the next case gets a fresh
         // component, so that a component that does not recover fails only there.
-        if case.lane() == Lane::Exclusive {
+        if case.lane.is_exclusive() {
             if let (Some(broker), None) = (&self.broker, self.environment.health().down_reason()) {
                 let rebuilt = match pubsub_components::registry::build(
                     &self.definition,
@@ -851,7 +836,7 @@ async fn backlog_turn(
 fn in_lane(cases: &[&'static Case], lane: Lane) -> Vec<(usize, &'static Case)> {
     let mut chosen = Vec::new();
     for (index, case) in cases.iter().enumerate() {
-        if case.lane() == lane {
+        if case.lane == lane || (lane == Lane::Exclusive && case.lane.is_exclusive()) {
             chosen.push((index, *case));
         }
     }

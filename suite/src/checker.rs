@@ -1,54 +1,17 @@
 //! Judges delivery from a recorded history, in the manner of Jepsen's queue checkers:
 //! lost, unexpected, duplicated, out of declared order, early and late.
 
+use crate::criteria::{Criteria, Timing};
 use crate::history::{is_control, History, Record};
 use crate::load::MachineLoad;
 use crate::outcome::Outcome;
 use pubsub_components::{DeliveryGuarantee, OrderingScope};
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 /// How many examples of each kind a finding lists.
 const EXAMPLES: usize = 8;
-
-/// What the history is judged against (saved with the history, so that it can be
-/// judged again offline).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Expectation {
-    pub guarantee: DeliveryGuarantee,
-    /// The ordering scope to check, if any.
-    pub ordering: Option<OrderingScope>,
-    /// Keys left out of the ordering check (e.g. retried on purpose).
-    pub unordered_keys: BTreeSet<String>,
-    /// Due-time checks for delayed messages.
-    pub timing: Option<Timing>,
-    /// Whether a failed publish that was delivered anyway is only a warning (bulk
-    /// over-reported failures) rather than nothing worth noting.
-    pub note_over_reported: bool,
-}
-
-/// Tolerances of the due-time check.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Timing {
-    /// How early a delivery may be (declared clock tolerance).
-    pub early_tolerance: Duration,
-    /// How late a delivery may be (declared delay precision).
-    pub late_precision: Duration,
-}
-
-impl Expectation {
-    /// Delivery only: nothing lost, nothing unexpected, duplicates per the guarantee.
-    pub fn delivery(guarantee: DeliveryGuarantee) -> Self {
-        Expectation {
-            guarantee,
-            ordering: None,
-            unordered_keys: BTreeSet::new(),
-            timing: None,
-            note_over_reported: true,
-        }
-    }
-}
 
 /// Everything the checker found.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -93,7 +56,7 @@ pub fn examples(items: &[String]) -> String {
 
 impl Findings {
     /// Turns the findings into an outcome: what the guarantee forbids fails the case.
-    pub fn outcome(&self, expectation: &Expectation) -> Outcome {
+    pub fn outcome(&self, criteria: &Criteria) -> Outcome {
         let mut outcome = Outcome::new();
         outcome.note(format!(
             "{} publishes acknowledged, {} deliveries recorded",
@@ -143,7 +106,7 @@ impl Findings {
                 outcome.fail(format!(
                     "{text} (no fault was injected: an acknowledged message is settled)"
                 ));
-            } else if expectation.guarantee == DeliveryGuarantee::ExactlyOnce {
+            } else if criteria.guarantee == DeliveryGuarantee::ExactlyOnce {
                 outcome.fail(format!("{text} (the component claims exactly-once)"));
             } else {
                 outcome.warn(format!("{text} (allowed under faults for at-least-once)"));
@@ -167,7 +130,7 @@ impl Findings {
                 listed.len(),
                 examples(&listed)
             );
-            if expectation.guarantee == DeliveryGuarantee::ExactlyOnce {
+            if criteria.guarantee == DeliveryGuarantee::ExactlyOnce {
                 outcome.fail(format!("{text} (the component claims exactly-once)"));
             } else {
                 outcome.warn(format!("{text} (allowed: at-least-once)"));
@@ -177,7 +140,7 @@ impl Findings {
             outcome.fail(format!(
                 "reordered: {} deliveries out of {:?} order: {}",
                 self.reordered.len(),
-                expectation.ordering.unwrap_or(OrderingScope::None),
+                criteria.ordering.unwrap_or(OrderingScope::None),
                 examples(&self.reordered)
             ));
         }
@@ -204,7 +167,7 @@ impl Findings {
             ));
         }
 
-        if !self.over_reported.is_empty() && expectation.note_over_reported {
+        if !self.over_reported.is_empty() && criteria.note_over_reported {
             outcome.warn(format!(
                 "over-reported failure: {} entries reported failed were delivered (allowed; the app retries): {}",
                 self.over_reported.len(),
@@ -236,8 +199,8 @@ struct Seen {
     settled: usize,
 }
 
-/// Checks `history` against `expectation`.
-pub fn check(history: &History, expectation: &Expectation) -> Findings {
+/// Checks `history` against `criteria`.
+pub fn check(history: &History, criteria: &Criteria) -> Findings {
     let mut published: HashMap<&str, Publish> = HashMap::new();
     // Payload fingerprint -> the one key published with it (None: several were).
     let mut by_payload: HashMap<&str, Option<&str>> = HashMap::new();
@@ -274,7 +237,7 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
         }
     }
     let load = MachineLoad::of(history);
-    let allowance = match (&load, expectation.timing) {
+    let allowance = match (&load, criteria.timing) {
         (Some(load), Some(timing)) => load.allowance(timing.late_precision),
         _ => std::time::Duration::ZERO,
     };
@@ -411,7 +374,7 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
         if !publish.ok {
             findings.over_reported.push(key.to_string());
         }
-        if let (Some(timing), Some(due)) = (expectation.timing, publish.due) {
+        if let (Some(timing), Some(due)) = (criteria.timing, publish.due) {
             if *at + timing.early_tolerance < due {
                 let early = due.duration_since(*at).unwrap_or_default();
                 findings.early.push(format!("{key} by {early:?}"));
@@ -432,9 +395,9 @@ pub fn check(history: &History, expectation: &Expectation) -> Findings {
                 }
             }
         }
-        let scope = match expectation.ordering {
+        let scope = match criteria.ordering {
             None | Some(OrderingScope::None) => None,
-            Some(_) if expectation.unordered_keys.contains(key) => None,
+            Some(_) if criteria.unordered_keys.contains(key) => None,
             Some(OrderingScope::PerTopic) => Some(topic.clone()),
             Some(OrderingScope::PerPartition) => Some(id.owner().unwrap_or_else(|| topic.clone())),
             Some(OrderingScope::PerKey) => Some(
@@ -546,16 +509,16 @@ mod tests {
                 delivered("d", 0),
             ],
         };
-        let mut expectation = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
-        expectation.ordering = Some(OrderingScope::PerPartition);
-        let findings = check(&history, &expectation);
+        let mut criteria = Criteria::delivery(DeliveryGuarantee::AtLeastOnce);
+        criteria.ordering = Some(OrderingScope::PerPartition);
+        let findings = check(&history, &criteria);
         assert_eq!(findings.lost, vec!["c"]);
         assert_eq!(findings.unexpected, vec!["x (t#0@0)"]);
         assert_eq!(findings.duplicated, vec![("a".to_string(), 2)]);
         assert_eq!(findings.reordered.len(), 1);
         assert!(findings.reordered[0].contains("a (published #0) after b"));
         assert_eq!(findings.over_reported, vec!["d"]);
-        let outcome = findings.outcome(&expectation);
+        let outcome = findings.outcome(&criteria);
         assert_eq!(outcome.findings.len(), 3, "{:?}", outcome.findings);
         assert_eq!(outcome.warnings.len(), 2, "{:?}", outcome.warnings);
     }
@@ -565,9 +528,9 @@ mod tests {
         let history = History {
             records: vec![published("a", true), delivered("a", 0), delivered("a", 0)],
         };
-        let once = Expectation::delivery(DeliveryGuarantee::ExactlyOnce);
+        let once = Criteria::delivery(DeliveryGuarantee::ExactlyOnce);
         assert!(!check(&history, &once).outcome(&once).passed());
-        let least = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
+        let least = Criteria::delivery(DeliveryGuarantee::AtLeastOnce);
         assert!(check(&history, &least).outcome(&least).passed());
     }
 
@@ -581,11 +544,11 @@ mod tests {
                 delivered("a", 0),
             ],
         };
-        let mut expectation = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
-        expectation.ordering = Some(OrderingScope::PerPartition);
-        assert!(check(&history, &expectation).reordered.is_empty());
-        expectation.ordering = Some(OrderingScope::PerTopic);
-        assert_eq!(check(&history, &expectation).reordered.len(), 1);
+        let mut criteria = Criteria::delivery(DeliveryGuarantee::AtLeastOnce);
+        criteria.ordering = Some(OrderingScope::PerPartition);
+        assert!(check(&history, &criteria).reordered.is_empty());
+        criteria.ordering = Some(OrderingScope::PerTopic);
+        assert_eq!(check(&history, &criteria).reordered.len(), 1);
     }
 
     #[test]
@@ -599,7 +562,7 @@ mod tests {
                 answered("a", true),
             ],
         };
-        let once = Expectation::delivery(DeliveryGuarantee::ExactlyOnce);
+        let once = Criteria::delivery(DeliveryGuarantee::ExactlyOnce);
         let findings = check(&history, &once);
         assert!(findings.duplicated.is_empty(), "{findings:?}");
         assert!(findings.outcome(&once).passed());
@@ -613,7 +576,7 @@ mod tests {
             answered("a", true),
             delivered("a", 0),
         ];
-        let least = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
+        let least = Criteria::delivery(DeliveryGuarantee::AtLeastOnce);
         let history = History {
             records: records.clone(),
         };
@@ -632,7 +595,7 @@ mod tests {
         );
         let history = History { records };
         assert!(check(&history, &least).outcome(&least).passed());
-        let once = Expectation::delivery(DeliveryGuarantee::ExactlyOnce);
+        let once = Criteria::delivery(DeliveryGuarantee::ExactlyOnce);
         assert!(!check(&history, &once).outcome(&once).passed());
     }
 
@@ -648,7 +611,7 @@ mod tests {
                 answered("a", true),
             ],
         };
-        let once = Expectation::delivery(DeliveryGuarantee::ExactlyOnce);
+        let once = Criteria::delivery(DeliveryGuarantee::ExactlyOnce);
         let findings = check(&history, &once);
         assert!(findings.redelivered_after_ack.is_empty(), "{findings:?}");
         assert!(findings.duplicated.is_empty(), "{findings:?}");
@@ -690,7 +653,7 @@ mod tests {
                 with_id("a", "ce-1"),
             ],
         };
-        let least = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
+        let least = Criteria::delivery(DeliveryGuarantee::AtLeastOnce);
         let findings = check(&history, &least);
         assert_eq!(findings.shared_event_ids, vec!["ce-1 on a and b"]);
         assert!(!findings.outcome(&least).passed());
@@ -724,8 +687,8 @@ mod tests {
                 with_key(Some("d"), "d"),
             ],
         };
-        let expectation = Expectation::delivery(DeliveryGuarantee::AtLeastOnce);
-        let findings = check(&history, &expectation);
+        let criteria = Criteria::delivery(DeliveryGuarantee::AtLeastOnce);
+        let findings = check(&history, &criteria);
         assert!(findings.lost.is_empty(), "{findings:?}");
         assert_eq!(findings.stripped.len(), 1, "{findings:?}");
         assert!(findings.stripped[0].starts_with("a "), "{findings:?}");
@@ -734,7 +697,7 @@ mod tests {
             findings.swapped[0].starts_with("b's payload delivered with c's metadata"),
             "{findings:?}"
         );
-        let outcome = findings.outcome(&expectation);
+        let outcome = findings.outcome(&criteria);
         let text = outcome.findings.join(" | ");
         assert!(text.contains("delivered without its metadata"), "{text}");
         assert!(

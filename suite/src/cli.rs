@@ -717,7 +717,7 @@ fn list(format: ListFormat) -> anyhow::Result<()> {
                     serde_json::json!({
                         "id": c.id, "family": c.family(), "level": c.level,
                         "capability": c.requires, "bound": c.bound.rule, "must": c.must,
-                        "lane": c.lane(),
+                        "lane": c.lane,
                     })
                 })
                 .collect();

@@ -1,7 +1,8 @@
 //! What a case body gets: the runtime under test, fresh names, deadlines derived from
 //! the case's bound, a recorder, and helpers that publish while recording.
 
-use crate::checker::{check, Expectation};
+use crate::checker::check;
+use crate::criteria::Criteria;
 use crate::history::{Recorder, KEY};
 use crate::outcome::{CaseError, Context, Outcome};
 use pubsub_components::runtime::{
@@ -24,10 +25,10 @@ pub struct CaseContext {
     pub broker: Option<std::sync::Arc<dyn crate::provision::Broker>>,
     /// Builds the component again against another endpoint (behind a fault proxy);
     /// `None` when it cannot be.
-    pub connect: Option<crate::runner::ComponentFactory>,
+    pub connect: Option<crate::row_runtime::ComponentFactory>,
     /// Turns such a component into a runtime of the row under test (through its
     /// sidecars); `None` in process.
-    pub wrap: Option<crate::runner::RuntimeWrapper>,
+    pub wrap: Option<crate::row_runtime::RuntimeWrapper>,
     prefix: String,
     deadline: Instant,
     /// How far the deadline has moved for time spent waiting on the broker's
@@ -92,11 +93,6 @@ impl CaseContext {
         self.ack_time.clone()
     }
 
-    /// The faults this case can inject (see [`crate::faults::Faults`]).
-    pub fn faults(&self) -> Result<crate::faults::Faults<'_>, CaseError> {
-        crate::faults::Faults::of(self)
-    }
-
     /// A fresh topic name.
     pub fn topic(&self, label: &str) -> String {
         format!("{}-{label}", self.prefix)
@@ -134,20 +130,20 @@ impl CaseContext {
         self.within(self.caps.redelivery_bound)
     }
 
-    /// The delivery expectation matching the declared guarantee.
-    pub fn expectation(&self) -> Expectation {
-        Expectation::delivery(self.caps.delivery)
+    /// The delivery criteria matching the declared guarantee.
+    pub fn criteria(&self) -> Criteria {
+        Criteria::delivery(self.caps.delivery)
     }
 
     /// Checks the recorded history and attaches an excerpt of it.
     /// The check is recorded in the history with its findings, so that a saved
     /// history can be judged again offline.
-    pub fn check(&self, expectation: &Expectation) -> Outcome {
+    pub fn check(&self, criteria: &Criteria) -> Outcome {
         let history = self.recorder.history();
-        let outcome = check(&history, expectation)
-            .outcome(expectation)
+        let outcome = check(&history, criteria)
+            .outcome(criteria)
             .with_history(&history);
-        self.recorder.checked(expectation, outcome.findings.clone());
+        self.recorder.checked(criteria, outcome.findings.clone());
         outcome
     }
 

@@ -52,7 +52,7 @@ pub struct Expectations {
 
 impl Expectations {
     /// The file of the component (or row) defined in `definition`
-    /// (`expectations/<name>.yaml` beside it, a `/` in the name as `-`).
+    /// (`expectations/<name>.yaml` beside it, the name as `pubsub_reports::file_stem` spells it).
     pub fn path_for(definition: &Path, name: &str) -> PathBuf {
         definition
             .parent()
@@ -63,8 +63,8 @@ impl Expectations {
 
     /// Reads the component's file; none is no expectations. A row through another
     /// client or sidecar (`<component> via <what>`) takes them, and also the entries of
-    /// `expectations/via <what>.yaml`, that client's defects whatever the component
-    /// (e.g. `via @dapr-dapr client.yaml`). Unknown cases and bad YAML are errors
+    /// `expectations/via-<what>.yaml`, that client's defects whatever the component
+    /// (e.g. `via-dapr-dapr-client.yaml`). Unknown cases and bad YAML are errors
     /// naming the file.
     pub fn load(definition: &Path, name: &str) -> anyhow::Result<Self> {
         // A row on one broker version (`<component> on <broker> <version>`), and a row
@@ -246,7 +246,7 @@ mod tests {
             "expectations:\n  - case: certification.broker-restart\n    broker: B 1\n    reason: the broker stalls\n",
         );
         std::fs::write(
-            dir.path().join("expectations/via @dapr-dapr client.yaml"),
+            dir.path().join("expectations/via-dapr-dapr-client.yaml"),
             "expectations:\n  - case: bulk-publish.partial-failure\n    broker: \"@dapr/dapr 3.18\"\n    reason: failedEntries lost\n",
         )
         .unwrap();
@@ -254,7 +254,7 @@ mod tests {
         let cell = row
             .for_cell("bulk-publish.partial-failure", "@dapr/dapr 3.18.0 on B 1")
             .unwrap();
-        assert!(cell.contains("via @dapr-dapr client.yaml"), "{cell}");
+        assert!(cell.contains("via-dapr-dapr-client.yaml"), "{cell}");
         assert!(row
             .for_cell("bulk-publish.partial-failure", "@dapr/dapr 3.19.0 on B 1")
             .is_none());

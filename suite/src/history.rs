@@ -110,7 +110,8 @@ pub enum Record {
     Check {
         /// How many records the checker judged (those before this one).
         upto: usize,
-        expectation: crate::checker::Expectation,
+        #[serde(alias = "expectation")]
+        criteria: crate::criteria::Criteria,
         /// The checker's findings then.
         findings: Vec<String>,
     },
@@ -553,11 +554,11 @@ impl Recorder {
     }
 
     /// Records a check made with the checker over the records so far.
-    pub fn checked(&self, expectation: &crate::checker::Expectation, findings: Vec<String>) {
+    pub fn checked(&self, criteria: &crate::criteria::Criteria, findings: Vec<String>) {
         let upto = lock(&self.shared.history).records.len();
         self.push(Record::Check {
             upto,
-            expectation: expectation.clone(),
+            criteria: criteria.clone(),
             findings,
         });
     }

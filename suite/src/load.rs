@@ -537,10 +537,10 @@ mod tests {
 
     #[test]
     fn a_delivery_recorded_while_the_suite_stalled_is_late_only_beyond_the_stall() {
-        use crate::checker::{check, Expectation, Timing};
-        let mut expectation =
-            Expectation::delivery(pubsub_components::DeliveryGuarantee::AtLeastOnce);
-        expectation.timing = Some(Timing {
+        use crate::checker::check;
+        use crate::criteria::{Criteria, Timing};
+        let mut criteria = Criteria::delivery(pubsub_components::DeliveryGuarantee::AtLeastOnce);
+        criteria.timing = Some(Timing {
             early_tolerance: Duration::from_millis(50),
             late_precision: Duration::from_millis(300),
         });
@@ -556,18 +556,18 @@ mod tests {
         // suite's ticker ran 200 ms late: the suite's stall explains it.
         let mut records = delayed("m", 1000, 1420);
         records.push(stall(200.0));
-        let findings = check(&History { records }, &expectation);
+        let findings = check(&History { records }, &criteria);
         assert!(findings.late.is_empty(), "{:?}", findings.late);
         // No stall then: late.
         let mut records = delayed("m", 1000, 1420);
         records.push(stall(5.0));
-        let findings = check(&History { records }, &expectation);
+        let findings = check(&History { records }, &criteria);
         assert_eq!(findings.late.len(), 1, "{:?}", findings.late);
         // Late by more than the precision plus the stall (twice the precision, as
         // the faulty DeliversLate is): late, naming the stall.
         let mut records = delayed("m", 1000, 1000 + 300 + 200 + 150);
         records.push(stall(200.0));
-        let findings = check(&History { records }, &expectation);
+        let findings = check(&History { records }, &criteria);
         assert!(
             findings.late.len() == 1 && findings.late[0].contains("the suite itself stalled"),
             "{:?}",
@@ -576,7 +576,7 @@ mod tests {
         // A stall in a window far from the delivery explains nothing.
         let mut records = delayed("m", 3000, 3420);
         records.push(stall(200.0));
-        let findings = check(&History { records }, &expectation);
+        let findings = check(&History { records }, &criteria);
         assert_eq!(findings.late.len(), 1, "{:?}", findings.late);
     }
 

@@ -99,14 +99,11 @@ pub fn judge(attempt: &SavedAttempt) -> Judged {
     let mut findings = header.body_findings.clone();
     let mut timing = header.body_timing.clone();
     for record in &history.records {
-        if let Record::Check {
-            upto, expectation, ..
-        } = record
-        {
+        if let Record::Check { upto, criteria, .. } = record {
             let judged = History {
                 records: history.records[..(*upto).min(history.records.len())].to_vec(),
             };
-            let outcome = check(&judged, expectation).outcome(expectation);
+            let outcome = check(&judged, criteria).outcome(criteria);
             findings.extend(outcome.findings);
             timing.extend(outcome.timing);
         }
@@ -379,7 +376,7 @@ mod tests {
         let history = History {
             records: vec![Record::Check {
                 upto: 0,
-                expectation: crate::checker::Expectation::delivery(
+                criteria: crate::criteria::Criteria::delivery(
                     pubsub_components::DeliveryGuarantee::AtLeastOnce,
                 ),
                 findings: vec!["lost: x".into()],

@@ -3,6 +3,8 @@
 //! failures' `via` is checked against them (so they are here, with or without the
 //! `sidecar` feature).
 
+use std::path::PathBuf;
+
 /// The suffix of a row certified through `serve` in this process.
 pub const ROW_SUFFIX: &str = " via serve";
 /// The suffix of a row certified through sidecars started from a command line.
@@ -22,3 +24,20 @@ pub const PATH_ROW_SUFFIXES: [&str; 5] = [
     JS_SDK_CLIENT_ROW_SUFFIX,
     JS_SDK_SERVER_ROW_SUFFIX,
 ];
+
+/// A running sidecar to certify through (`--sidecar`): where it is and how it was
+/// started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachTo {
+    /// Its HTTP API, e.g. `http://127.0.0.1:3500`.
+    pub base: String,
+    /// The pub/sub name there; `None`: the component's name.
+    pub pubsub: Option<String>,
+    /// The app port it was started with (the suite's app listens there).
+    pub app_port: u16,
+    /// The directory it loads resources from (the suite writes its subscriptions
+    /// there).
+    pub resources: PathBuf,
+    /// Its `dapr-api-token`, if it wants one.
+    pub api_token: Option<String>,
+}

@@ -6,6 +6,9 @@ use crate::context::CaseContext;
 use crate::outcome::{CaseError, CaseRun, Outcome};
 use crate::provision::{Broker, HealthWatch};
 use crate::replay::{self, AttemptHeader, SavedAttempt, Verdict};
+use crate::row_runtime::{
+    factory_of, runtime_through, ComponentFactory, RowRuntime, RuntimeWrapper,
+};
 use crate::spans::LogCapture;
 use futures::FutureExt;
 use pubsub_components::config::ComponentDefinition;
@@ -77,89 +80,6 @@ pub struct CaseEnvironment {
     /// runtime of the row under test: through the row's sidecars for a row over
     /// HTTP; `None` in process.
     pub wrap: Option<RuntimeWrapper>,
-}
-
-/// Turns a component into the runtime a row's cases run on, named as given.
-pub type RuntimeWrapper = Arc<
-    dyn Fn(
-            String,
-            Arc<dyn Component>,
-        ) -> futures::future::BoxFuture<'static, Result<RowRuntime, String>>
-        + Send
-        + Sync,
->;
-
-/// A runtime built for a row, with what ends it (the sidecars a row over HTTP
-/// started for it) once it is done with.
-pub struct RowRuntime {
-    pub runtime: Runtime,
-    /// In a mutex only to be shared between threads while it waits.
-    retire: Option<std::sync::Mutex<futures::future::BoxFuture<'static, ()>>>,
-}
-
-impl RowRuntime {
-    /// A runtime that needs no ending (in process).
-    pub fn in_process(runtime: Runtime) -> Self {
-        RowRuntime {
-            runtime,
-            retire: None,
-        }
-    }
-
-    /// A runtime that `retire` ends.
-    pub fn ended_by(runtime: Runtime, retire: futures::future::BoxFuture<'static, ()>) -> Self {
-        RowRuntime {
-            runtime,
-            retire: Some(std::sync::Mutex::new(retire)),
-        }
-    }
-
-    /// Ends what the runtime started.
-    pub async fn retire(self) {
-        if let Some(retire) = self.retire {
-            retire.into_inner().unwrap_or_else(|p| p.into_inner()).await;
-        }
-    }
-}
-
-impl std::ops::Deref for RowRuntime {
-    type Target = Runtime;
-
-    fn deref(&self) -> &Runtime {
-        &self.runtime
-    }
-}
-
-/// Builds a component connected to the given `host:port`.
-pub type ComponentFactory = Arc<
-    dyn Fn(String) -> futures::future::BoxFuture<'static, Result<Arc<dyn Component>, String>>
-        + Send
-        + Sync,
->;
-
-/// The factory that builds `definition`'s component against an endpoint.
-pub fn factory_of(definition: &ComponentDefinition) -> ComponentFactory {
-    let definition = Arc::new(definition.clone());
-    Arc::new(move |endpoint: String| {
-        let definition = definition.clone();
-        Box::pin(async move {
-            pubsub_components::registry::build(&definition, Some(&endpoint))
-                .await
-                .map_err(|e| e.to_string())
-        })
-    })
-}
-
-/// `component` as a runtime through `wrap`, or in process.
-pub async fn runtime_through(
-    wrap: Option<&RuntimeWrapper>,
-    name: String,
-    component: Arc<dyn Component>,
-) -> Result<RowRuntime, String> {
-    match wrap {
-        Some(wrap) => wrap(name, component).await,
-        None => Ok(RowRuntime::in_process(Runtime::new(name, component))),
-    }
 }
 
 impl CaseEnvironment {
@@ -546,7 +466,7 @@ async fn run_once(
     context.wrap = environment.wrap.clone();
     let recorder = context.recorder.clone();
     let ack_time = context.ack_time();
-    let probe = if case.lane() == Lane::Timed {
+    let probe = if case.lane == Lane::Timed {
         Some(
             crate::load::Probe::start(
                 runtime,
@@ -615,7 +535,7 @@ async fn run_body(
                 ack_time.extension()
             );
             // A timed case overrunning its bound is a timing finding.
-            if case.lane() == Lane::Timed {
+            if case.lane == Lane::Timed {
                 outcome.fail_timing(finding);
             } else {
                 outcome.fail(finding);

@@ -3,12 +3,11 @@
 //! the same component, or processes started from a command line (`serve` as its own
 //! program, daprd, any sidecar that speaks the API).
 
-use crate::certify::AttachTo;
 use crate::row_paths::{
-    ATTACHED_ROW_SUFFIX, COMMAND_ROW_SUFFIX, JS_SDK_CLIENT_ROW_SUFFIX, JS_SDK_SERVER_ROW_SUFFIX,
-    ROW_SUFFIX,
+    AttachTo, ATTACHED_ROW_SUFFIX, COMMAND_ROW_SUFFIX, JS_SDK_CLIENT_ROW_SUFFIX,
+    JS_SDK_SERVER_ROW_SUFFIX, ROW_SUFFIX,
 };
-use crate::runner::{RowRuntime, RuntimeWrapper};
+use crate::row_runtime::{RowRuntime, RuntimeWrapper};
 use pubsub_components::config::ComponentDefinition;
 use pubsub_components::runtime::Runtime;
 use pubsub_components::Component;

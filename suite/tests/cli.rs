@@ -970,7 +970,7 @@ fn sidecar_attaches_to_a_running_sidecar() {
 /// `certify --js-sdk` adds a row whose publishes go through Dapr's JavaScript SDK
 /// (as scripts/install.sh installs it) and a row whose subscriber is its app: what
 /// the SDK gets right passes, the SDK's own defects FAIL with evidence and are
-/// marked expected by `fixtures/expectations/via @dapr-dapr client.yaml` and
+/// marked expected by `fixtures/expectations/via-dapr-dapr-client.yaml` and
 /// `... server.yaml`, what its handlers cannot see is UNSUPPORTED with the reason,
 /// and the in-process row is untouched by them.
 #[test]
@@ -1014,7 +1014,7 @@ fn the_js_sdk_rows_certify_the_sdk_client_and_server() {
             );
             let expected = cell.expected_failure.clone().unwrap_or_default();
             assert!(
-                expected.contains("via @dapr-dapr client.yaml"),
+                expected.contains("via-dapr-dapr-client.yaml"),
                 "{}: {expected}",
                 cell.id
             );
@@ -1051,7 +1051,7 @@ fn the_js_sdk_rows_certify_the_sdk_client_and_server() {
         .unwrap();
     assert!(in_process.cases.iter().all(|c| c.status.label() == "PASS"));
     assert!(out
-        .join("evidence/memory via @dapr-dapr client/publish.invalid-requests.txt")
+        .join("evidence/memory-via-dapr-dapr-client/publish.invalid-requests.txt")
         .is_file());
 
     let server = report
@@ -1100,7 +1100,7 @@ fn the_js_sdk_rows_certify_the_sdk_client_and_server() {
         );
         let expected = failed.expected_failure.clone().unwrap_or_default();
         assert!(
-            expected.contains("via @dapr-dapr server.yaml"),
+            expected.contains("via-dapr-dapr-server.yaml"),
             "{id}: {expected}"
         );
     }

@@ -19,9 +19,8 @@ use pubsub_conformance::components::Component;
 use pubsub_conformance::harness::describe;
 use pubsub_conformance::provision::{self, ProvisionKind};
 use pubsub_conformance::reports::Status;
-use pubsub_conformance::runner::{
-    factory_of, run_case, run_case_in, CaseEnvironment, ComponentFactory, RunOptions,
-};
+use pubsub_conformance::row_runtime::{factory_of, ComponentFactory};
+use pubsub_conformance::runner::{run_case, run_case_in, CaseEnvironment, RunOptions};
 use rstest::rstest;
 use std::sync::Arc;
 

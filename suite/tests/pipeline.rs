@@ -39,6 +39,21 @@ fn fixture_names() -> Vec<String> {
 }
 
 #[test]
+fn the_workflow_runs_the_readmes_first_command_in_a_fresh_clone() {
+    let workflow = workflow();
+    let job = &workflow["jobs"]["fresh-clone"];
+    assert!(
+        runs(job).contains("./scripts/fresh-machine.sh"),
+        "the fresh-clone job runs scripts/fresh-machine.sh"
+    );
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(
+        ci.contains("./scripts/fresh-machine.sh"),
+        ".ci/run checks the README's first command in a fresh clone"
+    );
+}
+
+#[test]
 fn the_workflow_shards_every_fixture_through_the_script() {
     let workflow = workflow();
     let shard = &workflow["jobs"]["shard"];

@@ -117,18 +117,22 @@ pub fn write_all(report: &RunReport, dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// A row name as one file name: characters a path cannot hold in one component
-/// (`/`, `\`, NUL) become `-`, so `memory via @dapr/dapr client` stays one folder.
+/// A row name as one file name with no spaces: ASCII letters, digits, `.` and `_`
+/// stay, every other run of characters becomes one `-`, so `memory via @dapr/dapr
+/// client` is `memory-via-dapr-dapr-client`.
 pub fn file_stem(row: &str) -> String {
-    row.chars()
-        .map(|c| {
-            if matches!(c, '/' | '\\' | '\0') {
-                '-'
-            } else {
-                c
-            }
-        })
-        .collect()
+    let mut stem = String::with_capacity(row.len());
+    for c in row.chars() {
+        if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+            stem.push(c);
+        } else if !stem.is_empty() && !stem.ends_with('-') {
+            stem.push('-');
+        }
+    }
+    while stem.ends_with('-') {
+        stem.pop();
+    }
+    stem
 }
 
 #[cfg(test)]

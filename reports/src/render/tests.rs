@@ -369,7 +369,7 @@ fn a_row_name_with_a_slash_is_written_as_one_folder_and_one_badge() {
     report.components[1].name = "memory via @dapr/dapr client".into();
     let dir = tempfile::tempdir().unwrap();
     super::write_all(&report, dir.path()).unwrap();
-    let folder = dir.path().join("evidence/memory via @dapr-dapr client");
+    let folder = dir.path().join("evidence/memory-via-dapr-dapr-client");
     assert!(
         folder.join("publish.delivery.txt").is_file(),
         "evidence of the FAIL cell is missing from {}",
@@ -377,7 +377,7 @@ fn a_row_name_with_a_slash_is_written_as_one_folder_and_one_badge() {
     );
     assert!(dir
         .path()
-        .join("badges/memory via @dapr-dapr client.json")
+        .join("badges/memory-via-dapr-dapr-client.json")
         .is_file());
 }
 

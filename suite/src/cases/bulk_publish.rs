@@ -1,8 +1,8 @@
 //! Bulk publish: per-entry status, partial failures, entry ids, metadata merge,
 //! `batchPublishKeepOrder`, size limits.
 
+use super::case::{Bound, Case, Lane, Level};
 use super::{generate, keyed_entry};
-use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::KEY;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
@@ -19,6 +19,7 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(all_success(ctx)),
         },
@@ -28,8 +29,9 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(super::basics::fidelity(ctx, true)),
+            run: |ctx| Box::pin(super::publish::fidelity(ctx, true)),
         },
         Case {
             id: "bulk-publish.partial-failure",
@@ -37,6 +39,7 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(partial_failure(ctx)),
         },
@@ -46,6 +49,7 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
             run: |ctx| Box::pin(status_mapping(ctx)),
         },
@@ -55,6 +59,7 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("delivery bound + redelivery bound", |c| c.delivery_bound + c.redelivery_bound),
             run: |ctx| Box::pin(entry_ids(ctx)),
         },
@@ -64,6 +69,7 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(entry_id_space(ctx)),
         },
@@ -73,6 +79,7 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(metadata_merge(ctx)),
         },
@@ -82,6 +89,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Ordering],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
             run: |ctx| Box::pin(keep_order(ctx)),
         },
@@ -91,6 +99,7 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("delivery bound + redelivery bound", |c| c.delivery_bound + c.redelivery_bound),
             run: |ctx| Box::pin(size_limit(ctx)),
         },
@@ -134,7 +143,7 @@ async fn all_success(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&keys, ctx.delivery_deadline())
         .await;
     subscription.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     outcome.expect(
         response.failed_entries.is_empty() && response.http_status() == 204,
         || {
@@ -171,7 +180,7 @@ async fn partial_failure(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&reported_ok, ctx.delivery_deadline())
         .await;
     subscription.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     if response.failed_entries.is_empty() {
         outcome
             .warn("no entry failed: the broker accepted payloads over its declared maximum size");
@@ -229,7 +238,7 @@ async fn status_mapping(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&expected, ctx.delivery_deadline())
         .await;
     subscription.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     outcome.note(format!(
         "8 generated requests (seed {}), {} entries reported successful",
         ctx.seed(),
@@ -307,7 +316,7 @@ async fn entry_ids(ctx: CaseContext) -> CaseRun {
         })
         .await;
     subscription.stop().await;
-    Ok(outcome.merge(ctx.check(&ctx.expectation())))
+    Ok(outcome.merge(ctx.check(&ctx.criteria())))
 }
 
 /// Entry ids across their space, each with whether the case makes its entry fail: of
@@ -412,7 +421,7 @@ async fn entry_id_space(ctx: CaseContext) -> CaseRun {
         expected_failed.len(),
         expected_failed
     ));
-    Ok(outcome.merge(ctx.check(&ctx.expectation())))
+    Ok(outcome.merge(ctx.check(&ctx.criteria())))
 }
 
 async fn metadata_merge(ctx: CaseContext) -> CaseRun {
@@ -437,7 +446,7 @@ async fn metadata_merge(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&keys, ctx.delivery_deadline())
         .await;
     subscription.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     outcome.expect(response.failed_entries.is_empty(), || {
         format!("entries failed: {:?}", response.failed_entries)
     });
@@ -493,10 +502,10 @@ async fn keep_order(ctx: CaseContext) -> CaseRun {
         })
         .await;
     subscription.stop().await;
-    let mut expectation = ctx.expectation();
-    expectation.ordering = Some(ctx.caps.ordering);
-    expectation.note_over_reported = false;
-    let mut outcome = ctx.check(&expectation);
+    let mut criteria = ctx.criteria();
+    criteria.ordering = Some(ctx.caps.ordering);
+    criteria.note_over_reported = false;
+    let mut outcome = ctx.check(&criteria);
     let history = ctx.recorder.history();
     for i in FAILING..30 {
         let key = format!("e-{i:02}");
@@ -559,9 +568,9 @@ async fn size_limit(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&sentinel, ctx.delivery_deadline())
         .await;
     subscription.stop().await;
-    let mut expectation = ctx.expectation();
-    expectation.note_over_reported = true;
-    let checked = ctx.check(&expectation);
+    let mut criteria = ctx.criteria();
+    criteria.note_over_reported = true;
+    let checked = ctx.check(&criteria);
     // A rejected request publishes nothing: any delivery of it is a half-publish.
     let history = ctx.recorder.history();
     let half: Vec<&String> = keys

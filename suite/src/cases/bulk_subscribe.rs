@@ -1,7 +1,7 @@
 //! Bulk subscribe: batch size and wait limits, per-entry SUCCESS/RETRY/DROP, handler errors.
 
+use super::case::{Bound, Case, Lane, Level};
 use super::{generate, key_of};
-use crate::catalogue::{Bound, Case, Level};
 use crate::context::{CaseContext, SUBSCRIBED_MARKER};
 use crate::history::{Record, Recorder};
 use crate::outcome::{CaseRun, Context, Outcome};
@@ -25,6 +25,7 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
             run: |ctx| Box::pin(max_messages(ctx)),
         },
@@ -34,6 +35,7 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(max_await(ctx)),
         },
@@ -43,6 +45,7 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound + 2 x redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound * 2),
             run: |ctx| Box::pin(statuses(ctx)),
         },
@@ -52,6 +55,7 @@ pub fn cases() -> Vec<Case> {
             requires: FEATURE,
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
             run: |ctx| Box::pin(handler_error(ctx)),
         },
@@ -61,6 +65,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::BulkSubscribe, Feature::Ttl],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound: Bound::new("1 s TTL + clock tolerance + 2 x delivery bound + redelivery bound", |c| Duration::from_secs(1) + c.clock_tolerance + c.delivery_bound * 2 + c.redelivery_bound),
             run: |ctx| Box::pin(expired_entries(ctx)),
         },
@@ -70,6 +75,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::BulkSubscribe, Feature::DeadLetter],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound + 4 x redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound * 4),
             run: |ctx| Box::pin(exhausted_dead_lettered(ctx)),
         },
@@ -216,7 +222,7 @@ async fn exhausted_dead_lettered(ctx: CaseContext) -> CaseRun {
         .await;
     handle.stop().await;
     dlq_handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     let count = ctx.recorder.history().delivery_count("poison-0");
     outcome.expect(count == MAX as usize, || {
         format!("the entry always answered RETRY was delivered {count} times in batches; maxDeliveries is {MAX}")
@@ -352,7 +358,7 @@ async fn max_messages(ctx: CaseContext) -> CaseRun {
             )
         });
     }
-    let checked = ctx.check(&ctx.expectation());
+    let checked = ctx.check(&ctx.criteria());
     Ok(outcome.merge(checked))
 }
 
@@ -385,7 +391,7 @@ async fn max_await(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&keys, ctx.delivery_deadline())
         .await;
     handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     let history = ctx.recorder.history();
     // A message reached the broker between its publish call's start and return: a
     // batch is judged late from the return, early from the start (a publish
@@ -510,7 +516,7 @@ async fn statuses(ctx: CaseContext) -> CaseRun {
     if let Some(h) = dlq_handle {
         h.stop().await;
     }
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     let history = ctx.recorder.history();
     for key in &keys {
         let n = history.delivery_count(key);
@@ -600,7 +606,7 @@ async fn handler_error(ctx: CaseContext) -> CaseRun {
         })
         .await;
     handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     let history = ctx.recorder.history();
     let first = first_batch_keys(&history);
     outcome.expect(!first.is_empty(), || "no batch was delivered".into());

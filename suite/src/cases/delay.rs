@@ -1,8 +1,8 @@
 //! Delayed delivery: `deliverAfter`, `deliverAt` and subscription `receiverDelay`.
 
-use crate::catalogue::{Bound, Case, Level};
-use crate::checker::Timing;
+use super::case::{Bound, Case, Lane, Level};
 use crate::context::CaseContext;
+use crate::criteria::Timing;
 use crate::history::Record;
 use crate::outcome::{CaseRun, Context};
 use pubsub_components::runtime::controls::format_time;
@@ -23,6 +23,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::DelayedDelivery],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound,
             run: |ctx| Box::pin(deliver_after(ctx)),
         },
@@ -32,6 +33,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::DelayedDelivery],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound,
             run: |ctx| Box::pin(deliver_at(ctx)),
         },
@@ -41,6 +43,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::ReceiverDelay],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound,
             run: |ctx| Box::pin(receiver_delay(ctx)),
         },
@@ -50,6 +53,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::ReceiverDelay],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound: Bound::new("1.5 s delay + delay precision + 2 x delivery bound", |c| {
                 RECEIVER_DELAY + c.delay_precision + c.delivery_bound * 2
             }),
@@ -61,6 +65,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::DelayedDelivery],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound: Bound::new("lease + 1 s + delay precision + 2 x delivery bound", |c| {
                 c.lease + Duration::from_secs(1) + c.delay_precision + c.delivery_bound * 2
             }),
@@ -72,6 +77,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::DelayedDelivery],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
             run: |ctx| Box::pin(no_starvation(ctx)),
         },
@@ -102,7 +108,7 @@ async fn receiver_delay_from_publish(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&keys, ctx.within(RECEIVER_DELAY + ctx.caps.delivery_bound))
         .await;
     handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     let precision = ctx.caps.delay_precision;
     // What the machine and broker gave undelayed messages meanwhile: a first delivery
     // that late is the machine's, not a delay counted again.
@@ -178,9 +184,9 @@ async fn beyond_lease(ctx: CaseContext) -> CaseRun {
         })
         .await;
     handle.stop().await;
-    let mut expectation = ctx.expectation();
-    expectation.timing = Some(timing(&ctx));
-    let mut outcome = ctx.check(&expectation);
+    let mut criteria = ctx.criteria();
+    criteria.timing = Some(timing(&ctx));
+    let mut outcome = ctx.check(&criteria);
     let far_deliveries = ctx.recorder.history().delivery_count("far-future");
     outcome.expect(far_deliveries == 0, || {
         "early: the message due tomorrow was delivered".into()
@@ -241,7 +247,7 @@ async fn no_starvation(ctx: CaseContext) -> CaseRun {
         .await;
     let took = published_at.elapsed();
     handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     let history = ctx.recorder.history();
     let early: Vec<&String> = delayed
         .iter()
@@ -286,9 +292,9 @@ async fn finish(
         )
         .await;
     handle.stop().await;
-    let mut expectation = ctx.expectation();
-    expectation.timing = Some(timing(&ctx));
-    Ok(ctx.check(&expectation))
+    let mut criteria = ctx.criteria();
+    criteria.timing = Some(timing(&ctx));
+    Ok(ctx.check(&criteria))
 }
 
 async fn deliver_after(ctx: CaseContext) -> CaseRun {

@@ -1,26 +1,29 @@
-//! The case bodies, one module per family. Each module's `cases()` lists its cases
+//! The case bodies, one module per family, named after it (`bulk-publish.*` in
+//! `bulk_publish.rs`; `certification.*` in a folder, by what each case exercises). Each module's `cases()` lists its cases
 //! as catalogue data; [`all`] gathers them.
 
-mod basics;
+pub mod case;
+
 mod bulk_publish;
 mod bulk_subscribe;
-mod cancellation;
 mod certification;
+mod dead_letter;
 mod delay;
-mod envelope_ids;
-mod faults;
+mod envelope;
 mod groups;
-mod identifiers;
+mod message_id;
 mod multi_topic;
 mod ordering;
 mod partitions;
+mod publish;
 mod retry;
-mod tracing_cases;
+mod subscribe;
+mod topics;
+mod tracing;
 mod ttl;
-mod values;
 
-use crate::catalogue::Case;
 use crate::history::KEY;
+use case::Case;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use pubsub_components::runtime::{BulkPublishEntry, Event};
@@ -29,23 +32,23 @@ use pubsub_components::{Capabilities, Metadata};
 /// Every case of every family.
 pub fn all() -> Vec<Case> {
     [
-        basics::cases(),
-        values::cases(),
+        publish::cases(),
+        envelope::cases(),
+        subscribe::cases(),
+        message_id::cases(),
+        topics::cases(),
         groups::cases(),
-        cancellation::cases(),
-        identifiers::cases(),
-        envelope_ids::cases(),
         bulk_publish::cases(),
         bulk_subscribe::cases(),
         retry::cases(),
+        dead_letter::cases(),
         ttl::cases(),
         ordering::cases(),
         delay::cases(),
         multi_topic::cases(),
         partitions::cases(),
-        tracing_cases::cases(),
+        tracing::cases(),
         certification::cases(),
-        faults::cases(),
     ]
     .concat()
 }

@@ -1,8 +1,8 @@
 //! Multi-topic subscriptions and topic message ids (Pulsar PIP-224): owner topics,
 //! ack and seek on the owner topic only, refusals, `last_message_ids`.
 
+use super::case::{Bound, Case, Lane, Level};
 use super::key_of;
-use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use pubsub_components::runtime::Subscription;
@@ -22,6 +22,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::MultiTopic, Feature::FanOut],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(owner_topic(ctx)),
         },
@@ -31,6 +32,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::MultiTopic],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
             run: |ctx| Box::pin(ack_owner(ctx)),
         },
@@ -40,6 +42,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::MultiTopic],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(ack_refused(ctx)),
         },
@@ -49,6 +52,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::MultiTopic, Feature::Seek],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
             run: |ctx| Box::pin(seek(ctx)),
         },
@@ -58,6 +62,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::MultiTopic, Feature::Seek],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("delivery bound", |c| c.delivery_bound),
             run: |ctx| Box::pin(last_message_ids(ctx)),
         },
@@ -67,6 +72,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::MultiTopic, Feature::Seek],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(seek_refused(ctx)),
         },
@@ -76,6 +82,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::MultiTopic, Feature::Seek],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
             run: |ctx| Box::pin(seek_publish_id(ctx)),
         },
@@ -85,6 +92,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::MultiTopic, Feature::Seek],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
             run: |ctx| Box::pin(seek_earliest_latest(ctx)),
         },
@@ -94,6 +102,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::MultiTopic],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("3 x delivery bound + lease + redelivery bound", |c| c.delivery_bound * 3 + c.lease + c.redelivery_bound),
             run: |ctx| Box::pin(ack_many(ctx)),
         },
@@ -103,6 +112,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::MultiTopic, Feature::Seek],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
             run: |ctx| Box::pin(ack_cumulative(ctx)),
         },
@@ -565,7 +575,7 @@ async fn owner_topic(ctx: CaseContext) -> CaseRun {
         .await;
     list.stop().await;
     by_pattern.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     for event in ctx.recorder.events() {
         let key = key_of(&event);
         let expected = match key.split('-').next() {

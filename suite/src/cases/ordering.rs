@@ -1,8 +1,8 @@
 //! Ordering within the declared scope, also after an unrelated RETRY, and with
 //! partition keys across their space.
 
+use super::case::{Bound, Case, Lane, Level};
 use super::key_of;
-use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::outcome::{CaseRun, Context};
 use pubsub_components::runtime::{Status, Subscription};
@@ -18,6 +18,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Ordering],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
             run: |ctx| Box::pin(ordering(ctx, false, Keys::Plain)),
         },
@@ -27,6 +28,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Ordering],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
             run: |ctx| Box::pin(ordering(ctx, false, Keys::Odd)),
         },
@@ -36,6 +38,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Ordering],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("4 x delivery bound + redelivery bound", |c| c.delivery_bound * 4 + c.redelivery_bound),
             run: |ctx| Box::pin(ordering(ctx, true, Keys::Plain)),
         },
@@ -110,12 +113,12 @@ async fn ordering(ctx: CaseContext, with_retry: bool, key_space: Keys) -> CaseRu
         .wait_for_keys(&keys, ctx.within(ctx.caps.delivery_bound * 3))
         .await;
     handle.stop().await;
-    let mut expectation = ctx.expectation();
-    expectation.ordering = Some(ctx.caps.ordering);
+    let mut criteria = ctx.criteria();
+    criteria.ordering = Some(ctx.caps.ordering);
     if with_retry {
-        expectation.unordered_keys.insert(retried);
+        criteria.unordered_keys.insert(retried);
     }
-    let mut outcome = ctx.check(&expectation);
+    let mut outcome = ctx.check(&criteria);
     outcome.note(format!(
         "{count} messages over {} keys, checked per {:?}",
         partition_keys.len(),

@@ -1,8 +1,9 @@
 //! Partitioned topics: key routing, partition-count updates seen without restart,
 //! versioned watchers, watching unknown topics.
 
-use crate::catalogue::{Bound, Case, Injects, Level};
+use super::case::{Bound, Case, Injects, Lane, Level};
 use crate::context::CaseContext;
+use crate::fault_injection::Faults;
 use crate::history::Record;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::{Feature, PartitionUpdate};
@@ -22,6 +23,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Partitions],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(key_routing(ctx)),
         },
@@ -31,6 +33,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Partitions],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("discovery bound + 3 x delivery bound", |c| discovery(c) + c.delivery_bound * 3),
             run: |ctx| Box::pin(update_seen(ctx)),
         },
@@ -40,6 +43,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Partitions],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("4 x discovery bound + delivery bound", |c| discovery(c) * 4 + c.delivery_bound),
             run: |ctx| Box::pin(watch(ctx)),
         },
@@ -49,6 +53,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Partitions],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("delivery bound", |c| c.delivery_bound),
             run: |ctx| Box::pin(invalid_updates(ctx)),
         },
@@ -58,6 +63,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Partitions],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("4 x discovery bound + delivery bound", |c| discovery(c) * 4 + c.delivery_bound),
             run: |ctx| Box::pin(watch_several(ctx)),
         },
@@ -67,6 +73,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Partitions],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("5 x discovery bound + delivery bound", |c| discovery(c) * 5 + c.delivery_bound),
             run: |ctx| Box::pin(watch_resend(ctx)),
         },
@@ -76,6 +83,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Partitions],
             level: Level::Certification,
             injects: &[Injects::BrokerRestart],
+            lane: Lane::Exclusive,
             bound: Bound::new("60 s restart + 2 x recovery bound + 4 x discovery bound", |c| {
                 Duration::from_secs(60) + c.recovery_bound * 2 + discovery(c) * 4
             }),
@@ -135,7 +143,7 @@ async fn key_routing(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&keys, ctx.delivery_deadline())
         .await;
     handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     let partitions = partitions_of(&ctx.recorder.history());
     for (partition_key, seen) in &partitions {
         outcome.expect(seen.len() == 1, || {
@@ -198,7 +206,7 @@ async fn update_seen(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&keys, ctx.delivery_deadline())
         .await;
     handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     outcome.expect(seen.iter().any(|u| u.partitions == 4), || {
         format!("the watcher never saw the update to 4 partitions; saw {seen:?}")
     });
@@ -588,7 +596,7 @@ async fn watch_after_restart(ctx: CaseContext) -> CaseRun {
     outcome.expect(first.map(|u| u.partitions) == Some(2), || {
         format!("the first notification was {first:?}, expected the current count 2")
     });
-    let faults = ctx.faults()?;
+    let faults = Faults::of(&ctx)?;
     faults.kill_broker().await?;
     faults.restart_broker().await?;
     let again = watch.next_within(ctx.caps.recovery_bound + bound * 2).await;

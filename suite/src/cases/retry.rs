@@ -1,18 +1,14 @@
-//! Retries, maximum deliveries and dead letters for single-message handlers.
+//! retry.*: a RETRY or an error redelivers, with the declared delay, up to
+//! maxDeliveries.
 
+use super::case::{Bound, Case, Lane, Level};
 use super::key_of;
-use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::{Record, Recorder, KEY};
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{PublishRequest, Status, Subscription};
-use pubsub_components::Feature;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
-
-const MAX_DELIVERIES: u32 = 3;
-/// The content type of the raw poison message.
-const RAW_CONTENT_TYPE: &str = "application/x-protobuf";
 
 pub fn cases() -> Vec<Case> {
     vec![
@@ -22,6 +18,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[],
             level: Level::Core,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("delivery bound + 2 x redelivery bound", |c| c.delivery_bound + c.redelivery_bound * 2),
             run: |ctx| Box::pin(redelivery(ctx)),
         },
@@ -31,26 +28,9 @@ pub fn cases() -> Vec<Case> {
             requires: &[],
             level: Level::Core,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("delivery bound + 5 x redelivery bound", |c| c.delivery_bound + c.redelivery_bound * 5),
             run: |ctx| Box::pin(exhausted(ctx, false)),
-        },
-        Case {
-            id: "dead-letter.max-deliveries",
-            must: "A message retried maxDeliveries times MUST go to the dead-letter topic with its payload, content type and metadata, plus its original topic and reason maxDeliveries.",
-            requires: &[Feature::DeadLetter],
-            level: Level::Feature,
-            injects: &[],
-            bound: Bound::new("2 x delivery bound + 5 x redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound * 5),
-            run: |ctx| Box::pin(exhausted(ctx, true)),
-        },
-        Case {
-            id: "dead-letter.drop",
-            must: "A message answered with DROP MUST be acknowledged and forwarded to the dead-letter topic with reason dropped, and not redelivered.",
-            requires: &[Feature::DeadLetter],
-            level: Level::Feature,
-            injects: &[],
-            bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
-            run: |ctx| Box::pin(drop_to_dead_letter(ctx)),
         },
         Case {
             id: "retry.delay",
@@ -58,6 +38,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[],
             level: Level::Core,
             injects: &[],
+            lane: Lane::Timed,
             bound: Bound::new("delivery bound + 2 x (lease + 1 s + redelivery bound)", |c| {
                 c.delivery_bound + (c.lease + Duration::from_secs(1) + c.redelivery_bound) * 2
             }),
@@ -66,10 +47,15 @@ pub fn cases() -> Vec<Case> {
     ]
 }
 
+pub(super) const MAX_DELIVERIES: u32 = 3;
+
+/// The content type of the raw poison message.
+pub(super) const RAW_CONTENT_TYPE: &str = "application/x-protobuf";
+
 /// Two groups retry the same messages: one with a short delay drawn from the seed,
 /// one with a delay beyond the broker's lease. On a work queue (no fan-out) each group
 /// has its own topic and messages.
-async fn retry_delay(ctx: CaseContext) -> CaseRun {
+pub(super) async fn retry_delay(ctx: CaseContext) -> CaseRun {
     let short = super::generate(300u64..900, ctx.seed(), 1)[0];
     let delays = [
         ("short", Duration::from_millis(short)),
@@ -132,7 +118,7 @@ async fn retry_delay(ctx: CaseContext) -> CaseRun {
     for handle in handles {
         handle.stop().await;
     }
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     let history = ctx.recorder.history();
     let tolerance = ctx.caps.clock_tolerance;
     let bound = ctx.caps.redelivery_bound;
@@ -241,7 +227,7 @@ async fn retry_delay(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn redelivery(ctx: CaseContext) -> CaseRun {
+pub(super) async fn redelivery(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = Subscription::new(&topic, ctx.group("g"));
     ctx.create_group(&subscription).await?;
@@ -273,7 +259,7 @@ async fn redelivery(ctx: CaseContext) -> CaseRun {
         })
         .await;
     handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     let events = ctx.recorder.events();
     for key in &keys {
         let attempts: Vec<u32> = events
@@ -293,7 +279,7 @@ async fn redelivery(ctx: CaseContext) -> CaseRun {
 }
 
 /// A poison message always answered RETRY, next to healthy ones.
-async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
+pub(super) async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     let topic = ctx.topic("t");
     let dlq_topic = ctx.topic("dlq");
     let dlq = Recorder::new();
@@ -362,7 +348,7 @@ async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     if let Some(h) = dlq_handle {
         h.stop().await;
     }
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     for key in ["poison", "poison-raw"] {
         let count = ctx.recorder.history().delivery_count(key);
         outcome.expect(count == MAX_DELIVERIES as usize, || {
@@ -410,7 +396,7 @@ async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
 /// Checks the dead-lettered copy of `key`; over Dapr's HTTP API a raw dead letter
 /// reaches its subscriber wrapped as octet-stream, and an SDK's handler sees no
 /// content type at all.
-fn check_dead_letter(
+pub(super) fn check_dead_letter(
     dlq: &Recorder,
     key: &str,
     topic: &str,
@@ -468,51 +454,4 @@ fn check_dead_letter(
         format!("dead letter lost metadata: {:?}", event.metadata)
     });
     outcome
-}
-
-async fn drop_to_dead_letter(ctx: CaseContext) -> CaseRun {
-    let topic = ctx.topic("t");
-    let dlq_topic = ctx.topic("dlq");
-    let dlq = Recorder::new();
-    let dlq_handle = ctx
-        .subscribe(
-            Subscription::new(&dlq_topic, ctx.group("dlq")),
-            dlq.handler("dead-letters"),
-        )
-        .await?;
-    let mut subscription = Subscription::new(&topic, ctx.group("g"));
-    subscription.dead_letter_topic = Some(dlq_topic.clone());
-    ctx.create_group(&subscription).await?;
-    let request: PublishRequest = ctx
-        .message(&topic, "dropped")
-        .with_metadata("app-origin", "drop ✓");
-    ctx.publish(request)
-        .await
-        .doing("publishing the message to drop")?;
-    let handle = ctx
-        .subscribe(subscription, ctx.recorder.scripted("s1", |_| Status::Drop))
-        .await?;
-    dlq.wait_for_keys(
-        &["dropped".to_string()],
-        ctx.within(ctx.caps.delivery_bound * 2),
-    )
-    .await;
-    ctx.recorder
-        .wait_until(ctx.quiet_window(), |h| h.delivery_count("dropped") > 1)
-        .await;
-    handle.stop().await;
-    dlq_handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
-    let count = ctx.recorder.history().delivery_count("dropped");
-    outcome.expect(count == 1, || {
-        format!("the message answered DROP was delivered {count} times")
-    });
-    Ok(outcome.merge(check_dead_letter(
-        &dlq,
-        "dropped",
-        &topic,
-        "dropped",
-        "drop ✓",
-        super::Crossing::of(&ctx.runtime),
-    )))
 }

@@ -1,7 +1,7 @@
 //! TTL: expired messages are never handed to the app; live ones are delivered.
 
+use super::case::{Bound, Case, Lane, Level};
 use super::key_of;
-use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::Recorder;
 use crate::outcome::{CaseRun, Context, Outcome};
@@ -17,6 +17,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Ttl],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound: Bound::new("1 s TTL + clock tolerance + delivery bound + redelivery bound", |c| Duration::from_secs(1) + c.clock_tolerance + c.delivery_bound + c.redelivery_bound),
             run: |ctx| Box::pin(expired(ctx, false)),
         },
@@ -26,6 +27,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Ttl, Feature::DeadLetter],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound: Bound::new("1 s TTL + clock tolerance + 2 x delivery bound + redelivery bound", |c| Duration::from_secs(1) + c.clock_tolerance + c.delivery_bound * 2 + c.redelivery_bound),
             run: |ctx| Box::pin(expired(ctx, true)),
         },
@@ -35,6 +37,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Ttl],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(live(ctx)),
         },
@@ -44,6 +47,7 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::Ttl],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Timed,
             bound: Bound::new("3 x delivery bound (the TTL) + delivery bound", |c| {
                 late_ttl(c) + c.delivery_bound
             }),
@@ -136,7 +140,7 @@ async fn late_in_life(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&keys, expiry.min(ctx.deadline()))
         .await;
     handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     let history = ctx.recorder.history();
     let missing: Vec<&String> = keys
         .iter()
@@ -271,5 +275,5 @@ async fn live(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&keys, ctx.delivery_deadline())
         .await;
     handle.stop().await;
-    Ok(ctx.check(&ctx.expectation()))
+    Ok(ctx.check(&ctx.criteria()))
 }

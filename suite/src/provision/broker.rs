@@ -27,8 +27,8 @@ pub trait Broker: Send + Sync {
     }
 
     /// How a fault proxy in front of it must relay its protocol.
-    fn proxy_wire(&self) -> crate::faults::Wire {
-        crate::faults::Wire::Opaque
+    fn proxy_wire(&self) -> crate::fault_proxy::Wire {
+        crate::fault_proxy::Wire::Opaque
     }
 
     /// True when the suite can kill, restart, pause and resume it.

@@ -31,7 +31,7 @@ pub struct BrokerContainer {
     /// [`BrokerSpec::version_args`]).
     software: Option<String>,
     /// How a fault proxy in front of it relays its protocol.
-    proxy_wire: crate::faults::Wire,
+    proxy_wire: crate::fault_proxy::Wire,
 }
 
 /// What the broker's program prints in the container when asked its version (see
@@ -352,7 +352,7 @@ impl Broker for BrokerContainer {
         self.software.clone()
     }
 
-    fn proxy_wire(&self) -> crate::faults::Wire {
+    fn proxy_wire(&self) -> crate::fault_proxy::Wire {
         self.proxy_wire
     }
 

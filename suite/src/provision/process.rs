@@ -488,7 +488,7 @@ impl Broker for BrokerProcess {
         self.software.clone()
     }
 
-    fn proxy_wire(&self) -> crate::faults::Wire {
+    fn proxy_wire(&self) -> crate::fault_proxy::Wire {
         self.spec.proxy_wire
     }
 

@@ -1,7 +1,7 @@
 //! What the suite knows about running each broker type: the installed binary and
 //! its arguments for the local-process kind, and the images for the container kind.
 
-use crate::faults::Wire;
+use crate::fault_proxy::Wire;
 use std::time::Duration;
 
 /// A command line: the program (see [`process::resolve_program`]) and its arguments.

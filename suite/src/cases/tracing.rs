@@ -1,7 +1,7 @@
-//! Trace context per message through bulk publish and bulk delivery.
+//! tracing.*: trace context crosses bulk publish and bulk subscribe per entry.
 
+use super::case::{Bound, Case, Lane, Level};
 use super::key_of;
-use crate::catalogue::{Bound, Case, Level};
 use crate::context::CaseContext;
 use crate::history::Record;
 use crate::outcome::{CaseError, CaseRun, Context};
@@ -14,23 +14,28 @@ use std::time::Duration;
 use tracing::instrument::WithSubscriber;
 
 pub fn cases() -> Vec<Case> {
-    vec![Case {
+    vec![
+        Case {
             id: "tracing.bulk-parent",
             must: "A bulk publish call MUST record its own span, as a child of the caller's traceparent, and one span per entry whose parent is the call's span; an entry without its own traceparent MUST be delivered with one in the call's trace, an entry with its own keeps it.",
             requires: &[Feature::BulkPublish],
             level: Level::Feature,
             injects: &[],
+            lane: Lane::Shared,
             bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
             run: |ctx| Box::pin(bulk_parent(ctx)),
-        }, Case {
+        },
+        Case {
         id: "tracing.per-entry",
         must: "Every entry of a bulk publish MUST keep its own traceparent through delivery, and the batch delivery MUST record one span per entry linked to that entry's trace, naming the batch.",
         requires: &[Feature::BulkPublish, Feature::BulkSubscribe],
         level: Level::Feature,
         injects: &[],
+        lane: Lane::Shared,
         bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
         run: |ctx| Box::pin(per_entry(ctx)),
-    }]
+    },
+    ]
 }
 
 async fn bulk_parent(ctx: CaseContext) -> CaseRun {
@@ -71,7 +76,7 @@ async fn bulk_parent(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&keys, ctx.delivery_deadline())
         .await;
     handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     outcome.expect(response.failed_entries.is_empty(), || {
         format!("entries failed: {:?}", response.failed_entries)
     });
@@ -185,7 +190,7 @@ async fn per_entry(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&keys, ctx.delivery_deadline())
         .await;
     handle.stop().await;
-    let mut outcome = ctx.check(&ctx.expectation());
+    let mut outcome = ctx.check(&ctx.criteria());
     outcome.expect(response.failed_entries.is_empty(), || {
         format!("entries failed: {:?}", response.failed_entries)
     });

@@ -1,17 +1,12 @@
-//! Fault injection for the certification level: a TCP fault proxy between a component
-//! and its broker, and the broker faults of [`crate::provision::Broker`] (kill,
+//! Fault injection for the certification level: the network faults of a
+//! [`FaultProxy`] between a component and its broker, and the broker faults of [`crate::provision::Broker`] (kill,
 //! restart, pause, resume), each recorded in the case's history with its time.
 
-pub mod proxy;
-pub mod wire;
-
-pub use proxy::{FaultProxy, NetworkFault};
-pub use wire::Wire;
-
 use crate::context::CaseContext;
+use crate::fault_proxy::{FaultProxy, NetworkFault};
 use crate::outcome::CaseError;
 use crate::provision::Broker;
-use crate::runner::RowRuntime;
+use crate::row_runtime::RowRuntime;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -98,7 +93,7 @@ impl<'a> Faults<'a> {
             ))
         })?;
         let name = format!("{}-via-proxy", self.ctx.runtime.name());
-        let runtime = crate::runner::runtime_through(self.ctx.wrap.as_ref(), name, component)
+        let runtime = crate::row_runtime::runtime_through(self.ctx.wrap.as_ref(), name, component)
             .await
             .map_err(|e| {
                 CaseError::Harness(format!(

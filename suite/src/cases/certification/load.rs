@@ -1,48 +1,32 @@
-//! Certification under faults and load: members leaving a group, concurrent
-//! publishers, a long drain whose rate must stay flat.
+//! certification.* under load: concurrent publishers, long drains, backlogs and slow
+//! handlers.
 
-use super::keyed_entry;
-use crate::catalogue::{Bound, Case, Level};
+use super::backlog;
+use crate::cases::case::{Bound, Case, Lane, Level};
+use crate::cases::keyed_entry;
 use crate::context::CaseContext;
-use crate::history::KEY;
+use crate::history::{Record, KEY};
 use crate::outcome::{CaseRun, Context, Outcome};
 use async_trait::async_trait;
 use pubsub_components::runtime::{
     BulkPublishEntry, BulkPublishRequest, Event, Handler, MessageHandler, Status, Subscription,
 };
-use pubsub_components::{ConsumerSpec, Feature, Metadata, TopicSelector};
-use std::collections::{BTreeSet, HashSet};
+use pubsub_components::{Feature, Metadata};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// Messages `certification.long-drain` publishes and drains.
-const DRAIN_MESSAGES: usize = 100_000;
-/// What a tenth of the drain may take beyond twice the first tenth's time before it
-/// counts as a slowdown: scheduling noise on a loaded machine, which on a fast broker
-/// (a tenth in tens of milliseconds) would otherwise decide the verdict.
-const DRAIN_NOISE: Duration = Duration::from_millis(250);
-
 pub fn cases() -> Vec<Case> {
     vec![
-        Case {
-            id: "certification.consumer-leaves",
-            must: "When a consumer leaves its group with messages received but not acknowledged, those messages MUST be delivered to another member (within the redelivery bound, or the lease where the component declares that a closed member's messages return only then); nothing is lost.",
-            requires: &[],
-            level: Level::Certification,
-            injects: &[],
-            bound: Bound::new("2 x delivery bound + redelivery bound (+ lease where messages return only after it)", |c| {
-                c.delivery_bound * 2 + c.redelivery_bound + returned_after(c)
-            }),
-            run: |ctx| Box::pin(consumer_leaves(ctx)),
-        },
         Case {
             id: "certification.concurrent-publishers",
             must: "Under concurrent single and bulk publishers every acknowledged message MUST be delivered, and nothing unpublished may appear.",
             requires: &[],
             level: Level::Certification,
             injects: &[],
+            lane: Lane::Exclusive,
             bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
             run: |ctx| Box::pin(concurrent_publishers(ctx)),
         },
@@ -52,13 +36,46 @@ pub fn cases() -> Vec<Case> {
             requires: &[Feature::BulkPublish],
             level: Level::Certification,
             injects: &[],
+            lane: Lane::Backlog,
             bound: Bound::new("2 x delivery bound + 240 s", |c| {
                 c.delivery_bound * 2 + Duration::from_secs(240)
             }),
             run: |ctx| Box::pin(long_drain(ctx)),
         },
+        Case {
+            id: "certification.slow-handler",
+            must: "A message whose handler works longer than the broker's lease MUST NOT be handed to another member while the first still works on it, unless the component declares that it may; either way it MUST be handled in the end.",
+            requires: &[],
+            level: Level::Certification,
+            injects: &[],
+            lane: Lane::Exclusive,
+            bound: Bound::new("lease + 1 s handler + 2 x redelivery bound + 2 x delivery bound", |c| {
+                slow_handler_time(c) + c.redelivery_bound * 2 + c.delivery_bound * 2
+            }),
+            run: |ctx| Box::pin(slow_handler(ctx)),
+        },
+        Case {
+            id: "certification.backlog",
+            must: "A backlog of 10000 messages over 10 topics, each read by 2 groups, MUST be drained completely: every message reaches every group (one group per topic where the component declares no fan-out).",
+            requires: &[Feature::BulkPublish],
+            level: Level::Certification,
+            injects: &[],
+            lane: Lane::Backlog,
+            bound: Bound::new("2 x delivery bound + 120 s", |c| {
+                c.delivery_bound * 2 + Duration::from_secs(120)
+            }),
+            run: |ctx| Box::pin(backlog(ctx)),
+        },
     ]
 }
+
+/// Messages `certification.long-drain` publishes and drains.
+const DRAIN_MESSAGES: usize = 100_000;
+
+/// What a tenth of the drain may take beyond twice the first tenth's time before it
+/// counts as a slowdown: scheduling noise on a loaded machine, which on a fast broker
+/// (a tenth in tens of milliseconds) would otherwise decide the verdict.
+const DRAIN_NOISE: Duration = Duration::from_millis(250);
 
 /// When each distinct message was first delivered, in delivery order.
 struct Timeline {
@@ -191,79 +208,6 @@ async fn long_drain(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-/// How long a closed member's unacknowledged messages may take to return beyond the
-/// redelivery bound: its lease, where the component declares they return only then.
-fn returned_after(caps: &pubsub_components::Capabilities) -> Duration {
-    if caps.returns_on_close {
-        Duration::ZERO
-    } else {
-        caps.lease
-    }
-}
-
-async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
-    let topic = ctx.topic("t");
-    let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
-    let component = ctx.runtime.component().clone();
-    ctx.create_consumer_group(&spec).await?;
-    let keys = ctx.publish_numbered(&topic, "m", 40).await?;
-    let leaving = component
-        .consumer(spec.clone())
-        .await
-        .doing("opening the first member")?;
-    let mut received = Vec::new();
-    while received.len() < 20 && Instant::now() < ctx.delivery_deadline() {
-        let wait = ctx
-            .delivery_deadline()
-            .saturating_duration_since(Instant::now());
-        received.extend(
-            leaving
-                .receive(20 - received.len(), wait)
-                .await
-                .doing("receiving")?,
-        );
-    }
-    let mut done = BTreeSet::new();
-    for message in received.iter().take(10) {
-        leaving.ack(&message.id).await.doing("acking")?;
-        done.insert(message.metadata.get(KEY).cloned().unwrap_or_default());
-    }
-    leaving.close().await.doing("closing the first member")?;
-    let staying = component
-        .consumer(spec)
-        .await
-        .doing("opening the second member")?;
-    let deadline =
-        ctx.within(ctx.caps.redelivery_bound + ctx.caps.delivery_bound + returned_after(&ctx.caps));
-    while done.len() < keys.len() && Instant::now() < deadline {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        for message in staying.receive(40, wait).await.doing("receiving")? {
-            staying.ack(&message.id).await.doing("acking")?;
-            done.insert(message.metadata.get(KEY).cloned().unwrap_or_default());
-        }
-    }
-    let _ = staying.close().await;
-    let mut outcome = Outcome::new();
-    outcome.note(format!(
-        "the first member received {} and acked 10 before leaving",
-        received.len()
-    ));
-    if !ctx.caps.returns_on_close {
-        outcome.note(format!(
-            "declared: a closed member's messages return only after the lease ({:?}), so they were waited for that long too",
-            ctx.caps.lease
-        ));
-    }
-    let lost: Vec<&String> = keys.iter().filter(|k| !done.contains(*k)).collect();
-    outcome.expect(lost.is_empty(), || {
-        format!(
-            "lost: {} messages never reached a member after the first left: {lost:?}",
-            lost.len()
-        )
-    });
-    Ok(outcome)
-}
-
 async fn concurrent_publishers(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;
@@ -306,5 +250,128 @@ async fn concurrent_publishers(ctx: CaseContext) -> CaseRun {
         .wait_for_keys(&keys, ctx.within(ctx.caps.delivery_bound * 2))
         .await;
     handle.stop().await;
-    Ok(ctx.check(&ctx.expectation()))
+    Ok(ctx.check(&ctx.criteria()))
+}
+
+/// How long the slow handler works: past the lease (2 s where there is none).
+fn slow_handler_time(caps: &pubsub_components::Capabilities) -> Duration {
+    if caps.lease.is_zero() {
+        Duration::from_secs(2)
+    } else {
+        caps.lease + Duration::from_secs(1)
+    }
+}
+
+/// Records each delivery and works `hold` on the message `slow` before answering
+/// SUCCESS.
+struct Slow {
+    recorder: crate::history::Recorder,
+    member: &'static str,
+    hold: Duration,
+}
+
+#[async_trait]
+impl MessageHandler for Slow {
+    async fn handle(&self, event: Event) -> Result<Status, String> {
+        self.recorder.delivered(&event, self.member, None);
+        if event.metadata.get(KEY).is_some_and(|k| k == "slow") {
+            tokio::time::sleep(self.hold).await;
+            self.recorder
+                .note(format!("{} finished working on slow", self.member));
+        }
+        Ok(Status::Success)
+    }
+}
+
+async fn slow_handler(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let hold = slow_handler_time(&ctx.caps);
+    let subscription = || Subscription::new(topic.clone(), ctx.group("g"));
+    ctx.create_group(&subscription()).await?;
+    let mut members = Vec::new();
+    for member in ["a", "b"] {
+        members.push(
+            ctx.subscribe(
+                subscription(),
+                Handler::Single(Arc::new(Slow {
+                    recorder: ctx.recorder.clone(),
+                    member,
+                    hold,
+                })),
+            )
+            .await?,
+        );
+    }
+    ctx.publish(ctx.message(&topic, "slow"))
+        .await
+        .doing("publishing the slow message")?;
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), |h| h.delivery_count("slow") >= 1)
+        .await;
+    let first = ctx.recorder.history().records.iter().find_map(|r| match r {
+        Record::Delivered {
+            key: Some(k),
+            at,
+            subscriber,
+            ..
+        } if k == "slow" => Some((*at, subscriber.clone())),
+        _ => None,
+    });
+    // The first handler works `hold`; a second delivery meanwhile is what is judged.
+    tokio::time::sleep(hold + ctx.caps.redelivery_bound).await;
+    ctx.publish(ctx.message(&topic, "sentinel"))
+        .await
+        .doing("publishing a sentinel")?;
+    ctx.recorder
+        .wait_for_keys(&["sentinel".to_string()], ctx.delivery_deadline())
+        .await;
+    for member in members {
+        member.stop().await;
+    }
+    let history = ctx.recorder.history();
+    let mut outcome = Outcome::new();
+    let Some((first_at, first_member)) = first else {
+        outcome.fail("lost: the slow message was never delivered");
+        return Ok(outcome.with_history(&history));
+    };
+    let while_working: Vec<String> = history
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Delivered {
+                key: Some(k),
+                at,
+                subscriber,
+                ..
+            } if k == "slow"
+                && *at > first_at
+                && at.duration_since(first_at).unwrap_or_default() < hold =>
+            {
+                Some(format!(
+                    "to {subscriber} {} ms after {first_member} got it",
+                    at.duration_since(first_at).unwrap_or_default().as_millis()
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    outcome.note(format!(
+        "the handler worked {} ms on the message (declared lease {} ms)",
+        hold.as_millis(),
+        ctx.caps.lease.as_millis()
+    ));
+    if while_working.is_empty() {
+        outcome.note("nobody else got the message while its handler worked");
+    } else if ctx.caps.redelivers_slow_handlers {
+        outcome.note(format!(
+            "handed to another member while the first still worked (declared: the lease expires): {}",
+            while_working.join("; ")
+        ));
+    } else {
+        outcome.fail(format!(
+            "handed to another member while the first still worked on it, though the component does not declare that it may: {}",
+            while_working.join("; ")
+        ));
+    }
+    Ok(outcome.with_history(&history))
 }

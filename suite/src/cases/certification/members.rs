@@ -1,0 +1,532 @@
+//! certification.* as members come and go: a member that leaves, crashes or closes
+//! hands its messages on, and nothing reaches a closed consumer.
+
+use super::{delivered_to, exhausted_stays_dead, listed};
+use crate::cases::case::{Bound, Case, Injects, Lane, Level};
+use crate::context::CaseContext;
+use crate::fault_injection::Faults;
+use crate::fault_proxy::NetworkFault;
+use crate::history::{History, Record, KEY};
+use crate::outcome::{CaseRun, Context, Outcome};
+use async_trait::async_trait;
+use pubsub_components::runtime::{Event, Handler, MessageHandler, Status, Subscription};
+use pubsub_components::{ConsumerSpec, Feature, TopicSelector};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            id: "certification.consumer-leaves",
+            must: "When a consumer leaves its group with messages received but not acknowledged, those messages MUST be delivered to another member (within the redelivery bound, or the lease where the component declares that a closed member's messages return only then); nothing is lost.",
+            requires: &[],
+            level: Level::Certification,
+            injects: &[],
+            lane: Lane::Exclusive,
+            bound: Bound::new("2 x delivery bound + redelivery bound (+ lease where messages return only after it)", |c| {
+                c.delivery_bound * 2 + c.redelivery_bound + returned_after(c)
+            }),
+            run: |ctx| Box::pin(consumer_leaves(ctx)),
+        },
+        Case {
+            id: "certification.consumer-crash",
+            must: "When a member crashes (its connection dies) holding unacknowledged messages, those messages MUST be delivered to another member of the group.",
+            requires: &[],
+            level: Level::Certification,
+            injects: &[Injects::Network],
+            lane: Lane::Exclusive,
+            bound: Bound::new("lease + 2 x redelivery bound + 3 x delivery bound", |c| {
+                c.lease + c.redelivery_bound * 2 + c.delivery_bound * 3
+            }),
+            run: |ctx| Box::pin(consumer_crash(ctx)),
+        },
+        Case {
+            id: "certification.crash-not-dead-lettered",
+            must: "Messages a crashed member received but never handled MUST NOT be dead-lettered; with a dead-letter topic and a low maxDeliveries they MUST reach another member.",
+            requires: &[Feature::DeadLetter],
+            level: Level::Certification,
+            injects: &[Injects::Network],
+            lane: Lane::Exclusive,
+            bound: Bound::new("lease + 2 x redelivery bound + 3 x delivery bound", |c| {
+                c.lease + c.redelivery_bound * 2 + c.delivery_bound * 3
+            }),
+            run: |ctx| Box::pin(crash_not_dead_lettered(ctx)),
+        },
+        Case {
+            id: "certification.close-stops-delivery",
+            must: "After a subscription stops or a consumer closes, nothing MUST reach its handler or be received through it, and what is published afterwards MUST reach the group's other members.",
+            requires: &[],
+            level: Level::Certification,
+            injects: &[],
+            lane: Lane::Exclusive,
+            bound: Bound::new("3 x delivery bound + redelivery bound", |c| {
+                c.delivery_bound * 3 + c.redelivery_bound
+            }),
+            run: |ctx| Box::pin(close_stops_delivery(ctx)),
+        },
+        Case {
+            id: "certification.exhausted-stays-dead",
+            must: "A message whose deliveries are exhausted (no dead-letter topic) MUST NOT come back when its group's consumer reconnects.",
+            requires: &[],
+            level: Level::Certification,
+            injects: &[],
+            lane: Lane::Exclusive,
+            bound: Bound::new("recovery bound + 3 x redelivery bound + 3 x delivery bound", |c| {
+                c.recovery_bound + c.redelivery_bound * 3 + c.delivery_bound * 3
+            }),
+            run: |ctx| Box::pin(exhausted_stays_dead(ctx, false)),
+        },
+        Case {
+            id: "certification.retry-while-members-change",
+            must: "Messages retried while another member joins and leaves the group MUST all be handled successfully in the end; none is lost.",
+            requires: &[],
+            level: Level::Certification,
+            injects: &[],
+            lane: Lane::Exclusive,
+            bound: Bound::new("3 x redelivery bound + 3 x delivery bound", |c| {
+                c.redelivery_bound * 3 + c.delivery_bound * 3
+            }),
+            run: |ctx| Box::pin(retry_while_members_change(ctx)),
+        },
+    ]
+}
+
+/// How long a closed member's unacknowledged messages may take to return beyond the
+/// redelivery bound: its lease, where the component declares they return only then.
+fn returned_after(caps: &pubsub_components::Capabilities) -> Duration {
+    if caps.returns_on_close {
+        Duration::ZERO
+    } else {
+        caps.lease
+    }
+}
+
+async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
+    let component = ctx.runtime.component().clone();
+    ctx.create_consumer_group(&spec).await?;
+    let keys = ctx.publish_numbered(&topic, "m", 40).await?;
+    let leaving = component
+        .consumer(spec.clone())
+        .await
+        .doing("opening the first member")?;
+    let mut received = Vec::new();
+    while received.len() < 20 && Instant::now() < ctx.delivery_deadline() {
+        let wait = ctx
+            .delivery_deadline()
+            .saturating_duration_since(Instant::now());
+        received.extend(
+            leaving
+                .receive(20 - received.len(), wait)
+                .await
+                .doing("receiving")?,
+        );
+    }
+    let mut done = BTreeSet::new();
+    for message in received.iter().take(10) {
+        leaving.ack(&message.id).await.doing("acking")?;
+        done.insert(message.metadata.get(KEY).cloned().unwrap_or_default());
+    }
+    leaving.close().await.doing("closing the first member")?;
+    let staying = component
+        .consumer(spec)
+        .await
+        .doing("opening the second member")?;
+    let deadline =
+        ctx.within(ctx.caps.redelivery_bound + ctx.caps.delivery_bound + returned_after(&ctx.caps));
+    while done.len() < keys.len() && Instant::now() < deadline {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        for message in staying.receive(40, wait).await.doing("receiving")? {
+            staying.ack(&message.id).await.doing("acking")?;
+            done.insert(message.metadata.get(KEY).cloned().unwrap_or_default());
+        }
+    }
+    let _ = staying.close().await;
+    let mut outcome = Outcome::new();
+    outcome.note(format!(
+        "the first member received {} and acked 10 before leaving",
+        received.len()
+    ));
+    if !ctx.caps.returns_on_close {
+        outcome.note(format!(
+            "declared: a closed member's messages return only after the lease ({:?}), so they were waited for that long too",
+            ctx.caps.lease
+        ));
+    }
+    let lost: Vec<&String> = keys.iter().filter(|k| !done.contains(*k)).collect();
+    outcome.expect(lost.is_empty(), || {
+        format!(
+            "lost: {} messages never reached a member after the first left: {lost:?}",
+            lost.len()
+        )
+    });
+    Ok(outcome)
+}
+
+async fn consumer_crash(ctx: CaseContext) -> CaseRun {
+    let faults = Faults::of(&ctx)?;
+    let (proxied, proxy) = faults.proxied_runtime().await?;
+    let topic = ctx.topic("t");
+    let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
+    ctx.create_consumer_group(&spec).await?;
+    let keys = ctx.publish_numbered(&topic, "m", 30).await?;
+    let crashing = proxied
+        .component()
+        .consumer(spec.clone())
+        .await
+        .doing("opening the member that will crash")?;
+    let mut held = Vec::new();
+    let deadline = ctx.delivery_deadline();
+    while held.len() < 10 && Instant::now() < deadline {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        held.extend(
+            crashing
+                .receive(10 - held.len(), wait)
+                .await
+                .doing("receiving before the crash")?,
+        );
+    }
+    let held_keys: Vec<String> = held
+        .iter()
+        .filter_map(|m| m.metadata.get(KEY).cloned())
+        .collect();
+    // The crash: its connections die with a reset and stay dead; it never acks or closes.
+    faults.network(&proxy, NetworkFault::Cut);
+    let survivor = ctx
+        .runtime
+        .component()
+        .consumer(spec)
+        .await
+        .doing("opening the surviving member")?;
+    let mut done = BTreeSet::new();
+    let deadline =
+        ctx.within(ctx.caps.lease + ctx.caps.redelivery_bound * 2 + ctx.caps.delivery_bound);
+    while done.len() < keys.len() && Instant::now() < deadline {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        for message in survivor
+            .receive(30, wait)
+            .await
+            .doing("receiving at the surviving member")?
+        {
+            survivor.ack(&message.id).await.doing("acking")?;
+            let key = message.metadata.get(KEY).cloned().unwrap_or_default();
+            ctx.recorder.note(format!("survivor got {key}"));
+            done.insert(key);
+        }
+    }
+    let _ = survivor.close().await;
+    drop(crashing);
+    proxied.retire().await;
+    drop(proxy);
+    let mut outcome = Outcome::new();
+    outcome.note(format!(
+        "the crashed member held {} messages unacknowledged: {}",
+        held_keys.len(),
+        held_keys.join(", ")
+    ));
+    let lost: Vec<&String> = keys.iter().filter(|k| !done.contains(*k)).collect();
+    let lost_held: Vec<&&String> = lost.iter().filter(|k| held_keys.contains(k)).collect();
+    outcome.expect(lost.is_empty(), || {
+        format!(
+            "lost: {} messages never reached the surviving member ({} of them held by the crashed member): {}",
+            lost.len(),
+            lost_held.len(),
+            listed(&lost)
+        )
+    });
+    Ok(outcome.with_history(&ctx.recorder.history()))
+}
+
+/// A handler that records each delivery and never answers (a member busy when it
+/// crashes).
+struct Hangs {
+    recorder: crate::history::Recorder,
+}
+
+#[async_trait]
+impl MessageHandler for Hangs {
+    async fn handle(&self, event: Event) -> Result<Status, String> {
+        self.recorder.delivered(&event, "crashing", None);
+        std::future::pending().await
+    }
+}
+
+async fn crash_not_dead_lettered(ctx: CaseContext) -> CaseRun {
+    let faults = Faults::of(&ctx)?;
+    let (proxied, proxy) = faults.proxied_runtime().await?;
+    let topic = ctx.topic("t");
+    let dead = ctx.topic("dlq");
+    let subscription = || {
+        let mut s = Subscription::new(topic.clone(), ctx.group("g"));
+        s.dead_letter_topic = Some(dead.clone());
+        s.max_deliveries = 2;
+        s
+    };
+    ctx.create_group(&subscription()).await?;
+    let dead_letters = ctx
+        .subscribe(
+            Subscription::new(dead.clone(), ctx.group("dlq")),
+            ctx.recorder.handler("dead-letters"),
+        )
+        .await?;
+    let keys = ctx.publish_numbered(&topic, "m", 10).await?;
+    let crashing = proxied
+        .subscribe(
+            subscription(),
+            Handler::Single(Arc::new(Hangs {
+                recorder: ctx.recorder.clone(),
+            })),
+        )
+        .await
+        .doing("subscribing the member that will crash")?;
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), |h| {
+            !delivered_to(h, "crashing").is_empty()
+        })
+        .await;
+    faults.network(&proxy, NetworkFault::Cut);
+    let survivor = ctx
+        .subscribe(subscription(), ctx.recorder.handler("survivor"))
+        .await?;
+    let deadline =
+        ctx.within(ctx.caps.lease + ctx.caps.redelivery_bound * 2 + ctx.caps.delivery_bound);
+    ctx.recorder
+        .wait_until(deadline, |h| {
+            let got = delivered_to(h, "survivor");
+            keys.iter().all(|k| got.contains(k))
+        })
+        .await;
+    // Anything on its way to the dead-letter topic has had the same time to get there.
+    ctx.recorder
+        .wait_until(ctx.within(ctx.caps.delivery_bound / 2), |h| {
+            !delivered_to(h, "dead-letters").is_empty()
+        })
+        .await;
+    survivor.stop().await;
+    dead_letters.stop().await;
+    drop(crashing);
+    proxied.retire().await;
+    drop(proxy);
+    let history = ctx.recorder.history();
+    let crashed_held = delivered_to(&history, "crashing");
+    let survived = delivered_to(&history, "survivor");
+    let dead_lettered = delivered_to(&history, "dead-letters");
+    let mut outcome = Outcome::new();
+    outcome.note(format!(
+        "the crashed member was handed {} messages and handled none",
+        crashed_held.len()
+    ));
+    let wrongly: Vec<&String> = dead_lettered.iter().collect();
+    outcome.expect(wrongly.is_empty(), || {
+        format!(
+            "dead-lettered though never handled (maxDeliveries 2, the only failure was a member's crash): {}",
+            listed(&wrongly)
+        )
+    });
+    let lost: Vec<&String> = keys
+        .iter()
+        .filter(|k| !survived.contains(*k) && !dead_lettered.contains(*k))
+        .collect();
+    outcome.expect(lost.is_empty(), || {
+        format!(
+            "lost: {} messages reached neither the surviving member nor the dead-letter topic: {}",
+            lost.len(),
+            listed(&lost)
+        )
+    });
+    Ok(outcome.with_history(&history))
+}
+
+async fn close_stops_delivery(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let group = ctx.group("g");
+    let mut outcome = Outcome::new();
+
+    // The runtime: a stopped subscription's handler hears nothing more.
+    let first = ctx.subscribe_recorded(&topic).await?;
+    let before = ctx.publish_numbered(&topic, "before", 10).await?;
+    ctx.recorder
+        .wait_for_keys(&before, ctx.delivery_deadline())
+        .await;
+    first.stop().await;
+    let stopped_at = std::time::SystemTime::now();
+    let second = ctx
+        .subscribe(
+            Subscription::new(topic.clone(), group.clone()),
+            ctx.recorder.handler("s2"),
+        )
+        .await?;
+    let after = ctx.publish_numbered(&topic, "after", 10).await?;
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), |h| {
+            let got = delivered_to(h, "s2");
+            after.iter().all(|k| got.contains(k))
+        })
+        .await;
+    // A quiet window for stragglers to the stopped handler.
+    tokio::time::sleep_until(
+        ctx.quiet_window()
+            .min(Instant::now() + Duration::from_millis(500)),
+    )
+    .await;
+    second.stop().await;
+    let history = ctx.recorder.history();
+    let late: Vec<String> = history
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Delivered {
+                key,
+                subscriber,
+                at,
+                ..
+            } if subscriber == "s1" && *at > stopped_at => key.clone(),
+            _ => None,
+        })
+        .collect();
+    outcome.expect(late.is_empty(), || {
+        format!(
+            "delivered to a stopped subscription's handler: {}",
+            late.join(", ")
+        )
+    });
+    let got = delivered_to(&history, "s2");
+    let missed: Vec<&String> = after.iter().filter(|k| !got.contains(*k)).collect();
+    outcome.expect(missed.is_empty(), || {
+        format!(
+            "lost: published after the first member stopped, never reached the remaining member: {}",
+            listed(&missed)
+        )
+    });
+
+    // The component: a closed consumer hands out nothing more.
+    let component = ctx.runtime.component().clone();
+    let topic = ctx.topic("c");
+    let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("c"));
+    ctx.create_consumer_group(&spec).await?;
+    let closing = component
+        .consumer(spec.clone())
+        .await
+        .doing("opening a consumer")?;
+    closing.close().await.doing("closing the consumer")?;
+    let more = ctx.publish_numbered(&topic, "closed", 5).await?;
+    match closing.receive(5, Duration::from_millis(500)).await {
+        Ok(messages) if !messages.is_empty() => {
+            let keys: Vec<String> = messages
+                .iter()
+                .filter_map(|m| m.metadata.get(KEY).cloned())
+                .collect();
+            outcome.fail(format!(
+                "a closed consumer still received {} messages: {}",
+                keys.len(),
+                keys.join(", ")
+            ));
+        }
+        _ => {}
+    }
+    let other = component
+        .consumer(spec)
+        .await
+        .doing("opening another member")?;
+    let mut got = BTreeSet::new();
+    let deadline = ctx.within(ctx.caps.redelivery_bound + ctx.caps.delivery_bound);
+    while got.len() < more.len() && Instant::now() < deadline {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        for message in other.receive(10, wait).await.doing("receiving")? {
+            other.ack(&message.id).await.doing("acking")?;
+            got.insert(message.metadata.get(KEY).cloned().unwrap_or_default());
+        }
+    }
+    let _ = other.close().await;
+    let missed: Vec<&String> = more.iter().filter(|k| !got.contains(*k)).collect();
+    outcome.expect(missed.is_empty(), || {
+        format!(
+            "lost: published after a consumer closed, never reached the group's other member: {}",
+            listed(&missed)
+        )
+    });
+    Ok(outcome.with_history(&ctx.recorder.history()))
+}
+
+async fn retry_while_members_change(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = || {
+        let mut s = Subscription::new(topic.clone(), ctx.group("g"));
+        s.max_deliveries = 10;
+        s
+    };
+    // Every message fails its first delivery and succeeds after.
+    let script = |event: &Event| {
+        if event.attempt <= 1 {
+            Status::Retry
+        } else {
+            Status::Success
+        }
+    };
+    ctx.create_group(&subscription()).await?;
+    let staying = ctx
+        .subscribe(subscription(), ctx.recorder.scripted("staying", script))
+        .await?;
+    let keys = ctx.publish_numbered(&topic, "m", 40).await?;
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), |h| {
+            h.records
+                .iter()
+                .filter(|r| matches!(r, Record::Delivered { .. }))
+                .count()
+                >= 10
+        })
+        .await;
+    let visiting = ctx
+        .subscribe(subscription(), ctx.recorder.scripted("visiting", script))
+        .await?;
+    ctx.recorder
+        .wait_until(ctx.within(Duration::from_millis(1500)), |h| {
+            !delivered_to(h, "visiting").is_empty()
+        })
+        .await;
+    ctx.recorder.note("the visiting member leaves");
+    visiting.stop().await;
+    let handled = |h: &History| -> BTreeSet<String> {
+        h.records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Delivered {
+                    key: Some(key),
+                    attempt,
+                    ..
+                } if *attempt >= 2 => Some(key.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    ctx.recorder
+        .wait_until(
+            ctx.within(ctx.caps.redelivery_bound * 3 + ctx.caps.delivery_bound * 2),
+            |h| {
+                let done = handled(h);
+                keys.iter().all(|k| done.contains(k))
+            },
+        )
+        .await;
+    staying.stop().await;
+    let history = ctx.recorder.history();
+    let done = handled(&history);
+    let mut outcome = Outcome::new();
+    outcome.note(format!(
+        "the visiting member was handed {} messages before it left",
+        delivered_to(&history, "visiting").len()
+    ));
+    let lost: Vec<&String> = keys.iter().filter(|k| !done.contains(*k)).collect();
+    outcome.expect(lost.is_empty(), || {
+        format!(
+            "lost: {} messages were never handled successfully (every message succeeds on its second delivery): {}",
+            lost.len(),
+            listed(&lost)
+        )
+    });
+    Ok(outcome.with_history(&history))
+}

@@ -1,0 +1,81 @@
+//! dead-letter.*: exhausted and dropped messages go to the dead-letter topic, once.
+
+use super::case::{Bound, Case, Lane, Level};
+use super::retry::{check_dead_letter, exhausted};
+use crate::context::CaseContext;
+use crate::history::Recorder;
+use crate::outcome::{CaseRun, Context};
+use pubsub_components::runtime::{PublishRequest, Status, Subscription};
+use pubsub_components::Feature;
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            id: "dead-letter.max-deliveries",
+            must: "A message retried maxDeliveries times MUST go to the dead-letter topic with its payload, content type and metadata, plus its original topic and reason maxDeliveries.",
+            requires: &[Feature::DeadLetter],
+            level: Level::Feature,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("2 x delivery bound + 5 x redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound * 5),
+            run: |ctx| Box::pin(exhausted(ctx, true)),
+        },
+        Case {
+            id: "dead-letter.drop",
+            must: "A message answered with DROP MUST be acknowledged and forwarded to the dead-letter topic with reason dropped, and not redelivered.",
+            requires: &[Feature::DeadLetter],
+            level: Level::Feature,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
+            run: |ctx| Box::pin(drop_to_dead_letter(ctx)),
+        },
+    ]
+}
+
+async fn drop_to_dead_letter(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let dlq_topic = ctx.topic("dlq");
+    let dlq = Recorder::new();
+    let dlq_handle = ctx
+        .subscribe(
+            Subscription::new(&dlq_topic, ctx.group("dlq")),
+            dlq.handler("dead-letters"),
+        )
+        .await?;
+    let mut subscription = Subscription::new(&topic, ctx.group("g"));
+    subscription.dead_letter_topic = Some(dlq_topic.clone());
+    ctx.create_group(&subscription).await?;
+    let request: PublishRequest = ctx
+        .message(&topic, "dropped")
+        .with_metadata("app-origin", "drop ✓");
+    ctx.publish(request)
+        .await
+        .doing("publishing the message to drop")?;
+    let handle = ctx
+        .subscribe(subscription, ctx.recorder.scripted("s1", |_| Status::Drop))
+        .await?;
+    dlq.wait_for_keys(
+        &["dropped".to_string()],
+        ctx.within(ctx.caps.delivery_bound * 2),
+    )
+    .await;
+    ctx.recorder
+        .wait_until(ctx.quiet_window(), |h| h.delivery_count("dropped") > 1)
+        .await;
+    handle.stop().await;
+    dlq_handle.stop().await;
+    let mut outcome = ctx.check(&ctx.criteria());
+    let count = ctx.recorder.history().delivery_count("dropped");
+    outcome.expect(count == 1, || {
+        format!("the message answered DROP was delivered {count} times")
+    });
+    Ok(outcome.merge(check_dead_letter(
+        &dlq,
+        "dropped",
+        &topic,
+        "dropped",
+        "drop ✓",
+        super::Crossing::of(&ctx.runtime),
+    )))
+}

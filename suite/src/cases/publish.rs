@@ -1,0 +1,575 @@
+//! publish.*: single publishes are delivered, their payload, content type and metadata
+//! unchanged at every size, and bad requests are refused clearly.
+
+use super::case::{Bound, Case, Lane, Level};
+use super::{fidelity_problems, generate, key_of, samples, Crossing, Sample};
+use crate::context::CaseContext;
+use crate::history::KEY;
+use crate::outcome::{CaseError, CaseRun, Context, Outcome};
+use pubsub_components::runtime::{
+    BulkPublishEntry, BulkPublishRequest, PublishRequest, Status, Subscription,
+};
+use pubsub_components::{ErrorKind, Feature, Metadata, OrderingScope, Support};
+use std::time::Duration;
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            id: "publish.delivery",
+            must: "Every acknowledged publish MUST be delivered to a running subscriber, and nothing that was not published may be delivered.",
+            requires: &[],
+            level: Level::Core,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(delivery(ctx)),
+        },
+        Case {
+            id: "publish.fidelity",
+            must: "Payload bytes (binary, empty, unicode, large), content type and metadata MUST survive single publish -> delivery unchanged, with and without the envelope.",
+            requires: &[],
+            level: Level::Core,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(fidelity(ctx, false)),
+        },
+        Case {
+            id: "publish.concurrent-fidelity",
+            must: "Under concurrent single and bulk publishers, each message with its own payload, content type and metadata, every message MUST arrive with its own, never another message's.",
+            requires: &[pubsub_components::Feature::BulkPublish],
+            level: Level::Core,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(concurrent_fidelity(ctx)),
+        },
+        Case {
+            id: "publish.invalid-requests",
+            must: "A publish with an invalid topic or invalid metadata MUST be refused with an InvalidRequest error naming the problem, and nothing MUST be published.",
+            requires: &[],
+            level: Level::Core,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("delivery bound + redelivery bound", |c| c.delivery_bound + c.redelivery_bound),
+            run: |ctx| Box::pin(invalid_requests(ctx)),
+        },
+        Case {
+            id: "publish.fidelity-after-wait",
+            must: "Payload bytes, content type and metadata MUST survive a stay in the broker: samples published (singly and in bulk) while their group has no receiving member, delivered 3 s later and delivered again after a RETRY, MUST each arrive as published.",
+            requires: &[],
+            level: Level::Core,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("3 s in the broker + 2 x delivery bound + redelivery bound", |c| {
+                IN_BROKER + c.delivery_bound * 2 + c.redelivery_bound
+            }),
+            run: |ctx| Box::pin(fidelity_after_wait(ctx)),
+        },
+        Case {
+            id: "publish.size-boundary",
+            must: "A payload of exactly the declared maximum size (and one byte under) MUST be accepted and delivered intact, singly and in bulk; one byte over MUST be refused (an InvalidRequest error, a failed entry), and never delivered.",
+            requires: &[],
+            level: Level::Core,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(size_boundary(ctx)),
+        },
+    ]
+}
+
+pub(super) async fn delivery(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = ctx.subscribe_recorded(&topic).await?;
+    let keys = ctx.publish_numbered(&topic, "m", 50).await?;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
+    subscription.stop().await;
+    Ok(ctx.check(&ctx.criteria()))
+}
+
+/// Publishes the samples (singly or in one bulk request) and compares deliveries.
+pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
+    let topic = ctx.topic("t");
+    let samples = samples(&ctx.caps, ctx.seed(), 12);
+    let subscription = ctx.subscribe_recorded(&topic).await?;
+    if bulk {
+        let request = pubsub_components::runtime::BulkPublishRequest {
+            topic: topic.clone(),
+            entries: samples.iter().map(Sample::entry).collect(),
+            metadata: Default::default(),
+        };
+        let response = ctx
+            .bulk_publish(request)
+            .await
+            .doing("bulk publishing the samples")?;
+        if !response.failed_entries.is_empty() {
+            return Err(CaseError::Component(format!(
+                "bulk publish of valid samples reported failures: {:?}",
+                response.failed_entries
+            )));
+        }
+    } else {
+        for sample in &samples {
+            ctx.publish(sample.request(&topic))
+                .await
+                .doing(&format!("publishing sample {}", sample.key))?;
+        }
+    }
+    let keys: Vec<String> = samples.iter().map(|s| s.key.clone()).collect();
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
+    subscription.stop().await;
+    let mut outcome = ctx.check(&ctx.criteria());
+    let events = ctx.recorder.events();
+    let crossing = Crossing::of(&ctx.runtime);
+    for sample in &samples {
+        if let Some(event) = events.iter().find(|e| key_of(e) == sample.key) {
+            outcome
+                .findings
+                .extend(fidelity_problems(sample, event, crossing));
+        }
+    }
+    outcome.note(format!("{} samples (seed {})", samples.len(), ctx.seed()));
+    crossing.note_what_is_not_compared(&mut outcome, &ctx.runtime);
+    Ok(outcome)
+}
+
+async fn invalid_requests(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = ctx.subscribe_recorded(&topic).await?;
+    let bad =
+        |key: &str| PublishRequest::new(&topic, key.as_bytes().to_vec()).with_metadata(KEY, key);
+    let attempts: Vec<(&str, PublishRequest, &str)> = vec![
+        (
+            "empty topic",
+            PublishRequest::new("", "x").with_metadata(KEY, "bad-0"),
+            "topic",
+        ),
+        (
+            "topic with '#'",
+            PublishRequest::new(format!("{topic}#1"), "x").with_metadata(KEY, "bad-1"),
+            "topic",
+        ),
+        (
+            "reserved metadata key",
+            bad("bad-2").with_metadata("x-rt-envelope", "forged"),
+            "x-rt-envelope",
+        ),
+        (
+            "ttlInSeconds=soon",
+            bad("bad-3").with_metadata("ttlInSeconds", "soon"),
+            "ttlInSeconds",
+        ),
+        (
+            "deliverAt=tomorrow",
+            bad("bad-4").with_metadata("deliverAt", "tomorrow"),
+            "deliverAt",
+        ),
+        (
+            "deliverAfter=5 parsecs",
+            bad("bad-5").with_metadata("deliverAfter", "5 parsecs"),
+            "deliverAfter",
+        ),
+        (
+            "rawPayload=maybe",
+            bad("bad-6").with_metadata("rawPayload", "maybe"),
+            "rawPayload",
+        ),
+        (
+            "malformed traceparent",
+            bad("bad-7").with_metadata("traceparent", "00-xyz"),
+            "traceparent",
+        ),
+        (
+            "control character in metadata",
+            bad("bad-8").with_metadata("app-note", "a\u{7}b"),
+            "control character",
+        ),
+    ];
+    let mut outcome = Outcome::new();
+    for (what, request, named) in attempts {
+        match ctx.runtime.publish(request).await {
+            Ok(id) => {
+                outcome.fail(format!("{what}: accepted (id {id}) instead of refused"));
+            }
+            Err(e) if e.kind() != ErrorKind::InvalidRequest => {
+                outcome.fail(format!(
+                    "{what}: refused with a {:?} error, not InvalidRequest: {e}",
+                    e.kind()
+                ));
+            }
+            Err(e) if !e.to_string().contains(named) => {
+                outcome.fail(format!("{what}: the error does not name '{named}': {e}"));
+            }
+            Err(e) => {
+                outcome.note(format!("{what}: {e}"));
+            }
+        }
+    }
+    let sentinel = ctx.publish_numbered(&topic, "ok", 1).await?;
+    ctx.recorder
+        .wait_for_keys(&sentinel, ctx.delivery_deadline())
+        .await;
+    if ctx.caps.ordering == OrderingScope::None {
+        // Without ordering, a refused-but-published message could trail the sentinel.
+        ctx.recorder
+            .wait_until(ctx.quiet_window(), |h| {
+                h.delivered_keys().iter().any(|k| k.starts_with("bad-"))
+            })
+            .await;
+    }
+    subscription.stop().await;
+    Ok(outcome.merge(ctx.check(&ctx.criteria())))
+}
+
+/// Single publishers and bulk publishers of `publish.concurrent-fidelity`.
+const CONCURRENT_SINGLE_PUBLISHERS: usize = 4;
+
+const CONCURRENT_BULK_PUBLISHERS: usize = 2;
+
+/// Messages each publisher sends.
+const CONCURRENT_MESSAGES: usize = 25;
+
+/// The messages publisher `label` sends: each its own payload (text, bytes or JSON
+/// by turn, from the seed), content type and metadata values.
+fn concurrent_samples(label: &str, seed: u64) -> Vec<Sample> {
+    let strategy = (
+        proptest::collection::vec(proptest::num::u8::ANY, 1..512),
+        "[a-zA-Z0-9 ✓é日]{1,40}",
+        "[ -~]{0,60}",
+    );
+    generate(strategy, seed, CONCURRENT_MESSAGES)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (bytes, text, value))| {
+            let key = format!("{label}-{i}");
+            let (data, content_type) = match i % 3 {
+                0 => (
+                    format!("{text} from {key}").into_bytes(),
+                    "text/plain; charset=utf-8",
+                ),
+                1 => (bytes, "application/octet-stream"),
+                _ => (
+                    serde_json::json!({ "publisher": label, "n": i, "text": text })
+                        .to_string()
+                        .into_bytes(),
+                    "application/json",
+                ),
+            };
+            let mut metadata = Metadata::new();
+            metadata.insert(KEY.into(), key.clone());
+            metadata.insert("app-publisher".into(), label.to_string());
+            metadata.insert("app-value".into(), format!("{key}:{value}"));
+            Sample {
+                key,
+                data,
+                content_type: Some(content_type.to_string()),
+                metadata,
+            }
+        })
+        .collect()
+}
+
+/// Publishers, single and bulk, run at once, each message with its own payload,
+/// content type and metadata: each must arrive with its own, never another's.
+async fn concurrent_fidelity(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = ctx.subscribe_recorded(&topic).await?;
+    let seed = ctx.seed();
+    let single: Vec<Vec<Sample>> = (0..CONCURRENT_SINGLE_PUBLISHERS)
+        .map(|p| concurrent_samples(&format!("s{p}"), seed.wrapping_add(p as u64)))
+        .collect();
+    let bulk: Vec<Vec<Sample>> = (0..CONCURRENT_BULK_PUBLISHERS)
+        .map(|p| concurrent_samples(&format!("b{p}"), seed.wrapping_add(100 + p as u64)))
+        .collect();
+    let (ctx_ref, topic_ref) = (&ctx, &topic);
+    let singles = single.iter().map(|samples| async move {
+        for sample in samples {
+            ctx_ref
+                .publish(sample.request(topic_ref))
+                .await
+                .doing(&format!("publishing {}", sample.key))?;
+        }
+        Ok::<(), crate::outcome::CaseError>(())
+    });
+    let bulks = bulk.iter().map(|samples| {
+        ctx.bulk_publish(pubsub_components::runtime::BulkPublishRequest {
+            topic: topic.clone(),
+            entries: samples.iter().map(Sample::entry).collect(),
+            metadata: Default::default(),
+        })
+    });
+    let (single_results, bulk_results) = futures::join!(
+        futures::future::join_all(singles),
+        futures::future::join_all(bulks)
+    );
+    for result in single_results {
+        result?;
+    }
+    for result in bulk_results {
+        let response = result.doing("bulk publishing concurrently")?;
+        if !response.failed_entries.is_empty() {
+            return Err(CaseError::Component(format!(
+                "a bulk publish of valid messages reported failures: {:?}",
+                response.failed_entries
+            )));
+        }
+    }
+    let all: Vec<&Sample> = single.iter().chain(&bulk).flatten().collect();
+    let keys: Vec<String> = all.iter().map(|s| s.key.clone()).collect();
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
+    subscription.stop().await;
+    let mut outcome = ctx.check(&ctx.criteria());
+    let crossing = Crossing::of(&ctx.runtime);
+    for event in ctx.recorder.events() {
+        let key = key_of(&event).to_string();
+        if let Some(sample) = all.iter().find(|s| s.key == key) {
+            outcome
+                .findings
+                .extend(fidelity_problems(sample, &event, crossing));
+        }
+    }
+    outcome.note(format!(
+        "{} messages from {CONCURRENT_SINGLE_PUBLISHERS} single and {CONCURRENT_BULK_PUBLISHERS} bulk publishers at once (seed {seed})",
+        all.len()
+    ));
+    crossing.note_what_is_not_compared(&mut outcome, &ctx.runtime);
+    Ok(outcome)
+}
+
+/// How long the after-wait samples stay in the broker before a member receives.
+const IN_BROKER: Duration = Duration::from_secs(3);
+
+/// `sample` under a new key (its key, its metadata's key and so its entry id).
+fn renamed(sample: &Sample, key: String) -> Sample {
+    let mut sample = sample.clone();
+    sample.metadata.insert(KEY.into(), key.clone());
+    sample.key = key;
+    sample
+}
+
+fn bulk_supported(ctx: &CaseContext) -> bool {
+    ctx.caps.support(Feature::BulkPublish) != Support::Unsupported
+}
+
+async fn fidelity_after_wait(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let base = samples(&ctx.caps, ctx.seed(), 6);
+    let singles: Vec<Sample> = base
+        .iter()
+        .map(|s| renamed(s, format!("single-{}", s.key)))
+        .collect();
+    let bulk: Vec<Sample> = match bulk_supported(&ctx) {
+        true => base
+            .iter()
+            .map(|s| renamed(s, format!("bulk-{}", s.key)))
+            .collect(),
+        false => Vec::new(),
+    };
+    let subscription = Subscription::new(&topic, ctx.group("g"));
+    ctx.create_group(&subscription).await?;
+    for sample in &singles {
+        ctx.publish(sample.request(&topic))
+            .await
+            .doing(&format!("publishing sample {}", sample.key))?;
+    }
+    if !bulk.is_empty() {
+        let response = ctx
+            .bulk_publish(BulkPublishRequest {
+                topic: topic.clone(),
+                entries: bulk.iter().map(Sample::entry).collect(),
+                metadata: Metadata::new(),
+            })
+            .await
+            .doing("bulk publishing the samples")?;
+        if !response.failed_entries.is_empty() {
+            return Err(CaseError::Component(format!(
+                "bulk publish of valid samples reported failures: {:?}",
+                response.failed_entries
+            )));
+        }
+    }
+    // The stimulus: the messages wait in the broker with nobody receiving.
+    tokio::time::sleep(IN_BROKER).await;
+    let handle = ctx
+        .subscribe(
+            subscription,
+            ctx.recorder.scripted("s1", |event| match event.attempt {
+                1 => Status::Retry,
+                _ => Status::Success,
+            }),
+        )
+        .await?;
+    let all: Vec<&Sample> = singles.iter().chain(&bulk).collect();
+    ctx.recorder
+        .wait_until(ctx.deadline(), |h| {
+            all.iter().all(|s| h.delivery_count(&s.key) >= 2)
+        })
+        .await;
+    handle.stop().await;
+    let mut outcome = ctx.check(&ctx.criteria());
+    let events = ctx.recorder.events();
+    let crossing = Crossing::of(&ctx.runtime);
+    for sample in &all {
+        for event in events.iter().filter(|e| key_of(e) == sample.key) {
+            let when = match event.attempt {
+                1 => format!("after {} s in the broker", IN_BROKER.as_secs()),
+                n => format!("redelivered (attempt {n}) after a RETRY"),
+            };
+            for problem in fidelity_problems(sample, event, crossing) {
+                outcome.fail(format!("{when}: {problem}"));
+            }
+        }
+    }
+    outcome.note(format!(
+        "{} samples singly, {} in bulk (seed {}), received {} s after publishing, each answered RETRY once",
+        singles.len(),
+        bulk.len(),
+        ctx.seed(),
+        IN_BROKER.as_secs()
+    ));
+    crossing.note_what_is_not_compared(&mut outcome, &ctx.runtime);
+    Ok(outcome)
+}
+
+/// A raw payload of `size` bytes tagged `key`: printable, so that every path (HTTP
+/// bodies, JSON entries) carries it as it is, and varied, so that a shift shows.
+fn sized_entry(key: &str, size: usize) -> BulkPublishEntry {
+    let mut metadata = Metadata::new();
+    metadata.insert(KEY.into(), key.into());
+    metadata.insert("rawPayload".into(), "true".into());
+    BulkPublishEntry {
+        entry_id: key.into(),
+        event: (0..size).map(|i| b'a' + (i % 26) as u8).collect(),
+        content_type: Some("application/octet-stream".into()),
+        metadata,
+    }
+}
+
+async fn size_boundary(ctx: CaseContext) -> CaseRun {
+    let max = ctx.caps.max_message_bytes.ok_or_else(|| {
+        CaseError::CannotProvoke(
+            "the case sends payloads of exactly the declared maximum message size and one byte over it, and the component declares none (no limit)".into(),
+        )
+    })?;
+    let topic = ctx.topic("t");
+    let subscription = ctx.subscribe_recorded(&topic).await?;
+    let mut outcome = Outcome::new();
+    let mut accepted: Vec<BulkPublishEntry> = Vec::new();
+    let sizes = [("under", max - 1), ("max", max), ("over", max + 1)];
+    for (label, size) in sizes {
+        let entry = sized_entry(&format!("single-{label}"), size);
+        let request = pubsub_components::runtime::PublishRequest {
+            topic: topic.clone(),
+            data: entry.event.clone(),
+            content_type: entry.content_type.clone(),
+            metadata: entry.metadata.clone(),
+        };
+        match (ctx.publish(request).await, label) {
+            (Ok(_), "over") => outcome.fail(format!(
+                "a single payload of {size} bytes, one over the declared maximum of {max}, was accepted"
+            )),
+            (Ok(_), _) => {
+                accepted.push(entry);
+                &mut outcome
+            }
+            (Err(e), "over") if e.kind() == ErrorKind::InvalidRequest => {
+                outcome.note(format!("one byte over, singly: {e}"))
+            }
+            (Err(e), "over") => outcome.fail(format!(
+                "a single payload one byte over the maximum was refused, but not as an InvalidRequest: {e}"
+            )),
+            (Err(e), "max") => outcome.fail(format!(
+                "a single payload of exactly the maximum ({size} bytes) was refused: {e}"
+            )),
+            (Err(e), _) => outcome.fail(format!(
+                "a single payload one byte under the maximum ({size} bytes) was refused: {e}"
+            )),
+        };
+    }
+    if bulk_supported(&ctx) {
+        // Two requests: the accepted sizes, then one over beside a small entry, so
+        // that no request body needs room for three maximal payloads.
+        let requests = [
+            vec![
+                sized_entry("bulk-under", max - 1),
+                sized_entry("bulk-max", max),
+            ],
+            vec![
+                sized_entry("bulk-small", 1),
+                sized_entry("bulk-over", max + 1),
+            ],
+        ];
+        for entries in requests {
+            let sent = entries.clone();
+            let response = ctx
+                .bulk_publish(BulkPublishRequest {
+                    topic: topic.clone(),
+                    entries,
+                    metadata: Metadata::new(),
+                })
+                .await
+                .doing("bulk publishing payloads at the maximum size")?;
+            for entry in sent {
+                let failed = response.failed(&entry.entry_id);
+                let size = entry.event.len();
+                match (entry.entry_id.as_str(), failed) {
+                    ("bulk-over", false) => {
+                        outcome.fail(format!(
+                            "a bulk entry of {size} bytes, one over the declared maximum of {max}, was reported published"
+                        ));
+                    }
+                    ("bulk-over", true) => {}
+                    ("bulk-max", true) => {
+                        outcome.fail(format!(
+                            "a bulk entry of exactly the maximum ({size} bytes) was reported failed"
+                        ));
+                    }
+                    (id, true) => {
+                        outcome.fail(format!(
+                            "bulk entry {id} ({size} bytes) was reported failed"
+                        ));
+                    }
+                    (_, false) => accepted.push(entry),
+                }
+            }
+        }
+    }
+    let keys: Vec<String> = accepted.iter().map(|e| e.entry_id.clone()).collect();
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
+    subscription.stop().await;
+    let events = ctx.recorder.events();
+    for entry in &accepted {
+        let Some(event) = events.iter().find(|e| key_of(e) == entry.entry_id) else {
+            continue; // the checker reports it lost
+        };
+        if event.data != entry.event {
+            let first_diff = event
+                .data
+                .iter()
+                .zip(&entry.event)
+                .position(|(a, b)| a != b)
+                .unwrap_or(event.data.len().min(entry.event.len()));
+            let what = match entry.event.len() == max {
+                true => "exactly the maximum",
+                false => "under the maximum",
+            };
+            outcome.fail(format!(
+                "{}: a payload of {what} ({} bytes) was delivered with {} bytes, first difference at byte {first_diff}",
+                entry.entry_id,
+                entry.event.len(),
+                event.data.len()
+            ));
+        }
+    }
+    outcome.note(format!("declared maximum: {max} bytes"));
+    Ok(outcome.merge(ctx.check(&ctx.criteria())))
+}

@@ -1,0 +1,616 @@
+//! subscribe.*: groups share their messages between members and each group gets
+//! every message; acknowledged messages stay acknowledged; a cancelled receive loses
+//! nothing.
+
+use super::case::{Bound, Case, Lane, Level};
+use super::generate;
+use crate::context::CaseContext;
+use crate::history::{Record, KEY};
+use crate::outcome::{CaseRun, Context, Outcome};
+use pubsub_components::runtime::Subscription;
+use pubsub_components::{Consumer, ConsumerSpec, TopicSelector};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use tokio::time::Instant;
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            id: "subscribe.competing-consumers",
+            must: "Members of one consumer group MUST share the messages: each message is first delivered to exactly one member, and all are delivered.",
+            requires: &[],
+            level: Level::Core,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(competing_consumers(ctx)),
+        },
+        Case {
+            id: "subscribe.fan-out",
+            must: "Every consumer group MUST receive every message published to the topic.",
+            requires: &[pubsub_components::Feature::FanOut],
+            level: Level::Core,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
+            run: |ctx| Box::pin(fan_out(ctx)),
+        },
+        Case {
+        id: "subscribe.cancelled-receive",
+        must: "A receive or batch receive whose future is dropped at any point (before messages are ready, as they become ready, mid-batch) MUST lose and strand nothing: without a close, the same member and another member of its group receive every message within the delivery bound (or the lease, where the component declares that unsettled messages return only then).",
+        requires: &[],
+        level: Level::Core,
+        injects: &[],
+        lane: Lane::Shared,
+        bound: Bound::new("3 x delivery bound + redelivery bound + lease", |c| {
+            c.delivery_bound * 3 + c.redelivery_bound + c.lease
+        }),
+        run: |ctx| Box::pin(cancelled_receive(ctx)),
+    },
+        Case {
+            id: "subscribe.group-without-members",
+            must: "A group MUST keep its messages while it has no connected member: what is published to a group that exists is delivered when a member returns.",
+            requires: &[],
+            level: Level::Core,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
+            run: |ctx| Box::pin(group_without_members(ctx)),
+        },
+        Case {
+            id: "subscribe.acked-not-redelivered",
+            must: "Without a fault, a message whose acknowledgement succeeded MUST never be delivered again in its group, for as long as the component's redelivery window (lease + redelivery bound); checked over 300 messages.",
+            requires: &[],
+            level: Level::Core,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("2 x delivery bound + lease + 2 x redelivery bound", |c| {
+                c.delivery_bound * 2 + c.lease + c.redelivery_bound * 2
+            }),
+            run: |ctx| Box::pin(acked_not_redelivered(ctx)),
+        },
+        Case {
+            id: "subscribe.group-isolation",
+            must: "What one group of a topic answers (RETRY until maxDeliveries, RETRY once, DROP) MUST NOT change what another group receives: there each message is delivered exactly once, as attempt 1; and attempts MUST be counted per group (the retrying group's first delivery is attempt 1, its last maxDeliveries).",
+            requires: &[pubsub_components::Feature::FanOut],
+            level: Level::Core,
+            injects: &[],
+            lane: Lane::Shared,
+            bound: Bound::new("2 x delivery bound + 3 x redelivery bound + lease", |c| {
+                c.delivery_bound * 2 + c.redelivery_bound * 3 + c.lease
+            }),
+            run: |ctx| Box::pin(group_isolation(ctx)),
+        },
+    ]
+}
+
+async fn competing_consumers(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let group = ctx.group("shared");
+    let first = ctx
+        .subscribe(
+            Subscription::new(&topic, &group),
+            ctx.recorder.handler("member-1"),
+        )
+        .await?;
+    let second = ctx
+        .subscribe(
+            Subscription::new(&topic, &group),
+            ctx.recorder.handler("member-2"),
+        )
+        .await?;
+    let keys = ctx.publish_numbered(&topic, "m", 100).await?;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
+    first.stop().await;
+    second.stop().await;
+    let mut outcome = ctx.check(&ctx.criteria());
+    let history = ctx.recorder.history();
+    let mut first_deliveries: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for record in &history.records {
+        if let Record::Delivered {
+            key: Some(key),
+            attempt: 1,
+            subscriber,
+            ..
+        } = record
+        {
+            // A member that gets the same message twice has a duplicate (the
+            // checker judges it); sharing is violated only across members.
+            let members = first_deliveries.entry(key.clone()).or_default();
+            if !members.contains(subscriber) {
+                members.push(subscriber.clone());
+            }
+        }
+    }
+    let shared: Vec<String> = first_deliveries
+        .iter()
+        .filter(|(_, members)| members.len() > 1)
+        .map(|(key, members)| format!("{key} to {}", members.join(" and ")))
+        .collect();
+    outcome.expect(shared.is_empty(), || {
+        format!(
+            "{} messages were first-delivered to more than one member of the group: {}",
+            shared.len(),
+            shared
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    });
+    let per_member = |m: &str| {
+        first_deliveries
+            .values()
+            .filter(|v| v.iter().any(|s| s == m))
+            .count()
+    };
+    outcome.note(format!(
+        "member-1 got {}, member-2 got {}",
+        per_member("member-1"),
+        per_member("member-2")
+    ));
+    Ok(outcome)
+}
+
+async fn fan_out(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let first = ctx
+        .subscribe(
+            Subscription::new(&topic, ctx.group("a")),
+            ctx.recorder.handler("group-a"),
+        )
+        .await?;
+    let second = ctx
+        .subscribe(
+            Subscription::new(&topic, ctx.group("b")),
+            ctx.recorder.handler("group-b"),
+        )
+        .await?;
+    let keys = ctx.publish_numbered(&topic, "m", 30).await?;
+    let all: BTreeSet<String> = keys.iter().cloned().collect();
+    let got = |h: &crate::history::History, who: &str| -> BTreeSet<String> {
+        h.records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Delivered {
+                    key: Some(k),
+                    subscriber,
+                    ..
+                } if subscriber == who => Some(k.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), |h| {
+            got(h, "group-a") == all && got(h, "group-b") == all
+        })
+        .await;
+    first.stop().await;
+    second.stop().await;
+    let history = ctx.recorder.history();
+    let mut outcome = Outcome::new().with_history(&history);
+    for who in ["group-a", "group-b"] {
+        let delivered = got(&history, who);
+        let missing: Vec<&String> = all.difference(&delivered).collect();
+        outcome.expect(missing.is_empty(), || {
+            format!("{who} missed {} messages: {missing:?}", missing.len())
+        });
+    }
+    Ok(outcome)
+}
+
+/// Messages published in each phase of the case.
+const PER_PHASE: usize = 30;
+
+/// Which phase a key was published in: the drop point it met.
+fn phase_of(key: &str) -> &str {
+    key.split('-').next().unwrap_or(key)
+}
+
+/// Receives what is ready on `member` and acknowledges it, recording the keys.
+async fn take_ready(
+    member: &dyn Consumer,
+    wait: Duration,
+    taken: &mut BTreeMap<String, usize>,
+) -> Result<(), crate::outcome::CaseError> {
+    for message in member.receive(50, wait).await.doing("receiving")? {
+        member.ack(&message.id).await.doing("acknowledging")?;
+        let key = message.metadata.get(KEY).cloned().unwrap_or_default();
+        *taken.entry(key).or_insert(0) += 1;
+    }
+    Ok(())
+}
+
+async fn cancelled_receive(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
+    let component = ctx.runtime.component().clone();
+    ctx.create_consumer_group(&spec).await?;
+    let member = component
+        .consumer(spec.clone())
+        .await
+        .doing("opening the member")?;
+    // Drop points, picked from the case's seed: how long each dropped receive runs.
+    let drops: Vec<u64> = generate(0u64..40, ctx.seed(), 24);
+    let mut taken: BTreeMap<String, usize> = BTreeMap::new();
+    let mut dropped = 0usize;
+
+    // 1. Before anything is ready: receives dropped while they wait.
+    for wait in drops.iter().take(6) {
+        let receive = member.receive(10, Duration::from_secs(5));
+        if tokio::time::timeout(Duration::from_millis(*wait), receive)
+            .await
+            .is_err()
+        {
+            dropped += 1;
+        }
+    }
+    let mut keys = ctx.publish_numbered(&topic, "ready", PER_PHASE).await?;
+
+    // 2. As messages become ready: a publisher runs while receives are dropped after
+    // a few milliseconds (a receive that completes is taken as it is).
+    let publishing = ctx.publish_numbered(&topic, "arriving", PER_PHASE);
+    let receiving = async {
+        let mut outcome: Result<(), crate::outcome::CaseError> = Ok(());
+        for wait in drops.iter().skip(6).take(12) {
+            let receive = member.receive(5, Duration::from_millis(200));
+            match tokio::time::timeout(Duration::from_millis(*wait), receive).await {
+                Err(_) => dropped += 1,
+                Ok(Ok(messages)) => {
+                    for message in messages {
+                        if let Err(e) = member.ack(&message.id).await.doing("acknowledging") {
+                            outcome = Err(e);
+                        }
+                        let key = message.metadata.get(KEY).cloned().unwrap_or_default();
+                        *taken.entry(key).or_insert(0) += 1;
+                    }
+                }
+                Ok(Err(e)) => outcome = Err(e).doing("receiving"),
+            }
+        }
+        outcome
+    };
+    let (published, received) = tokio::join!(publishing, receiving);
+    keys.extend(published?);
+    received?;
+
+    // 3. Mid-batch: batch receives (native ones; else receives of up to a batch)
+    // dropped before their wait ends, with messages already collected.
+    keys.extend(ctx.publish_numbered(&topic, "batch", PER_PHASE).await?);
+    let native_batches = ctx.caps.bulk_subscribe == pubsub_components::Support::Native;
+    for wait in drops.iter().skip(18) {
+        let receive = async {
+            if native_batches {
+                member
+                    .receive_batch(PER_PHASE, Duration::from_millis(300))
+                    .await
+            } else {
+                member.receive(PER_PHASE, Duration::from_millis(300)).await
+            }
+        };
+        match tokio::time::timeout(Duration::from_millis(*wait), receive).await {
+            Err(_) => dropped += 1,
+            Ok(messages) => {
+                for message in messages.doing("receiving a batch")? {
+                    member.ack(&message.id).await.doing("acknowledging")?;
+                    let key = message.metadata.get(KEY).cloned().unwrap_or_default();
+                    *taken.entry(key).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+
+    // Without a close: the same member and a second one must get everything.
+    let other = component
+        .consumer(spec)
+        .await
+        .doing("opening a second member")?;
+    let deadline = ctx.within(ctx.caps.delivery_bound + ctx.caps.redelivery_bound + ctx.caps.lease);
+    let all: BTreeSet<&String> = keys.iter().collect();
+    while Instant::now() < deadline && !all.iter().all(|k| taken.contains_key(*k)) {
+        take_ready(member.as_ref(), Duration::from_millis(100), &mut taken).await?;
+        take_ready(other.as_ref(), Duration::from_millis(100), &mut taken).await?;
+    }
+    let _ = member.close().await;
+    let _ = other.close().await;
+
+    let mut outcome = Outcome::new();
+    outcome.note(format!(
+        "{} messages in three phases; {dropped} receives dropped (drop points {drops:?} ms, from the seed)",
+        keys.len()
+    ));
+    let mut missing: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
+    for key in &keys {
+        if !taken.contains_key(key) {
+            missing.entry(phase_of(key)).or_default().push(key);
+        }
+    }
+    for (phase, lost) in missing {
+        let point = match phase {
+            "ready" => "receives dropped while nothing was ready",
+            "arriving" => "receives dropped as messages became ready",
+            _ => "batch receives dropped mid-batch",
+        };
+        outcome.fail(format!(
+            "lost after a dropped receive: {} messages published around {point} never reached a member: {:?}",
+            lost.len(),
+            lost.iter().take(8).collect::<Vec<_>>()
+        ));
+    }
+    Ok(outcome)
+}
+
+/// Messages of the settlement case: enough that a defect hitting 1 in 100 shows.
+const SETTLED_MESSAGES: usize = 300;
+
+/// A member consumes, leaves; messages published while the group is empty must reach
+/// the member that returns (the group existed all along).
+async fn group_without_members(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let group = ctx.group("g");
+    let first = ctx
+        .subscribe(
+            Subscription::new(&topic, &group),
+            ctx.recorder.handler("member-1"),
+        )
+        .await?;
+    let before = ctx.publish_numbered(&topic, "before", 5).await?;
+    let all_before = ctx
+        .recorder
+        .wait_for_keys(&before, ctx.delivery_deadline())
+        .await;
+    first.stop().await;
+    if !all_before {
+        ctx.recorder
+            .note("not every message reached the first member before it left");
+    }
+    // Trickle and burst while nobody is connected.
+    let mut while_empty = Vec::new();
+    for i in 0..5 {
+        let key = format!("while-empty-{i}");
+        ctx.publish(ctx.message(&topic, &key))
+            .await
+            .doing(&format!("publishing {key} while the group has no member"))?;
+        while_empty.push(key);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while_empty.extend(ctx.publish_numbered(&topic, "burst", 45).await?);
+    let second = ctx
+        .subscribe(
+            Subscription::new(&topic, &group),
+            ctx.recorder.handler("member-2"),
+        )
+        .await?;
+    ctx.recorder
+        .wait_for_keys(&while_empty, ctx.delivery_deadline())
+        .await;
+    second.stop().await;
+    let mut outcome = ctx.check(&ctx.criteria());
+    let history = ctx.recorder.history();
+    let missing: Vec<&String> = while_empty
+        .iter()
+        .filter(|k| history.delivery_count(k) == 0)
+        .collect();
+    outcome.expect(missing.is_empty(), || {
+        format!(
+            "lost while the group had no member: {} of {} messages published between the last member leaving and the next joining never arrived: {:?}",
+            missing.len(),
+            while_empty.len(),
+            missing.iter().take(8).collect::<Vec<_>>()
+        )
+    });
+    Ok(outcome)
+}
+
+/// Hundreds of messages answered SUCCESS; then the case waits out the redelivery
+/// window: nothing may come back.
+async fn acked_not_redelivered(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = Subscription::new(&topic, ctx.group("g"));
+    let handle = ctx
+        .subscribe(subscription, ctx.recorder.handler("s1"))
+        .await?;
+    let keys = ctx.publish_numbered(&topic, "m", SETTLED_MESSAGES).await?;
+    ctx.recorder
+        .wait_for_keys(&keys, ctx.delivery_deadline())
+        .await;
+    // The window in which an unsettled message would come back: the lease (claim
+    // idle time, ack wait, visibility timeout) plus the redelivery bound.
+    let window = ctx.caps.lease + ctx.caps.redelivery_bound;
+    ctx.recorder.note(format!(
+        "all answered; watching {window:?} (lease {:?} + redelivery bound {:?}) for redeliveries",
+        ctx.caps.lease, ctx.caps.redelivery_bound
+    ));
+    ctx.recorder
+        .wait_until(ctx.within(window), |h| {
+            keys.iter().any(|k| h.delivery_count(k) > 1)
+        })
+        .await;
+    handle.stop().await;
+    Ok(ctx.check(&ctx.criteria()))
+}
+
+/// Messages of the isolation case: four of each answer the retrying group gives.
+const ISOLATION_MESSAGES: usize = 24;
+
+/// The retrying group's maxDeliveries.
+const ISOLATION_MAX_DELIVERIES: u32 = 3;
+
+/// What the retrying group answers for a message: by its number `m-<n>`, `n % 4`.
+#[derive(Clone, Copy)]
+enum Role {
+    /// RETRY until maxDeliveries.
+    Exhausts,
+    /// RETRY on the first attempt, then SUCCESS.
+    RetriesOnce,
+    Drops,
+    Succeeds,
+}
+
+impl Role {
+    fn of(key: &str) -> Role {
+        match key
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse::<usize>().ok())
+            .map(|n| n % 4)
+        {
+            Some(0) => Role::Exhausts,
+            Some(1) => Role::RetriesOnce,
+            Some(2) => Role::Drops,
+            _ => Role::Succeeds,
+        }
+    }
+
+    fn answer(self, attempt: u32) -> pubsub_components::runtime::Status {
+        use pubsub_components::runtime::Status;
+        match self {
+            Role::Exhausts => Status::Retry,
+            Role::RetriesOnce if attempt == 1 => Status::Retry,
+            Role::Drops => Status::Drop,
+            _ => Status::Success,
+        }
+    }
+
+    /// The attempts the retrying group must see.
+    fn attempts(self) -> Vec<u32> {
+        match self {
+            Role::Exhausts => (1..=ISOLATION_MAX_DELIVERIES).collect(),
+            Role::RetriesOnce => vec![1, 2],
+            _ => vec![1],
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Role::Exhausts => "answered RETRY until maxDeliveries",
+            Role::RetriesOnce => "answered RETRY once",
+            Role::Drops => "answered DROP",
+            Role::Succeeds => "answered SUCCESS",
+        }
+    }
+}
+
+/// Two groups of one topic: one answers RETRY (until maxDeliveries, or once) and
+/// DROP, the other SUCCESS, joining once the first is done. The quiet group must get
+/// each message once, as attempt 1; the retrying group must count its own attempts
+/// from 1.
+async fn group_isolation(ctx: CaseContext) -> CaseRun {
+    use crate::history::Record;
+    use std::collections::BTreeMap;
+    let topic = ctx.topic("t");
+    // The quiet group exists from the start but takes its messages only once the
+    // retrying group is done: its first delivery of each comes after the other
+    // group's retries, where a count shared across groups shows.
+    let quiet_subscription = Subscription::new(&topic, ctx.group("quiet"));
+    ctx.create_group(&quiet_subscription).await?;
+    let mut retrying = Subscription::new(&topic, ctx.group("retrying"));
+    retrying.max_deliveries = ISOLATION_MAX_DELIVERIES;
+    let retrying = ctx
+        .subscribe(
+            retrying,
+            ctx.recorder.scripted("retrying", |event| {
+                Role::of(super::key_of(event)).answer(event.attempt)
+            }),
+        )
+        .await?;
+    let keys = ctx
+        .publish_numbered(&topic, "m", ISOLATION_MESSAGES)
+        .await?;
+    // Attempts each subscriber saw, per key.
+    let attempts = |h: &crate::history::History, who: &str| -> BTreeMap<String, Vec<u32>> {
+        let mut seen: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for record in &h.records {
+            if let Record::Delivered {
+                key: Some(key),
+                subscriber,
+                attempt,
+                ..
+            } = record
+            {
+                if subscriber == who {
+                    seen.entry(key.clone()).or_default().push(*attempt);
+                }
+            }
+        }
+        seen
+    };
+    let retried = |h: &crate::history::History| {
+        let retrying = attempts(h, "retrying");
+        keys.iter()
+            .all(|key| retrying.get(key).map_or(0, Vec::len) >= Role::of(key).attempts().len())
+    };
+    ctx.recorder
+        .wait_until(
+            ctx.within(ctx.caps.delivery_bound + ctx.caps.redelivery_bound * 3),
+            |h| retried(h),
+        )
+        .await;
+    let quiet = ctx
+        .subscribe(quiet_subscription, ctx.recorder.handler("quiet"))
+        .await?;
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), |h| {
+            let quiet = attempts(h, "quiet");
+            keys.iter().all(|key| quiet.contains_key(key))
+        })
+        .await;
+    // What the retrying group still does (a leaked copy, a late retry) must not
+    // reach the quiet group: watched for the redelivery window.
+    let watch_until = ctx.quiet_window();
+    ctx.recorder
+        .wait_until(watch_until, |h| {
+            attempts(h, "quiet").values().any(|seen| seen.len() > 1)
+        })
+        .await;
+    retrying.stop().await;
+    quiet.stop().await;
+    let history = ctx.recorder.history();
+    let mut outcome = ctx.check(&ctx.criteria()).with_history(&history);
+    let quiet = attempts(&history, "quiet");
+    let retrying = attempts(&history, "retrying");
+    for key in &keys {
+        let role = Role::of(key);
+        let elsewhere = role.describe();
+        match quiet.get(key) {
+            None => {
+                outcome.fail(format!(
+                    "group isolation broken: the quiet group never received {key}, which the other group {elsewhere}"
+                ));
+            }
+            Some(seen) if seen.len() > 1 => {
+                outcome.fail(format!(
+                    "group isolation broken: the quiet group received {key} {} times (attempts {seen:?}) while the other group {elsewhere}",
+                    seen.len()
+                ));
+            }
+            Some(seen) if seen[0] != 1 => {
+                outcome.fail(format!(
+                    "attempts not counted per group: the quiet group's only delivery of {key} is attempt {} (the other group {elsewhere})",
+                    seen[0]
+                ));
+            }
+            Some(_) => {}
+        }
+        let expected = role.attempts();
+        let seen = retrying.get(key).cloned().unwrap_or_default();
+        if seen.first().is_some_and(|first| *first != 1) {
+            outcome.fail(format!(
+                "attempts not counted per group: the retrying group's first delivery of {key} is attempt {}",
+                seen[0]
+            ));
+        } else if seen != expected {
+            outcome.fail(format!(
+                "the retrying group, which {elsewhere} (maxDeliveries {ISOLATION_MAX_DELIVERIES}), saw {key} as attempts {seen:?}, expected {expected:?}"
+            ));
+        }
+    }
+    outcome.note(format!(
+        "{ISOLATION_MESSAGES} messages; the retrying group answers RETRY until maxDeliveries ({ISOLATION_MAX_DELIVERIES}), RETRY once, DROP and SUCCESS, a quarter each; the quiet group SUCCESS"
+    ));
+    Ok(outcome)
+}

@@ -1,0 +1,197 @@
+//! topics.*: every character class a topic name may hold names its own topic.
+
+use super::case::{Bound, Case, Lane, Level};
+use crate::context::CaseContext;
+use crate::history::{History, Record};
+use crate::outcome::{is_beyond_remote_api, CaseError, CaseRun};
+use pubsub_components::runtime::controls::MAX_TOPIC_LEN;
+use pubsub_components::runtime::Subscription;
+use pubsub_components::ErrorKind;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+        id: "topics.distinct-names",
+        must: "Topic names that differ only in case, only in the punctuation the contract allows (. _ - / :), or only in the last character at the longest length (249) MUST be distinct topics: each subscriber receives exactly what was published to its own topic; a component whose broker cannot represent a name MUST refuse it clearly (InvalidRequest or Unsupported naming it) at subscribe or publish, never fold it into another.",
+        requires: &[],
+        level: Level::Core,
+        injects: &[],
+        lane: Lane::Shared,
+        bound: Bound::new("2 x delivery bound + redelivery bound", |c| {
+            c.delivery_bound * 2 + c.redelivery_bound
+        }),
+        run: |ctx| Box::pin(distinct_names(ctx)),
+    },
+    ]
+}
+
+/// The names of the case: labels and topics, every one distinct from every other
+/// only by what its label says.
+pub(super) fn names(base: &str) -> Vec<(String, String)> {
+    let mut names: Vec<(String, String)> = [
+        ("lower", format!("{base}-a")),
+        ("upper", format!("{base}-A")),
+        ("dot", format!("{base}.a")),
+        ("underscore", format!("{base}_a")),
+        ("slash", format!("{base}/a")),
+        ("colon", format!("{base}:a")),
+        ("none", format!("{base}a")),
+    ]
+    .into_iter()
+    .map(|(label, topic)| (label.to_string(), topic))
+    .collect();
+    let long = format!("{base}-{}", "x".repeat(MAX_TOPIC_LEN - base.len() - 2));
+    names.push(("longest-x".into(), format!("{long}x")));
+    names.push(("longest-y".into(), format!("{long}y")));
+    names
+}
+
+/// Whether a refusal names the problem as the contract asks (an invalid or
+/// unsupported name, saying which), from the component: a remote path's own limit
+/// is not one.
+pub(super) fn clear_refusal(error: &pubsub_components::PubSubError, topic: &str) -> bool {
+    let text = error.to_string();
+    !is_beyond_remote_api(error)
+        && matches!(
+            error.kind(),
+            ErrorKind::InvalidRequest | ErrorKind::Unsupported
+        )
+        && (text.contains(topic) || text.contains(&topic[..topic.len().min(32)]))
+}
+
+async fn distinct_names(ctx: CaseContext) -> CaseRun {
+    let base = ctx.topic("n");
+    let names = names(&base);
+    let mut subscribed: Vec<(String, String)> = Vec::new();
+    let mut refused: Vec<String> = Vec::new();
+    let mut handles = Vec::new();
+    'names: for (label, topic) in &names {
+        // Each name in a group of its own (two names folded into one broker topic
+        // both reach it), and in one group shared by every name (two names folded
+        // into one broker consumer show there).
+        for (subscriber, group) in [
+            (label.clone(), ctx.group(label)),
+            (format!("{label}{SHARED}"), ctx.group("shared")),
+        ] {
+            let subscription = Subscription::new(topic, group);
+            let handler = ctx.recorder.handler(&subscriber);
+            ctx.recorder.assign_group(&handler, &subscription.group);
+            match ctx.acknowledged(ctx.runtime.subscribe(subscription, handler)).await {
+                Ok(handle) => handles.push(handle),
+                // A path with one group per topic (an attached sidecar, one app id)
+                // cannot hold a name's own group beside the shared one: a limit of the
+                // path, not a refusal of the name.
+                Err(e) if is_beyond_remote_api(&e) => {
+                    return Err(CaseError::CannotProvoke(format!(
+                        "subscribing to {topic} ({label}) in group {} as well: {e}",
+                        ctx.group("shared")
+                    )))
+                }
+                Err(e) if clear_refusal(&e, topic) => {
+                    refused.push(format!("{label} ({topic}): {e}"));
+                    continue 'names;
+                }
+                Err(e) => {
+                    return Err(CaseError::Component(format!(
+                        "subscribing to {topic} ({label}) failed without saying the name is refused: {e}"
+                    )))
+                }
+            }
+        }
+        subscribed.push((label.clone(), topic.clone()));
+    }
+    let mut published: BTreeMap<String, String> = BTreeMap::new();
+    let mut publish_refusals = Vec::new();
+    for (label, topic) in &subscribed {
+        match ctx.publish(ctx.message(topic, label)).await {
+            Ok(_) => {
+                published.insert(label.clone(), topic.clone());
+            }
+            Err(e) if clear_refusal(&e, topic) => publish_refusals.push(format!(
+                "{label} ({topic}): subscribing was accepted but publishing refused: {e}"
+            )),
+            Err(e) => {
+                return Err(CaseError::Component(format!(
+                    "publishing to {topic} ({label}): {e}"
+                )))
+            }
+        }
+    }
+    let expected: BTreeSet<(String, String)> = published
+        .keys()
+        .flat_map(|key| {
+            [
+                (key.clone(), key.clone()),
+                (key.clone(), format!("{key}{SHARED}")),
+            ]
+        })
+        .collect();
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), |h| {
+            expected
+                .iter()
+                .all(|pair| received(h).any(|got| got == *pair))
+        })
+        .await;
+    // What was published to one name must not reach another's subscriber: watched
+    // for the redelivery window after everything arrived.
+    ctx.recorder
+        .wait_until(ctx.quiet_window(), |h| crossed(h).next().is_some())
+        .await;
+    for handle in handles {
+        handle.stop().await;
+    }
+    let history = ctx.recorder.history();
+    let mut outcome = ctx.check(&ctx.criteria());
+    for refusal in publish_refusals {
+        outcome.fail(refusal);
+    }
+    let got: BTreeSet<(String, String)> = received(&history).collect();
+    for (key, subscriber) in expected.difference(&got) {
+        outcome.fail(format!(
+            "lost: the message published to {} ({key}) never reached its subscriber {subscriber}",
+            published.get(key).cloned().unwrap_or_default()
+        ));
+    }
+    for (key, subscriber) in crossed(&history) {
+        outcome.fail(format!(
+            "topic names folded: the message published to {} ({key}) reached the subscriber of {} ({subscriber})",
+            published.get(&key).cloned().unwrap_or_default(),
+            names
+                .iter()
+                .find(|(label, _)| subscriber.trim_end_matches(SHARED) == label)
+                .map(|(_, topic)| topic.clone())
+                .unwrap_or_default(),
+        ));
+    }
+    for note in refused {
+        outcome.note(format!("refused clearly: {note}"));
+    }
+    outcome.note(format!(
+        "{} names, {} published to",
+        names.len(),
+        published.len()
+    ));
+    Ok(outcome)
+}
+
+/// The suffix of a name's subscriber in the group every name shares.
+const SHARED: &str = "@shared";
+
+/// Every delivery: (key, subscriber).
+pub(super) fn received(history: &History) -> impl Iterator<Item = (String, String)> + '_ {
+    history.records.iter().filter_map(|record| match record {
+        Record::Delivered {
+            key: Some(key),
+            subscriber,
+            ..
+        } => Some((key.clone(), subscriber.clone())),
+        _ => None,
+    })
+}
+
+/// Deliveries of one name's message to another name's subscriber: (key, subscriber).
+fn crossed(history: &History) -> impl Iterator<Item = (String, String)> + '_ {
+    received(history).filter(|(key, subscriber)| subscriber.trim_end_matches(SHARED) != key)
+}
