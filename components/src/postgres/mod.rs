@@ -12,7 +12,7 @@ mod settings;
 
 pub use settings::PostgresConfig;
 
-use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
+use crate::capability::{Capabilities, Support};
 use crate::component::{check_message_size, Component, Consumer, ConsumerSpec};
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, OutgoingMessage};
@@ -343,6 +343,23 @@ impl crate::partitioned::PartitionStore for Postgres {
     }
 }
 
+impl PostgresConfig {
+    /// What the component declares, decided by its settings alone. Delays within the
+    /// baseline's precision: an idle member wakes at the next due time it reads from
+    /// the server (or within 50 ms when another member may have released rows).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            delayed_delivery: Support::Native,
+            receiver_delay: Support::Native,
+            max_message_bytes: Some(self.max_message_bytes),
+            // The visibility timeout.
+            lease: self.visibility_timeout,
+            redelivers_slow_handlers: true,
+            ..Capabilities::default()
+        }
+    }
+}
+
 #[async_trait]
 impl Component for Postgres {
     fn kind(&self) -> &str {
@@ -350,34 +367,7 @@ impl Component for Postgres {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            bulk_publish: Support::Native,
-            bulk_subscribe: Support::Emulated,
-            ttl: Support::Emulated,
-            dead_letter: Support::Emulated,
-            delayed_delivery: Support::Native,
-            receiver_delay: Support::Native,
-            ordering: OrderingScope::PerTopic,
-            multi_topic: true,
-            fan_out: true,
-            headers: true,
-            seek: true,
-            partitions: None,
-            delivery: DeliveryGuarantee::AtLeastOnce,
-            max_message_bytes: Some(self.config.max_message_bytes),
-            delivery_bound: Duration::from_secs(5),
-            redelivery_bound: Duration::from_secs(2),
-            // An idle member wakes at the next due time it reads from the server (or
-            // within 50 ms when another member may have released rows).
-            delay_precision: Duration::from_millis(300),
-            clock_tolerance: Duration::from_millis(50),
-            durable: true,
-            recovery_bound: Duration::from_secs(10),
-            // The visibility timeout.
-            lease: self.config.visibility_timeout,
-            redelivers_slow_handlers: true,
-            returns_on_close: true,
-        }
+        self.config.capabilities()
     }
 
     async fn broker_version(&self) -> Result<String> {

@@ -17,7 +17,7 @@ mod settings;
 
 pub use settings::RabbitConfig;
 
-use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
+use crate::capability::{Capabilities, Support};
 use crate::component::{
     check_message_size, millis_since_epoch, owner_topic, random_position, stable_hash, Component,
     Consumer, ConsumerSpec, TopicSelector,
@@ -441,6 +441,22 @@ impl crate::partitioned::PartitionStore for RabbitMq {
     }
 }
 
+impl RabbitConfig {
+    /// What the component declares, decided by its settings alone. No lease (the
+    /// baseline's zero): unacknowledged deliveries go back to the queue when the
+    /// connection dies.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ttl: Support::Native,
+            dead_letter: Support::Native,
+            seek: false,
+            max_message_bytes: Some(self.max_message_bytes),
+            recovery_bound: Duration::from_secs(15),
+            ..Capabilities::default()
+        }
+    }
+}
+
 #[async_trait]
 impl Component for RabbitMq {
     fn kind(&self) -> &str {
@@ -448,32 +464,7 @@ impl Component for RabbitMq {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            bulk_publish: Support::Native,
-            bulk_subscribe: Support::Emulated,
-            ttl: Support::Native,
-            dead_letter: Support::Native,
-            delayed_delivery: Support::Emulated,
-            receiver_delay: Support::Emulated,
-            ordering: OrderingScope::PerTopic,
-            multi_topic: true,
-            fan_out: true,
-            headers: true,
-            seek: false,
-            partitions: None,
-            delivery: DeliveryGuarantee::AtLeastOnce,
-            max_message_bytes: Some(self.config.max_message_bytes),
-            delivery_bound: Duration::from_secs(5),
-            redelivery_bound: Duration::from_secs(2),
-            delay_precision: Duration::from_millis(300),
-            clock_tolerance: Duration::from_millis(50),
-            durable: true,
-            recovery_bound: Duration::from_secs(15),
-            // Unacknowledged deliveries go back to the queue when the connection dies.
-            lease: Duration::ZERO,
-            redelivers_slow_handlers: false,
-            returns_on_close: true,
-        }
+        self.config.capabilities()
     }
 
     async fn broker_version(&self) -> Result<String> {

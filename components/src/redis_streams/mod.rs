@@ -10,7 +10,7 @@ mod settings;
 
 pub use settings::RedisConfig;
 
-use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
+use crate::capability::{Capabilities, Support};
 use crate::component::{
     check_message_size, millis_since_epoch, owner_topic, Component, Consumer, ConsumerSpec,
     StartPosition, TopicSelector,
@@ -202,6 +202,21 @@ impl crate::partitioned::PartitionStore for RedisStreams {
     }
 }
 
+impl RedisConfig {
+    /// What the component declares, decided by its settings alone. Durable with the
+    /// append-only file on (as the suite provisions it).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            bulk_subscribe: Support::Native,
+            max_message_bytes: Some(self.max_message_bytes),
+            // Pending entries idle this long are claimed by another member.
+            lease: self.claim_idle,
+            redelivers_slow_handlers: true,
+            ..Capabilities::default()
+        }
+    }
+}
+
 #[async_trait]
 impl Component for RedisStreams {
     fn kind(&self) -> &str {
@@ -209,33 +224,7 @@ impl Component for RedisStreams {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            bulk_publish: Support::Native,
-            bulk_subscribe: Support::Native,
-            ttl: Support::Emulated,
-            dead_letter: Support::Emulated,
-            delayed_delivery: Support::Emulated,
-            receiver_delay: Support::Emulated,
-            ordering: OrderingScope::PerTopic,
-            multi_topic: true,
-            fan_out: true,
-            headers: true,
-            seek: true,
-            partitions: None,
-            delivery: DeliveryGuarantee::AtLeastOnce,
-            max_message_bytes: Some(self.config.max_message_bytes),
-            delivery_bound: Duration::from_secs(5),
-            redelivery_bound: Duration::from_secs(2),
-            delay_precision: Duration::from_millis(300),
-            clock_tolerance: Duration::from_millis(50),
-            // With the append-only file on (as the suite provisions it).
-            durable: true,
-            recovery_bound: Duration::from_secs(10),
-            // Pending entries idle this long are claimed by another member.
-            lease: self.config.claim_idle,
-            redelivers_slow_handlers: true,
-            returns_on_close: true,
-        }
+        self.config.capabilities()
     }
 
     async fn broker_version(&self) -> Result<String> {
