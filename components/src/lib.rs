@@ -32,6 +32,7 @@ pub mod rabbitmq;
 pub mod redis_streams;
 pub mod registry;
 pub mod runtime;
+mod typed_settings;
 
 pub use capability::{Capabilities, DeliveryGuarantee, Feature, OrderingScope, Support};
 pub use component::{
