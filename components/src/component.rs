@@ -6,6 +6,7 @@ use crate::capability::Capabilities;
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, OutgoingMessage, ReceivedMessage};
 use async_trait::async_trait;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 
@@ -469,6 +470,24 @@ pub fn owner_topic(id: &MessageId, topics: &TopicSelector) -> Result<String> {
             selector.describe()
         ))),
     }
+}
+
+/// Refuses work on a closed consumer with `Closed` ("<consumer> was closed", the
+/// consumer as `consumer` describes it).
+pub(crate) fn ensure_open(closed: &AtomicBool, consumer: impl FnOnce() -> String) -> Result<()> {
+    if closed.load(Ordering::Acquire) {
+        return Err(PubSubError::Closed(format!("{} was closed", consumer())));
+    }
+    Ok(())
+}
+
+/// A group member as errors name it: "consumer of <topics> in group '<group>'".
+pub(crate) fn member_of(spec: &ConsumerSpec) -> String {
+    format!(
+        "consumer of {} in group '{}'",
+        spec.topics.describe(),
+        spec.group
+    )
 }
 
 /// [`Consumer::ack_many`] for components that acknowledge one id at a time: checks

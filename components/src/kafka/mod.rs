@@ -16,6 +16,7 @@
 //! an acknowledgement that comes after it is refused (`NotAllowed`), since a copy went
 //! to the partition's new member.
 
+mod intake;
 mod ledger;
 mod member;
 mod poller;

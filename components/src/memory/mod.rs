@@ -11,7 +11,7 @@ pub use settings::MemoryConfig;
 
 use crate::capability::{Capabilities, OrderingScope, PartitionSupport, Support};
 use crate::component::{
-    check_message_size, owner_topic, stable_hash, Component, Consumer, ConsumerSpec,
+    check_message_size, member_of, owner_topic, stable_hash, Component, Consumer, ConsumerSpec,
     PartitionUpdate, PartitionWatch, StartPosition, TopicSelector,
 };
 use crate::error::{PubSubError, Result};
@@ -360,14 +360,7 @@ struct MemoryConsumer {
 
 impl MemoryConsumer {
     fn ensure_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(PubSubError::Closed(format!(
-                "consumer of {} in group '{}' was closed",
-                self.spec.topics.describe(),
-                self.spec.group
-            )));
-        }
-        Ok(())
+        crate::component::ensure_open(&self.closed, || member_of(&self.spec))
     }
 
     /// Hands out up to `max` deliverable messages (of `only_topic` when given), and

@@ -301,10 +301,7 @@ fn durable(group: &str, topic: &str) -> String {
 
 impl NatsConsumer {
     fn ensure_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(PubSubError::Closed("consumer was closed".into()));
-        }
-        Ok(())
+        crate::component::ensure_open(&self.closed, || "consumer".into())
     }
 
     async fn covered_topics(&self) -> Result<Vec<String>> {
