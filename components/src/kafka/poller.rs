@@ -106,22 +106,22 @@ impl PollTurn {
         if waiting >= PREFETCH_LIMIT / 2 || !self.paused.load(Ordering::Acquire) {
             return;
         }
-        let resumed = consumer
-            .assignment()
-            .and_then(|assigned| consumer.resume(&assigned));
-        match resumed {
-            Ok(()) => self.paused.store(false, Ordering::Release),
-            Err(e) => tracing::warn!(error = %e, "resuming a kafka member's partitions"),
-        }
+        self.set_paused(consumer, false);
     }
 
-    fn pause<C: ConsumerContext + 'static>(&self, consumer: &StreamConsumer<C>) {
-        let paused = consumer
-            .assignment()
-            .and_then(|assigned| consumer.pause(&assigned));
-        match paused {
-            Ok(()) => self.paused.store(true, Ordering::Release),
-            Err(e) => tracing::warn!(error = %e, "pausing a kafka member's partitions"),
+    /// Pauses (or resumes) every partition assigned to the member, and remembers it.
+    fn set_paused<C: ConsumerContext + 'static>(&self, consumer: &StreamConsumer<C>, pause: bool) {
+        let done = consumer.assignment().and_then(|assigned| {
+            if pause {
+                consumer.pause(&assigned)
+            } else {
+                consumer.resume(&assigned)
+            }
+        });
+        match done {
+            Ok(()) => self.paused.store(pause, Ordering::Release),
+            Err(e) if pause => tracing::warn!(error = %e, "pausing a kafka member's partitions"),
+            Err(e) => tracing::warn!(error = %e, "resuming a kafka member's partitions"),
         }
     }
 }
@@ -164,7 +164,7 @@ pub(super) fn spawn<C: ConsumerContext + 'static>(
                             ledger.set_aside_count()
                         };
                         if waiting >= PREFETCH_LIMIT {
-                            turn.pause(&consumer);
+                            turn.set_paused(&consumer, true);
                         }
                     }
                     Err(e) => {

@@ -317,13 +317,11 @@ impl crate::partitioned::PartitionStore for Postgres {
 
     async fn incarnation(&self) -> Result<String> {
         // A restart ends the connection; the link opens a new one to the new server.
+        let sql = "SELECT pg_postmaster_start_time()::text";
         let row = self
             .link
-            .get()
-            .await?
-            .query_one("SELECT pg_postmaster_start_time()::text", &[])
-            .await
-            .map_err(db("reading the server's start time"))?;
+            .query_one(sql, &[], "reading the server's start time")
+            .await?;
         Ok(row.get(0))
     }
 
@@ -373,11 +371,8 @@ impl Component for Postgres {
     async fn broker_version(&self) -> Result<String> {
         let row = self
             .link
-            .get()
-            .await?
-            .query_one("SHOW server_version", &[])
-            .await
-            .map_err(db("reading the server version"))?;
+            .query_one("SHOW server_version", &[], "reading the server version")
+            .await?;
         Ok(format!("PostgreSQL {}", row.get::<_, String>(0)))
     }
 

@@ -5,8 +5,8 @@
 
 use super::routing::topic_of;
 use super::{
-    amqp, long, number_header, settle, short, text_header, Inner, HEADER_KEY, HEADER_METADATA,
-    HEADER_PUBLISHED, HEADER_TOPIC,
+    amqp, declare_durable, long, number_header, settle, short, text_header, Inner, HEADER_KEY,
+    HEADER_METADATA, HEADER_PUBLISHED, HEADER_TOPIC,
 };
 use crate::component::{owner_topic, Consumer, ConsumerSpec};
 use crate::error::{PubSubError, Result};
@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use futures::{FutureExt, StreamExt};
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
-    BasicRejectOptions, QueueDeclareOptions,
+    BasicRejectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel};
@@ -183,17 +183,7 @@ impl RabbitConsumer {
             long(group_queue.as_str()),
         );
         arguments.insert("x-expires".into(), AMQPValue::LongLongInt(ms + 60_000));
-        channel
-            .queue_declare(
-                name.clone(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                arguments,
-            )
-            .await
-            .map_err(amqp("declaring a wait queue"))?;
+        declare_durable(channel, name.clone(), arguments, "declaring a wait queue").await?;
         Ok(name)
     }
 

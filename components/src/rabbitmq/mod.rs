@@ -303,17 +303,13 @@ impl Inner {
                 long(routing_key(dead_letter_topic)?.as_str()),
             );
         }
-        channel
-            .queue_declare(
-                queue.clone(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                arguments,
-            )
-            .await
-            .map_err(amqp("declaring the group's queue"))?;
+        declare_durable(
+            channel,
+            queue.clone(),
+            arguments,
+            "declaring the group's queue",
+        )
+        .await?;
         let bindings = match &spec.topics {
             TopicSelector::Single(topic) => vec![routing_key(topic)?],
             TopicSelector::List(topics) => topics
@@ -475,16 +471,38 @@ impl Component for RabbitMq {
 
 /// Waits for a publisher confirm; a nack or a return is a failed publish.
 async fn settle(confirm: PublisherConfirm) -> Result<()> {
-    let confirmation = confirm
-        .await
-        .map_err(amqp("waiting for the publisher confirm"))?;
-    if confirmation.is_nack() {
-        return Err(PubSubError::broker(
-            "publishing",
-            "the broker refused the message (publisher nack)",
-        ));
+    if confirmed(confirm, "waiting for the publisher confirm").await? {
+        return Ok(());
     }
-    Ok(())
+    Err(PubSubError::broker(
+        "publishing",
+        "the broker refused the message (publisher nack)",
+    ))
+}
+
+/// Waits for a publisher confirm: `false` when the broker refused the message (a
+/// nack); `waiting` names the wait in errors.
+async fn confirmed(confirm: PublisherConfirm, waiting: &str) -> Result<bool> {
+    let confirmation = confirm.await.map_err(amqp(waiting))?;
+    Ok(!confirmation.is_nack())
+}
+
+/// Declares the durable queue `name` with `arguments`; `context` names the
+/// declaration in errors.
+async fn declare_durable(
+    channel: &Channel,
+    name: ShortString,
+    arguments: FieldTable,
+    context: &str,
+) -> Result<lapin::Queue> {
+    let options = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    channel
+        .queue_declare(name, options, arguments)
+        .await
+        .map_err(amqp(context))
 }
 
 #[cfg(test)]

@@ -514,17 +514,7 @@ impl Consumer for RedisConsumer {
     }
 
     async fn ack(&self, id: &MessageId) -> Result<()> {
-        self.ensure_open()?;
-        let key = self.owned(id)?;
-        let mut conn = self.connection.clone();
-        redis::cmd("XACK")
-            .arg(key)
-            .arg(&self.spec.group)
-            .arg(stream_id(id.position))
-            .query_async::<Value>(&mut conn)
-            .await
-            .map_err(broker("acknowledging with XACK"))?;
-        Ok(())
+        self.ack_many(std::slice::from_ref(id)).await
     }
 
     async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {

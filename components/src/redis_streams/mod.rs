@@ -90,6 +90,11 @@ impl RedisStreams {
         format!("{}:{topic}", self.config.key_prefix)
     }
 
+    /// The hash holding `topic`'s partition record.
+    fn partition_record(&self, topic: &str) -> String {
+        format!("{}-partitions:{topic}", self.config.key_prefix)
+    }
+
     fn check_size(&self, message: &OutgoingMessage) -> Result<()> {
         check_message_size(message, self.config.max_message_bytes)
     }
@@ -130,7 +135,7 @@ impl crate::partitioned::PartitionStore for RedisStreams {
     async fn read_partitions(&self, topic: &str) -> Result<Option<crate::PartitionUpdate>> {
         let mut conn = self.connection.clone();
         let (version, partitions): (Option<u64>, Option<u32>) = redis::cmd("HMGET")
-            .arg(format!("{}-partitions:{topic}", self.config.key_prefix))
+            .arg(self.partition_record(topic))
             .arg("version")
             .arg("partitions")
             .query_async(&mut conn)
@@ -162,7 +167,7 @@ impl crate::partitioned::PartitionStore for RedisStreams {
     async fn write_partitions(&self, topic: &str, record: crate::PartitionUpdate) -> Result<()> {
         let mut conn = self.connection.clone();
         redis::cmd("HSET")
-            .arg(format!("{}-partitions:{topic}", self.config.key_prefix))
+            .arg(self.partition_record(topic))
             .arg("version")
             .arg(record.version)
             .arg("partitions")
