@@ -131,14 +131,12 @@ impl Link {
                     e,
                 )
             })?;
-        let publisher = connection
-            .create_channel()
-            .await
-            .map_err(amqp("opening the publisher channel"))?;
-        publisher
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(amqp("enabling publisher confirms"))?;
+        let publisher = confirming_channel(
+            &connection,
+            "opening the publisher channel",
+            "enabling publisher confirms",
+        )
+        .await?;
         publisher
             .exchange_declare(
                 short(config.exchange.clone())?,
@@ -478,6 +476,21 @@ async fn settle(confirm: PublisherConfirm) -> Result<()> {
         "publishing",
         "the broker refused the message (publisher nack)",
     ))
+}
+
+/// A new channel on `connection` with publisher confirms on; `opening` and
+/// `confirming` name the two steps in errors.
+async fn confirming_channel(
+    connection: &Connection,
+    opening: &str,
+    confirming: &str,
+) -> Result<Channel> {
+    let channel = connection.create_channel().await.map_err(amqp(opening))?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .map_err(amqp(confirming))?;
+    Ok(channel)
 }
 
 /// Waits for a publisher confirm: `false` when the broker refused the message (a

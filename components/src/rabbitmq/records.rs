@@ -17,10 +17,10 @@
 //! queues' expiry when one is configured, so a record unused that long goes, as a
 //! group does.
 
-use super::{amqp, confirmed, declare_durable};
+use super::{amqp, confirmed, confirming_channel, declare_durable};
 use crate::component::PartitionUpdate;
 use crate::error::{PubSubError, Result};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
 use std::time::Duration;
@@ -141,14 +141,12 @@ impl CountedRecords {
         record: PartitionUpdate,
     ) -> Result<()> {
         let queues = self.queues(topic)?;
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(amqp("opening a channel for a partition record"))?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(amqp("enabling confirms for a partition record"))?;
+        let channel = confirming_channel(
+            connection,
+            "opening a channel for a partition record",
+            "enabling confirms for a partition record",
+        )
+        .await?;
         // Both queues exist before anything is published to them (the default
         // exchange drops what no queue takes, and still confirms it).
         self.count(connection, &queues.count).await?;

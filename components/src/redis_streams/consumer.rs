@@ -413,6 +413,32 @@ impl RedisConsumer {
             .map_err(broker("handing back entries of another topic"))
     }
 
+    /// The ids of this member's pending entries of the stream `key` from `start` to
+    /// `end` (stream ids, `-` and `+` for either end), at most `count` of them.
+    async fn pending_here(
+        &self,
+        key: &str,
+        start: &str,
+        end: &str,
+        count: usize,
+    ) -> Result<Vec<String>> {
+        let mut conn = self.connection.clone();
+        let pending: Value = redis::cmd("XPENDING")
+            .arg(key)
+            .arg(&self.spec.group)
+            .arg(start)
+            .arg(end)
+            .arg(count)
+            .arg(&self.name)
+            .query_async(&mut conn)
+            .await
+            .map_err(broker("listing pending entries"))?;
+        Ok(items(&pending)
+            .iter()
+            .filter_map(|entry| items(entry).first().and_then(text))
+            .collect())
+    }
+
     /// Makes pending entries claimable after `after` by setting their idle time.
     async fn release(&self, key: &str, ids: &[String], after: Duration) -> Result<()> {
         self.xclaim(key, ids, after, None)
@@ -522,22 +548,10 @@ impl Consumer for RedisConsumer {
         let key = self.owned(id)?;
         let mut conn = self.connection.clone();
         // This member's pending entries up to `id`, in pages.
+        let end = stream_id(id.position);
         let mut start = "-".to_string();
         loop {
-            let pending: Value = redis::cmd("XPENDING")
-                .arg(&key)
-                .arg(&self.spec.group)
-                .arg(&start)
-                .arg(stream_id(id.position))
-                .arg(500)
-                .arg(&self.name)
-                .query_async(&mut conn)
-                .await
-                .map_err(broker("listing pending entries"))?;
-            let entries: Vec<String> = items(&pending)
-                .iter()
-                .filter_map(|entry| items(entry).first().and_then(text))
-                .collect();
+            let entries = self.pending_here(&key, &start, &end, 500).await?;
             let Some(last) = entries.last().cloned() else {
                 return Ok(());
             };
@@ -663,23 +677,9 @@ impl Consumer for RedisConsumer {
             return Ok(());
         }
         // Hand what this member still holds back to the group at once.
-        let mut conn = self.connection.clone();
         for topic in self.topics() {
             let key = self.key(&topic);
-            let pending: Value = redis::cmd("XPENDING")
-                .arg(&key)
-                .arg(&self.spec.group)
-                .arg("-")
-                .arg("+")
-                .arg(10_000)
-                .arg(&self.name)
-                .query_async(&mut conn)
-                .await
-                .map_err(broker("listing pending entries"))?;
-            let ids: Vec<String> = items(&pending)
-                .iter()
-                .filter_map(|p| items(p).first().and_then(text))
-                .collect();
+            let ids = self.pending_here(&key, "-", "+", 10_000).await?;
             self.release(&key, &ids, Duration::ZERO).await?;
         }
         Ok(())

@@ -90,6 +90,22 @@ impl RedisStreams {
         format!("{}:{topic}", self.config.key_prefix)
     }
 
+    /// A field of the server's `INFO server` section; `context` names the read in
+    /// errors.
+    async fn server_info(&self, field: &str, context: &str) -> Result<Option<String>> {
+        let mut conn = self.connection.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .map_err(broker(context))?;
+        let prefix = format!("{field}:");
+        Ok(info
+            .lines()
+            .find_map(|line| line.strip_prefix(prefix.as_str()))
+            .map(|value| value.trim().to_string()))
+    }
+
     /// The hash holding `topic`'s partition record.
     fn partition_record(&self, topic: &str) -> String {
         format!("{}-partitions:{topic}", self.config.key_prefix)
@@ -150,18 +166,10 @@ impl crate::partitioned::PartitionStore for RedisStreams {
     }
 
     async fn incarnation(&self) -> Result<String> {
-        let mut conn = self.connection.clone();
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut conn)
-            .await
-            .map_err(broker("reading the server's run id"))?;
-        Ok(info
-            .lines()
-            .find_map(|line| line.strip_prefix("run_id:"))
-            .unwrap_or_default()
-            .trim()
-            .to_string())
+        let run_id = self
+            .server_info("run_id", "reading the server's run id")
+            .await?;
+        Ok(run_id.unwrap_or_default())
     }
 
     async fn write_partitions(&self, topic: &str, record: crate::PartitionUpdate) -> Result<()> {
@@ -205,18 +213,10 @@ impl Component for RedisStreams {
     }
 
     async fn broker_version(&self) -> Result<String> {
-        let mut conn = self.connection.clone();
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut conn)
-            .await
-            .map_err(broker("reading the server version"))?;
-        let version = info
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("unknown")
-            .trim()
-            .to_string();
+        let version = self
+            .server_info("redis_version", "reading the server version")
+            .await?
+            .unwrap_or_else(|| "unknown".into());
         Ok(format!("redis {version} at {}", self.config.host))
     }
 
