@@ -62,7 +62,7 @@ where
 /// it (see [`wrap`]): its settings' [`TypedSettings::connect`].
 ///
 /// [`TypedSettings::connect`]: crate::registry::TypedSettings::connect
-pub(crate) fn connect_wrapped<C>(
+pub fn connect_wrapped<C>(
     connecting: impl Future<Output = Result<C>> + Send + 'static,
 ) -> Connecting
 where
