@@ -3,9 +3,9 @@
 //! entries, per-message expiration (native TTL), dead-letter exchanges and delivery
 //! limits (native dead letters), nack with requeue for redelivery.
 //!
-//! Routing ([`routing`]): a topic's routing key spells the topic one character per
+//! Routing (`routing.rs`): a topic's routing key spells the topic one character per
 //! word, so that a glob pattern maps exactly onto an AMQP binding pattern. Multi-topic
-//! and pattern consumers ([`consumer`]) bind one queue once per topic or pattern; the
+//! and pattern consumers (`consumer.rs`) bind one queue once per topic or pattern; the
 //! delivery's routing key names the owner topic.
 //!
 //! RabbitMQ keeps messages only for queues that exist: a group sees what was
