@@ -305,4 +305,32 @@ mod tests {
             .to_string()
             .contains("maxMessageBytes"));
     }
+
+    #[test]
+    fn typed_readers_default_and_name_the_field_they_refuse() {
+        let text = GOOD.replace(
+            "    - name: maxMessageBytes\n      value: 1024\n",
+            "    - name: waitMs\n      value: 50\n    - name: host\n      value: h:1\n",
+        );
+        let def = ComponentDefinition::parse(&text, Path::new("m.yaml")).unwrap();
+        assert_eq!(def.text_or("host", "d".into()), "h:1");
+        assert_eq!(def.text_or("other", "d".into()), "d");
+        assert_eq!(
+            def.millis("waitMs").unwrap(),
+            Some(Duration::from_millis(50))
+        );
+        assert_eq!(def.millis("otherMs").unwrap(), None);
+        assert_eq!(def.max_message_bytes(7).unwrap(), 7);
+        assert_eq!(
+            def.millis_at_least("waitMs", Duration::from_millis(100))
+                .unwrap_err()
+                .to_string(),
+            "m.yaml: spec.metadata (waitMs): must be at least 100 ms"
+        );
+        assert_eq!(
+            def.millis_at_least("otherMs", Duration::from_millis(100))
+                .unwrap(),
+            None
+        );
+    }
 }
