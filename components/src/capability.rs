@@ -84,71 +84,119 @@ impl Feature {
 /// Everything a component declares. The runtime emulates `Emulated` features, refuses
 /// `Unsupported` ones, and passes `Native` ones to the component. The suite checks
 /// exactly what is declared, with waits derived from the declared bounds.
+///
+/// [`Capabilities::default`] is the baseline: what most built-in components declare
+/// (each field's documentation names its baseline value). A component states only what
+/// differs: `Capabilities { seek: false, ..Capabilities::default() }`. Serde's defaults
+/// for fields missing from an older report are their own, unchanged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Capabilities {
+    /// Baseline: `Native`.
     pub bulk_publish: Support,
+    /// Baseline: `Emulated`.
     pub bulk_subscribe: Support,
+    /// Baseline: `Emulated`.
     pub ttl: Support,
+    /// Baseline: `Emulated`.
     pub dead_letter: Support,
-    /// Producer-side delays: `deliverAt` and `deliverAfter`.
+    /// Producer-side delays: `deliverAt` and `deliverAfter`. Baseline: `Emulated`.
     pub delayed_delivery: Support,
-    /// Subscription-side `receiverDelay`.
+    /// Subscription-side `receiverDelay`. Baseline: `Emulated`.
     pub receiver_delay: Support,
+    /// Baseline: `PerTopic`.
     pub ordering: OrderingScope,
     /// One consumer over several topics (list or pattern) with topic-qualified ids.
+    /// Baseline: `true`.
     pub multi_topic: bool,
     /// Several consumer groups on one topic, each getting every message; `false`
-    /// for a work queue (one group per topic).
+    /// for a work queue (one group per topic). Baseline: `true`.
     #[serde(default = "yes")]
     pub fan_out: bool,
     /// Message headers: metadata, content type and partition key travel beside the
     /// payload. `false` for a broker or client library that carries bytes only; the
     /// runtime then carries them in a frame in front of the payload (see
     /// [`crate::runtime::carrier`]), and takes the publish time from the frame.
+    /// Baseline: `true`.
     #[serde(default = "yes")]
     pub headers: bool,
-    /// `Consumer::seek` and `Consumer::last_message_ids`.
+    /// `Consumer::seek` and `Consumer::last_message_ids`. Baseline: `true`.
     pub seek: bool,
     /// Partitioned topics with partition-count updates; `None` when unsupported.
+    /// Baseline: `None`.
     pub partitions: Option<PartitionSupport>,
+    /// Baseline: `AtLeastOnce`.
     pub delivery: DeliveryGuarantee,
-    /// The largest payload the broker accepts, when it has a limit.
+    /// The largest payload the broker accepts, when it has a limit. Baseline: `None`.
     pub max_message_bytes: Option<usize>,
     /// How long a published message may take to reach a running subscriber.
+    /// Baseline: 5 s.
     pub delivery_bound: Duration,
     /// How long a negatively acknowledged message may take to come back, beyond the
-    /// requested redelivery delay.
+    /// requested redelivery delay. Baseline: 2 s.
     pub redelivery_bound: Duration,
-    /// How late a delayed message may be delivered after its due time.
+    /// How late a delayed message may be delivered after its due time. Baseline: 300 ms.
     pub delay_precision: Duration,
     /// How early a delayed message may be delivered (clock skew between parties).
+    /// Baseline: 50 ms.
     pub clock_tolerance: Duration,
     /// Whether the broker keeps what it acknowledged across a crash and restart (as
-    /// provisioned by the suite: persistence on).
+    /// provisioned by the suite: persistence on). Baseline: `true` (a report without
+    /// the field reads `false`).
     #[serde(default)]
     pub durable: bool,
     /// How long publishers and subscribers may take to work again, without being
-    /// recreated, once the broker or the network is back.
+    /// recreated, once the broker or the network is back. Baseline: 10 s.
     #[serde(default)]
     pub recovery_bound: Duration,
     /// How long a delivered, unacknowledged message stays with the member that got it
     /// before another member can get it when that member is gone without a word
     /// (claim idle time, ack wait, visibility timeout); zero where the broker hands it
-    /// on as soon as the member's connection dies.
+    /// on as soon as the member's connection dies. Baseline: zero.
     #[serde(default)]
     pub lease: Duration,
     /// Whether a message whose handler works longer than the lease may be handed to
     /// another member while the first still works on it (the lease expires; at-least-
-    /// once then delivers it twice).
+    /// once then delivers it twice). Baseline: `false`.
     #[serde(default)]
     pub redelivers_slow_handlers: bool,
     /// Whether a member that closes hands what it received but did not acknowledge
     /// back to its group at once. `false` where the broker gets such messages back
     /// only when their lease expires (a prefetched batch on a visibility-timeout
     /// queue, a client that cannot release what it fetched): the cases where a member
-    /// leaves then wait the lease too.
+    /// leaves then wait the lease too. Baseline: `true`.
     #[serde(default = "yes")]
     pub returns_on_close: bool,
+}
+
+impl Default for Capabilities {
+    /// The baseline: what most built-in components declare.
+    fn default() -> Self {
+        Capabilities {
+            bulk_publish: Support::Native,
+            bulk_subscribe: Support::Emulated,
+            ttl: Support::Emulated,
+            dead_letter: Support::Emulated,
+            delayed_delivery: Support::Emulated,
+            receiver_delay: Support::Emulated,
+            ordering: OrderingScope::PerTopic,
+            multi_topic: true,
+            fan_out: true,
+            headers: true,
+            seek: true,
+            partitions: None,
+            delivery: DeliveryGuarantee::AtLeastOnce,
+            max_message_bytes: None,
+            delivery_bound: Duration::from_secs(5),
+            redelivery_bound: Duration::from_secs(2),
+            delay_precision: Duration::from_millis(300),
+            clock_tolerance: Duration::from_millis(50),
+            durable: true,
+            recovery_bound: Duration::from_secs(10),
+            lease: Duration::ZERO,
+            redelivers_slow_handlers: false,
+            returns_on_close: true,
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -193,5 +241,63 @@ impl Capabilities {
                 None => Support::Unsupported,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The baseline is part of the contract: components outside the crate build on it.
+    #[test]
+    fn the_baseline_is_pinned() {
+        let Capabilities {
+            bulk_publish,
+            bulk_subscribe,
+            ttl,
+            dead_letter,
+            delayed_delivery,
+            receiver_delay,
+            ordering,
+            multi_topic,
+            fan_out,
+            headers,
+            seek,
+            partitions,
+            delivery,
+            max_message_bytes,
+            delivery_bound,
+            redelivery_bound,
+            delay_precision,
+            clock_tolerance,
+            durable,
+            recovery_bound,
+            lease,
+            redelivers_slow_handlers,
+            returns_on_close,
+        } = Capabilities::default();
+        assert_eq!(bulk_publish, Support::Native);
+        assert_eq!(bulk_subscribe, Support::Emulated);
+        assert_eq!(ttl, Support::Emulated);
+        assert_eq!(dead_letter, Support::Emulated);
+        assert_eq!(delayed_delivery, Support::Emulated);
+        assert_eq!(receiver_delay, Support::Emulated);
+        assert_eq!(ordering, OrderingScope::PerTopic);
+        assert!(multi_topic);
+        assert!(fan_out);
+        assert!(headers);
+        assert!(seek);
+        assert_eq!(partitions, None);
+        assert_eq!(delivery, DeliveryGuarantee::AtLeastOnce);
+        assert_eq!(max_message_bytes, None);
+        assert_eq!(delivery_bound, Duration::from_secs(5));
+        assert_eq!(redelivery_bound, Duration::from_secs(2));
+        assert_eq!(delay_precision, Duration::from_millis(300));
+        assert_eq!(clock_tolerance, Duration::from_millis(50));
+        assert!(durable);
+        assert_eq!(recovery_bound, Duration::from_secs(10));
+        assert_eq!(lease, Duration::ZERO);
+        assert!(!redelivers_slow_handlers);
+        assert!(returns_on_close);
     }
 }

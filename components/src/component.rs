@@ -6,6 +6,7 @@ use crate::capability::Capabilities;
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, OutgoingMessage, ReceivedMessage};
 use async_trait::async_trait;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 
@@ -345,10 +346,7 @@ pub trait Consumer: Send + Sync {
     /// component declares `bulk_subscribe` native.
     async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
         let _ = (max, max_await);
-        Err(PubSubError::Unsupported {
-            component: "consumer".into(),
-            feature: "native bulk receive".into(),
-        })
+        Err(PubSubError::unsupported("consumer", "native bulk receive"))
     }
 
     /// Acknowledges a message on its owner topic.
@@ -387,29 +385,23 @@ pub trait Consumer: Send + Sync {
     /// received for as long as it lives answers `Ok` without doing anything.
     async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
         let _ = ids;
-        Err(PubSubError::Unsupported {
-            component: "consumer".into(),
-            feature: "extending a lease".into(),
-        })
+        Err(PubSubError::unsupported("consumer", "extending a lease"))
     }
 
     /// Native dead-lettering: gives up on the message, routing it to the dead-letter
     /// topic with `reason`. Only called when the component declares `dead_letter` native.
     async fn reject(&self, id: &MessageId, reason: &str) -> Result<()> {
         let _ = (id, reason);
-        Err(PubSubError::Unsupported {
-            component: "consumer".into(),
-            feature: "native dead-lettering".into(),
-        })
+        Err(PubSubError::unsupported(
+            "consumer",
+            "native dead-lettering",
+        ))
     }
 
     /// Repositions the owner topic of `id` so that `id` is the next message delivered.
     async fn seek(&self, id: &MessageId) -> Result<()> {
         let _ = id;
-        Err(PubSubError::Unsupported {
-            component: "consumer".into(),
-            feature: "seek".into(),
-        })
+        Err(PubSubError::unsupported("consumer", "seek"))
     }
 
     /// Repositions every covered topic: to its oldest retained message (`Earliest`) or
@@ -435,10 +427,10 @@ pub trait Consumer: Send + Sync {
     /// owner topic on a multi-topic consumer) refuses the whole call.
     async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
         let _ = ids;
-        Err(PubSubError::Unsupported {
-            component: "consumer".into(),
-            feature: "acknowledging several ids".into(),
-        })
+        Err(PubSubError::unsupported(
+            "consumer",
+            "acknowledging several ids",
+        ))
     }
 
     /// Acknowledges, on the owner topic (and partition) of `id`, every message this
@@ -446,18 +438,15 @@ pub trait Consumer: Send + Sync {
     /// like `ack` for ids the consumer may not settle.
     async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
         let _ = id;
-        Err(PubSubError::Unsupported {
-            component: "consumer".into(),
-            feature: "cumulative acknowledgement".into(),
-        })
+        Err(PubSubError::unsupported(
+            "consumer",
+            "cumulative acknowledgement",
+        ))
     }
 
     /// The id of the last message of each owner topic (and partition) covered.
     async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
-        Err(PubSubError::Unsupported {
-            component: "consumer".into(),
-            feature: "last message ids".into(),
-        })
+        Err(PubSubError::unsupported("consumer", "last message ids"))
     }
 
     /// Leaves the group; unacknowledged messages become available to other members.
@@ -481,6 +470,24 @@ pub fn owner_topic(id: &MessageId, topics: &TopicSelector) -> Result<String> {
             selector.describe()
         ))),
     }
+}
+
+/// Refuses work on a closed consumer with `Closed` ("<consumer> was closed", the
+/// consumer as `consumer` describes it).
+pub(crate) fn ensure_open(closed: &AtomicBool, consumer: impl FnOnce() -> String) -> Result<()> {
+    if closed.load(Ordering::Acquire) {
+        return Err(PubSubError::Closed(format!("{} was closed", consumer())));
+    }
+    Ok(())
+}
+
+/// A group member as errors name it: "consumer of <topics> in group '<group>'".
+pub(crate) fn member_of(spec: &ConsumerSpec) -> String {
+    format!(
+        "consumer of {} in group '{}'",
+        spec.topics.describe(),
+        spec.group
+    )
 }
 
 /// [`Consumer::ack_many`] for components that acknowledge one id at a time: checks

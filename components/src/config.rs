@@ -4,6 +4,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::time::Duration;
 
 /// A definition file could not be used; the message names the file and the field.
 #[derive(Debug, thiserror::Error)]
@@ -201,19 +202,56 @@ impl ComponentDefinition {
         }
     }
 
+    /// The error for the metadata field `name` (named `spec.metadata (<name>)`).
+    pub fn field_error(&self, name: &str, message: impl Into<String>) -> ConfigError {
+        self.error(&format!("spec.metadata ({name})"), message)
+    }
+
     /// A typed metadata value, or `None` when not set.
     pub fn value<T: FromStr>(&self, name: &str, expected: &str) -> Result<Option<T>, ConfigError> {
         self.metadata
             .get(name)
             .map(|raw| {
                 raw.parse::<T>().map_err(|_| {
-                    self.error(
-                        &format!("spec.metadata ({name})"),
-                        format!("expected {expected}, got '{raw}'"),
-                    )
+                    self.field_error(name, format!("expected {expected}, got '{raw}'"))
                 })
             })
             .transpose()
+    }
+
+    /// A metadata value as written, or `default` when not set.
+    pub fn text_or(&self, name: &str, default: String) -> String {
+        self.metadata.get(name).cloned().unwrap_or(default)
+    }
+
+    /// A duration given in milliseconds, or `None` when not set.
+    pub fn millis(&self, name: &str) -> Result<Option<Duration>, ConfigError> {
+        Ok(self
+            .value::<u64>(name, "milliseconds")?
+            .map(Duration::from_millis))
+    }
+
+    /// A duration given in milliseconds that may not be shorter than `min`, or `None`
+    /// when not set.
+    pub fn millis_at_least(
+        &self,
+        name: &str,
+        min: Duration,
+    ) -> Result<Option<Duration>, ConfigError> {
+        let value = self.millis(name)?;
+        if value.is_some_and(|value| value < min) {
+            let message = format!("must be at least {} ms", min.as_millis());
+            return Err(self.field_error(name, message));
+        }
+        Ok(value)
+    }
+
+    /// `maxMessageBytes`, the largest payload a component accepts, or `default` when
+    /// not set.
+    pub fn max_message_bytes(&self, default: usize) -> Result<usize, ConfigError> {
+        Ok(self
+            .value::<usize>("maxMessageBytes", "a number of bytes")?
+            .unwrap_or(default))
     }
 }
 
@@ -266,5 +304,33 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("maxMessageBytes"));
+    }
+
+    #[test]
+    fn typed_readers_default_and_name_the_field_they_refuse() {
+        let text = GOOD.replace(
+            "    - name: maxMessageBytes\n      value: 1024\n",
+            "    - name: waitMs\n      value: 50\n    - name: host\n      value: h:1\n",
+        );
+        let def = ComponentDefinition::parse(&text, Path::new("m.yaml")).unwrap();
+        assert_eq!(def.text_or("host", "d".into()), "h:1");
+        assert_eq!(def.text_or("other", "d".into()), "d");
+        assert_eq!(
+            def.millis("waitMs").unwrap(),
+            Some(Duration::from_millis(50))
+        );
+        assert_eq!(def.millis("otherMs").unwrap(), None);
+        assert_eq!(def.max_message_bytes(7).unwrap(), 7);
+        assert_eq!(
+            def.millis_at_least("waitMs", Duration::from_millis(100))
+                .unwrap_err()
+                .to_string(),
+            "m.yaml: spec.metadata (waitMs): must be at least 100 ms"
+        );
+        assert_eq!(
+            def.millis_at_least("otherMs", Duration::from_millis(100))
+                .unwrap(),
+            None
+        );
     }
 }

@@ -5,9 +5,10 @@
 //! * [`runtime`]: the shared runtime layer (a Dapr-sidecar equivalent) that applications
 //!   use and that emulates what a component does not do natively.
 //! * [`memory`]: the in-memory reference component; one module per broker beside it
-//!   (`redis_streams`, `nats`, `postgres`, `rabbitmq`, `mqtt`), each behind the cargo
-//!   feature of that name (`redis` for Redis Streams) with its client library, each
-//!   owning its code, its typed settings and its capabilities.
+//!   (`redis_streams`, `nats`, `postgres`, `rabbitmq`, `mqtt`, `kafka`), each behind
+//!   the cargo feature of that name (`redis` for Redis Streams) with its client
+//!   library, each owning its code, its typed settings and its capabilities.
+//! * [`partitioned`]: partitioned topics emulated on brokers that have none.
 //! * [`config`] and [`registry`]: Dapr-style YAML component definitions, and the table
 //!   of types that turns them into components.
 
@@ -32,6 +33,7 @@ pub mod rabbitmq;
 pub mod redis_streams;
 pub mod registry;
 pub mod runtime;
+mod typed_settings;
 
 pub use capability::{Capabilities, DeliveryGuarantee, Feature, OrderingScope, Support};
 pub use component::{

@@ -13,8 +13,10 @@ use crate::component::{
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, OutgoingMessage, ReceivedMessage};
+use crate::typed_settings::Connecting;
 use async_trait::async_trait;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,6 +56,19 @@ where
     C: Component + PartitionStore,
 {
     Arc::new(Partitioned::new(component.clone(), component))
+}
+
+/// Connects a component whose partitioned topics are emulated on its broker and wraps
+/// it (see [`wrap`]): its settings' [`TypedSettings::connect`].
+///
+/// [`TypedSettings::connect`]: crate::registry::TypedSettings::connect
+pub fn connect_wrapped<C>(
+    connecting: impl Future<Output = Result<C>> + Send + 'static,
+) -> Connecting
+where
+    C: Component + PartitionStore,
+{
+    Box::pin(async move { Ok(wrap(Arc::new(connecting.await?))) })
 }
 
 /// A component with emulated partitioned topics.

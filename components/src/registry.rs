@@ -9,23 +9,7 @@ use futures::future::BoxFuture;
 use std::marker::PhantomData;
 use std::sync::{Arc, RwLock};
 
-/// A component type's settings, owned by its module: read and checked from a
-/// definition without connecting anywhere, aimed at a broker, and connected.
-pub trait TypedSettings: Sized + Send + 'static {
-    /// The type, as written after `pubsub.` in `spec.type`.
-    const TYPE: &'static str;
-    /// Whether it talks to a broker (the suite provisions one); `false`: in process.
-    const HAS_BROKER: bool = true;
-    /// Reads the definition's metadata, refusing unknown fields and bad values with
-    /// the field named.
-    fn from_definition(definition: &ComponentDefinition) -> Result<Self, ConfigError>;
-    /// The broker endpoint the settings name (`host:port`).
-    fn endpoint(&self) -> Option<String>;
-    /// Points the settings at another broker (`host:port`).
-    fn aim_at(&mut self, endpoint: &str);
-    /// Connects the component.
-    fn connect(self) -> BoxFuture<'static, Result<Arc<dyn Component>, PubSubError>>;
-}
+pub use crate::typed_settings::{Connecting, TypedSettings};
 
 /// One row of the table: a component type, whatever its settings.
 pub trait ComponentType: Send + Sync {

@@ -10,10 +10,19 @@
 
 use crate::message::ReceivedMessage;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::time::Instant;
 
 /// A topic and one of its partitions.
 pub(super) type TopicPartition = (String, i32);
+
+/// A ledger shared by a member and its librdkafka context.
+pub(super) type SharedLedger = Arc<Mutex<Ledger>>;
+
+/// The ledger, also after a thread panicked holding it.
+pub(super) fn lock(ledger: &SharedLedger) -> MutexGuard<'_, Ledger> {
+    ledger.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The ledger of one member.
 #[derive(Default)]

@@ -2,15 +2,13 @@
 //! [`Ledger`], and gives partitions up (a rebalance, or closing) by handing back what
 //! it did not answer, so that nothing it acknowledged is delivered again in its group.
 
-use super::ledger::{Ledger, Reassigned, Released, TopicPartition};
+use super::intake::admit;
+use super::ledger::{lock, Ledger, Reassigned, Released, SharedLedger, TopicPartition};
 use super::poller::{self, PollTurn};
-use super::{
-    broker, delivered, named_topics, record, Quiet, HEADER_ATTEMPT, HEADER_CONTENT_TYPE,
-    HEADER_METADATA, HEADER_PUBLISHED, REQUEST_TIMEOUT,
-};
-use crate::component::{millis_since_epoch, owner_topic, Consumer, ConsumerSpec};
+use super::{broker, delivered, named_topics, record, Quiet, REQUEST_TIMEOUT};
+use crate::component::{member_of, millis_since_epoch, owner_topic, Consumer, ConsumerSpec};
 use crate::error::{PubSubError, Result};
-use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
+use crate::message::{MessageId, OutgoingMessage, ReceivedMessage};
 use async_trait::async_trait;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -18,21 +16,13 @@ use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer as RdConsumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::producer::FutureProducer;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::time::Instant;
-
-/// A ledger shared by a member and its librdkafka context.
-type SharedLedger = Arc<Mutex<Ledger>>;
-
-pub(super) fn lock(ledger: &SharedLedger) -> MutexGuard<'_, Ledger> {
-    ledger.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The message a copy of an unanswered record publishes, and its copy header values
 /// (the attempt it carries, when the original was published).
@@ -48,60 +38,6 @@ fn copy_of(message: ReceivedMessage, attempt: u32) -> (OutgoingMessage, (u32, u6
         deliver_at: None,
     };
     (outgoing, (attempt, published))
-}
-
-/// Records a polled record in the ledger and turns it into a delivery, with its
-/// admission.
-pub(super) fn admit(ledger: &SharedLedger, record: &BorrowedMessage<'_>) -> (u64, ReceivedMessage) {
-    let mut metadata = Metadata::new();
-    let mut content_type = None;
-    let mut attempt = 1;
-    let mut published_ms = None;
-    if let Some(headers) = record.headers() {
-        for header in headers.iter() {
-            let value = header.value.unwrap_or_default();
-            match header.key {
-                HEADER_METADATA => {
-                    metadata = serde_json::from_slice(value).unwrap_or_default();
-                }
-                HEADER_CONTENT_TYPE => {
-                    content_type = Some(String::from_utf8_lossy(value).into_owned());
-                }
-                HEADER_ATTEMPT => {
-                    attempt = std::str::from_utf8(value)
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(1);
-                }
-                HEADER_PUBLISHED => {
-                    published_ms = std::str::from_utf8(value)
-                        .ok()
-                        .and_then(|v| v.parse::<u64>().ok());
-                }
-                _ => {}
-            }
-        }
-    }
-    let published_ms = published_ms
-        .or_else(|| record.timestamp().to_millis().map(|ms| ms.max(0) as u64))
-        .unwrap_or_default();
-    let message = ReceivedMessage {
-        id: MessageId::new(
-            record.topic(),
-            Some(record.partition() as u32),
-            record.offset() as u64,
-        ),
-        payload: record.payload().unwrap_or_default().to_vec(),
-        content_type,
-        metadata,
-        partition_key: record
-            .key()
-            .map(|key| String::from_utf8_lossy(key).into_owned()),
-        attempt,
-        publish_time: UNIX_EPOCH + Duration::from_millis(published_ms),
-    };
-    let admission = lock(ledger).admit(&message);
-    (admission, message)
 }
 
 /// A member's librdkafka context: quiet like the component's clients, and when a
@@ -289,9 +225,8 @@ impl KafkaConsumer {
         match &*self.consumer.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(consumer) if !self.closed.load(Ordering::Acquire) => Ok(consumer.clone()),
             _ => Err(PubSubError::Closed(format!(
-                "consumer of {} in group '{}' was closed",
-                self.spec.topics.describe(),
-                self.spec.group
+                "{} was closed",
+                member_of(&self.spec)
             ))),
         }
     }

@@ -16,6 +16,7 @@
 //! an acknowledgement that comes after it is refused (`NotAllowed`), since a copy went
 //! to the partition's new member.
 
+mod intake;
 mod ledger;
 mod member;
 mod poller;
@@ -23,7 +24,7 @@ mod settings;
 
 pub use settings::{Acks, KafkaConfig};
 
-use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
+use crate::capability::{Capabilities, OrderingScope, Support};
 use crate::component::{
     check_message_size, millis_since_epoch, Component, Consumer, ConsumerSpec, StartPosition,
     TopicSelector,
@@ -281,6 +282,29 @@ fn delivered(
     }
 }
 
+impl KafkaConfig {
+    /// What the component declares, decided by its settings alone.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            bulk_subscribe: Support::Native,
+            ordering: OrderingScope::PerPartition,
+            max_message_bytes: Some(self.max_message_bytes),
+            // A new member joins its group (a rebalance) before it is handed anything.
+            delivery_bound: Duration::from_secs(10),
+            // A new member is handed records once it has joined its group.
+            delay_precision: Duration::from_millis(750),
+            // What the broker acknowledged survives a crash only on a durable broker
+            // with every in-sync replica acknowledging.
+            durable: self.durable_broker && self.acks == Acks::All,
+            recovery_bound: Duration::from_secs(20),
+            // A closing member hands on what it holds at once; a crashed one's records
+            // wait for its session to time out.
+            lease: SESSION_TIMEOUT,
+            ..Capabilities::default()
+        }
+    }
+}
+
 #[async_trait]
 impl Component for Kafka {
     fn kind(&self) -> &str {
@@ -288,37 +312,7 @@ impl Component for Kafka {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            bulk_publish: Support::Native,
-            bulk_subscribe: Support::Native,
-            ttl: Support::Emulated,
-            dead_letter: Support::Emulated,
-            delayed_delivery: Support::Emulated,
-            receiver_delay: Support::Emulated,
-            ordering: OrderingScope::PerPartition,
-            multi_topic: true,
-            fan_out: true,
-            headers: true,
-            seek: true,
-            partitions: None,
-            delivery: DeliveryGuarantee::AtLeastOnce,
-            max_message_bytes: Some(self.config.max_message_bytes),
-            // A new member joins its group (a rebalance) before it is handed anything.
-            delivery_bound: Duration::from_secs(10),
-            redelivery_bound: Duration::from_secs(2),
-            // A new member is handed records once it has joined its group.
-            delay_precision: Duration::from_millis(750),
-            clock_tolerance: Duration::from_millis(50),
-            // What the broker acknowledged survives a crash only on a durable broker
-            // with every in-sync replica acknowledging.
-            durable: self.config.durable_broker && self.config.acks == Acks::All,
-            recovery_bound: Duration::from_secs(20),
-            // A closing member hands on what it holds at once; a crashed one's records
-            // wait for its session to time out.
-            lease: SESSION_TIMEOUT,
-            redelivers_slow_handlers: false,
-            returns_on_close: true,
-        }
+        self.config.capabilities()
     }
 
     async fn broker_version(&self) -> Result<String> {

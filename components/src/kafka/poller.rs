@@ -13,11 +13,11 @@
 //! the records they process, rather than take the record from a member still working
 //! on it and hand it to another.
 
-use super::ledger::Ledger;
-use super::member::Member;
-use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use super::intake::admit;
+use super::ledger::{lock, SharedLedger};
+use rdkafka::consumer::{Consumer as _, ConsumerContext, StreamConsumer};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -99,36 +99,39 @@ impl PollTurn {
 
     /// Resumes the partitions the background task paused, once what waits in the
     /// ledger is below half the limit.
-    pub fn resume_if_drained(&self, consumer: &StreamConsumer<Member>, waiting: usize) {
+    pub fn resume_if_drained<C>(&self, consumer: &StreamConsumer<C>, waiting: usize)
+    where
+        C: ConsumerContext + 'static,
+    {
         if waiting >= PREFETCH_LIMIT / 2 || !self.paused.load(Ordering::Acquire) {
             return;
         }
-        let resumed = consumer
-            .assignment()
-            .and_then(|assigned| consumer.resume(&assigned));
-        match resumed {
-            Ok(()) => self.paused.store(false, Ordering::Release),
-            Err(e) => tracing::warn!(error = %e, "resuming a kafka member's partitions"),
-        }
+        self.set_paused(consumer, false);
     }
 
-    fn pause(&self, consumer: &StreamConsumer<Member>) {
-        let paused = consumer
-            .assignment()
-            .and_then(|assigned| consumer.pause(&assigned));
-        match paused {
-            Ok(()) => self.paused.store(true, Ordering::Release),
-            Err(e) => tracing::warn!(error = %e, "pausing a kafka member's partitions"),
+    /// Pauses (or resumes) every partition assigned to the member, and remembers it.
+    fn set_paused<C: ConsumerContext + 'static>(&self, consumer: &StreamConsumer<C>, pause: bool) {
+        let done = consumer.assignment().and_then(|assigned| {
+            if pause {
+                consumer.pause(&assigned)
+            } else {
+                consumer.resume(&assigned)
+            }
+        });
+        match done {
+            Ok(()) => self.paused.store(pause, Ordering::Release),
+            Err(e) if pause => tracing::warn!(error = %e, "pausing a kafka member's partitions"),
+            Err(e) => tracing::warn!(error = %e, "resuming a kafka member's partitions"),
         }
     }
 }
 
 /// The background task of one member: polls whenever nobody claims the poll, until
 /// aborted (the member closes or is dropped).
-pub(super) fn spawn(
-    consumer: Arc<StreamConsumer<Member>>,
+pub(super) fn spawn<C: ConsumerContext + 'static>(
+    consumer: Arc<StreamConsumer<C>>,
     turn: Arc<PollTurn>,
-    ledger: Arc<Mutex<Ledger>>,
+    ledger: SharedLedger,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -139,7 +142,7 @@ pub(super) fn spawn(
             }
             drop(released);
             let answered = turn.answered.notified();
-            if super::member::lock(&ledger).has_in_flight() {
+            if lock(&ledger).has_in_flight() {
                 answered.await;
                 continue;
             }
@@ -154,14 +157,14 @@ pub(super) fn spawn(
                 _ = wanted => {}
                 polled = consumer.recv() => match polled {
                     Ok(record) => {
-                        let (_, message) = super::member::admit(&ledger, &record);
+                        let (_, message) = admit(&ledger, &record);
                         let waiting = {
-                            let mut ledger = super::member::lock(&ledger);
+                            let mut ledger = lock(&ledger);
                             ledger.set_aside(vec![message]);
                             ledger.set_aside_count()
                         };
                         if waiting >= PREFETCH_LIMIT {
-                            turn.pause(&consumer);
+                            turn.set_paused(&consumer, true);
                         }
                     }
                     Err(e) => {

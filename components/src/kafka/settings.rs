@@ -3,9 +3,7 @@
 
 use crate::component::{Component, StartPosition};
 use crate::config::{ComponentDefinition, ConfigError};
-use crate::error::PubSubError;
-use crate::registry::TypedSettings;
-use futures::future::BoxFuture;
+use crate::typed_settings::{Connecting, TypedSettings};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,81 +94,56 @@ impl TypedSettings for KafkaConfig {
             "durableBroker",
         ])?;
         let defaults = Self::default();
-        let brokers = definition
-            .metadata
-            .get("brokers")
-            .cloned()
-            .unwrap_or(defaults.brokers);
+        let brokers = definition.text_or("brokers", defaults.brokers);
         if brokers.split(',').any(|broker| {
             broker
                 .trim()
                 .rsplit_once(':')
                 .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
         }) {
-            return Err(definition.error(
-                "spec.metadata (brokers)",
-                format!("expected host:port[,host:port...], got '{brokers}'"),
-            ));
+            let message = format!("expected host:port[,host:port...], got '{brokers}'");
+            return Err(definition.field_error("brokers", message));
         }
-        let consumer_group = definition
-            .metadata
-            .get("consumerGroup")
-            .cloned()
-            .unwrap_or(defaults.consumer_group);
+        let consumer_group = definition.text_or("consumerGroup", defaults.consumer_group);
         if !consumer_group
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
             || consumer_group.len() > 200
         {
-            return Err(definition.error(
-                "spec.metadata (consumerGroup)",
-                format!(
-                    "'{consumer_group}' may only hold up to 200 letters, digits, '.', '_' and '-'"
-                ),
-            ));
+            let message = format!(
+                "'{consumer_group}' may only hold up to 200 letters, digits, '.', '_' and '-'"
+            );
+            return Err(definition.field_error("consumerGroup", message));
         }
         let initial_offset = match definition.metadata.get("initialOffset").map(String::as_str) {
             None | Some("oldest") => StartPosition::Earliest,
             Some("newest") => StartPosition::Latest,
             Some(other) => {
-                return Err(definition.error(
-                    "spec.metadata (initialOffset)",
-                    format!("expected 'oldest' or 'newest', got '{other}'"),
-                ))
+                let message = format!("expected 'oldest' or 'newest', got '{other}'");
+                return Err(definition.field_error("initialOffset", message));
             }
         };
         let metadata_refresh = definition
-            .value::<u64>("metadataRefreshIntervalMs", "milliseconds")?
-            .map(Duration::from_millis)
+            .millis_at_least("metadataRefreshIntervalMs", Duration::from_millis(100))?
             .unwrap_or(defaults.metadata_refresh);
-        if metadata_refresh < Duration::from_millis(100) {
-            return Err(definition.error(
-                "spec.metadata (metadataRefreshIntervalMs)",
-                "must be at least 100 ms",
-            ));
-        }
         let acks = match definition.metadata.get("acks").map(String::as_str) {
             None | Some("all") | Some("-1") => Acks::All,
             Some("1") => Acks::Leader,
             Some("0") => {
-                return Err(definition.error(
-                    "spec.metadata (acks)",
+                return Err(definition.field_error(
+                    "acks",
                     "'0' sends without waiting for the broker, so no publish could be confirmed; expected 'all' or '1'",
                 ))
             }
             Some(other) => {
-                return Err(definition.error(
-                    "spec.metadata (acks)",
-                    format!("expected 'all' or '1', got '{other}'"),
-                ))
+                let message = format!("expected 'all' or '1', got '{other}'");
+                return Err(definition.field_error("acks", message));
             }
         };
-        let max_message_bytes = definition
-            .value::<usize>("maxMessageBytes", "a number of bytes")?
-            .unwrap_or(defaults.max_message_bytes);
+        let max_message_bytes = definition.max_message_bytes(defaults.max_message_bytes)?;
         if !(1000..=1_000_000_000).contains(&max_message_bytes) {
-            return Err(definition.error(
-                "spec.metadata (maxMessageBytes)",
+            return Err(definition.field_error(
+                "maxMessageBytes",
                 "must be from 1000 to 1000000000 bytes (librdkafka's range)",
             ));
         }
@@ -178,7 +151,7 @@ impl TypedSettings for KafkaConfig {
             .value::<u32>("partitions", "a partition count")?
             .unwrap_or(defaults.partitions);
         if partitions == 0 {
-            return Err(definition.error("spec.metadata (partitions)", "must be at least 1"));
+            return Err(definition.field_error("partitions", "must be at least 1"));
         }
         let durable_broker = definition
             .value::<bool>("durableBroker", "true or false")?
@@ -203,7 +176,7 @@ impl TypedSettings for KafkaConfig {
         self.brokers = endpoint.to_string();
     }
 
-    fn connect(self) -> BoxFuture<'static, Result<Arc<dyn Component>, PubSubError>> {
+    fn connect(self) -> Connecting {
         Box::pin(async move { Ok(Arc::new(Kafka::connect(self).await?) as Arc<dyn Component>) })
     }
 }

@@ -9,11 +9,9 @@ mod settings;
 
 pub use settings::MemoryConfig;
 
-use crate::capability::{
-    Capabilities, DeliveryGuarantee, OrderingScope, PartitionSupport, Support,
-};
+use crate::capability::{Capabilities, OrderingScope, PartitionSupport, Support};
 use crate::component::{
-    check_message_size, owner_topic, stable_hash, Component, Consumer, ConsumerSpec,
+    check_message_size, member_of, owner_topic, stable_hash, Component, Consumer, ConsumerSpec,
     PartitionUpdate, PartitionWatch, StartPosition, TopicSelector,
 };
 use crate::error::{PubSubError, Result};
@@ -166,34 +164,21 @@ impl Component for MemoryComponent {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            bulk_publish: Support::Native,
             bulk_subscribe: Support::Native,
-            ttl: Support::Emulated,
-            dead_letter: Support::Emulated,
-            delayed_delivery: Support::Emulated,
-            receiver_delay: Support::Emulated,
             ordering: OrderingScope::PerPartition,
-            multi_topic: true,
-            fan_out: true,
-            headers: true,
-            seek: true,
             partitions: Some(PartitionSupport {
                 discovery_bound: Duration::from_millis(500),
                 emulated: false,
             }),
-            delivery: DeliveryGuarantee::AtLeastOnce,
             max_message_bytes: Some(self.config.max_message_bytes),
-            delivery_bound: Duration::from_secs(5),
             redelivery_bound: Duration::from_secs(1),
             delay_precision: Duration::from_millis(250),
             clock_tolerance: Duration::from_millis(5),
             // In process: nothing outlives the process.
             durable: false,
             recovery_bound: Duration::from_secs(2),
-            // A closed or dropped consumer returns what it held at once.
-            lease: Duration::ZERO,
-            redelivers_slow_handlers: false,
-            returns_on_close: true,
+            // No lease: a closed or dropped consumer returns what it held at once.
+            ..Capabilities::default()
         }
     }
 
@@ -375,14 +360,7 @@ struct MemoryConsumer {
 
 impl MemoryConsumer {
     fn ensure_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(PubSubError::Closed(format!(
-                "consumer of {} in group '{}' was closed",
-                self.spec.topics.describe(),
-                self.spec.group
-            )));
-        }
-        Ok(())
+        crate::component::ensure_open(&self.closed, || member_of(&self.spec))
     }
 
     /// Hands out up to `max` deliverable messages (of `only_topic` when given), and

@@ -3,9 +3,7 @@
 
 use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
-use crate::error::PubSubError;
-use crate::registry::TypedSettings;
-use futures::future::BoxFuture;
+use crate::typed_settings::{Connecting, TypedSettings};
 use std::sync::Arc;
 
 use super::MemoryComponent;
@@ -35,9 +33,7 @@ impl TypedSettings for MemoryConfig {
     fn from_definition(definition: &ComponentDefinition) -> Result<Self, ConfigError> {
         definition.check_known(&["maxMessageBytes", "partitions"])?;
         let defaults = Self::default();
-        let max_message_bytes = definition
-            .value::<usize>("maxMessageBytes", "a number of bytes")?
-            .unwrap_or(defaults.max_message_bytes);
+        let max_message_bytes = definition.max_message_bytes(defaults.max_message_bytes)?;
         let default_partitions = definition
             .value::<u32>("partitions", "a partition count")?
             .unwrap_or(defaults.default_partitions);
@@ -60,7 +56,7 @@ impl TypedSettings for MemoryConfig {
     /// In process: there is no broker to aim at.
     fn aim_at(&mut self, _endpoint: &str) {}
 
-    fn connect(self) -> BoxFuture<'static, Result<Arc<dyn Component>, PubSubError>> {
+    fn connect(self) -> Connecting {
         Box::pin(async move { Ok(Arc::new(MemoryComponent::new(self)) as Arc<dyn Component>) })
     }
 }

@@ -22,7 +22,7 @@ mod settings;
 
 pub use settings::MqttConfig;
 
-use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
+use crate::capability::Capabilities;
 use crate::component::{
     check_message_size, glob_match, millis_since_epoch, owner_topic, random_position, stable_hash,
     Component, Consumer, ConsumerSpec, TopicSelector,
@@ -438,6 +438,22 @@ async fn run_publisher(mut events: EventLoop, acks: Arc<Mutex<Acks>>) {
     }
 }
 
+impl MqttConfig {
+    /// What the component declares, decided by its settings alone. No lease (the
+    /// baseline's zero): the broker hands a shared-subscription message on when its
+    /// session ends.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            seek: false,
+            max_message_bytes: Some(self.max_message_bytes),
+            // Mosquitto writes its persistence file on autosave (and on a clean stop), so a
+            // crash loses what it stored since: not durable across a kill.
+            durable: false,
+            ..Capabilities::default()
+        }
+    }
+}
+
 #[async_trait]
 impl Component for Mqtt5 {
     fn kind(&self) -> &str {
@@ -445,34 +461,7 @@ impl Component for Mqtt5 {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            bulk_publish: Support::Native,
-            bulk_subscribe: Support::Emulated,
-            ttl: Support::Emulated,
-            dead_letter: Support::Emulated,
-            delayed_delivery: Support::Emulated,
-            receiver_delay: Support::Emulated,
-            ordering: OrderingScope::PerTopic,
-            multi_topic: true,
-            fan_out: true,
-            headers: true,
-            seek: false,
-            partitions: None,
-            delivery: DeliveryGuarantee::AtLeastOnce,
-            max_message_bytes: Some(self.config.max_message_bytes),
-            delivery_bound: Duration::from_secs(5),
-            redelivery_bound: Duration::from_secs(2),
-            delay_precision: Duration::from_millis(300),
-            clock_tolerance: Duration::from_millis(50),
-            // Mosquitto writes its persistence file on autosave (and on a clean stop), so a
-            // crash loses what it stored since: not durable across a kill.
-            durable: false,
-            recovery_bound: Duration::from_secs(10),
-            // The broker hands a shared-subscription message on when its session ends.
-            lease: Duration::ZERO,
-            redelivers_slow_handlers: false,
-            returns_on_close: true,
-        }
+        self.config.capabilities()
     }
 
     async fn broker_version(&self) -> Result<String> {

@@ -1,12 +1,8 @@
 //! The mqtt5 component's settings: the YAML metadata it reads, checked without
 //! connecting anywhere, and how they become a component.
 
-use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
-use crate::error::PubSubError;
-use crate::registry::TypedSettings;
-use futures::future::BoxFuture;
-use std::sync::Arc;
+use crate::typed_settings::{Connecting, TypedSettings};
 use std::time::Duration;
 
 use super::Mqtt5;
@@ -50,11 +46,7 @@ impl TypedSettings for MqttConfig {
             "maxMessageBytes",
         ])?;
         let defaults = Self::default();
-        let host = definition
-            .metadata
-            .get("host")
-            .cloned()
-            .unwrap_or(defaults.host);
+        let host = definition.text_or("host", defaults.host);
         let host = host
             .strip_prefix("tcp://")
             .or_else(|| host.strip_prefix("mqtt://"))
@@ -64,29 +56,21 @@ impl TypedSettings for MqttConfig {
             .rsplit_once(':')
             .is_none_or(|(_, port)| port.parse::<u16>().is_err())
         {
-            return Err(definition.error(
-                "spec.metadata (host)",
-                format!("expected host:port, got '{host}'"),
-            ));
+            let message = format!("expected host:port, got '{host}'");
+            return Err(definition.field_error("host", message));
         }
-        let topic_prefix = definition
-            .metadata
-            .get("topicPrefix")
-            .cloned()
-            .unwrap_or(defaults.topic_prefix);
+        let topic_prefix = definition.text_or("topicPrefix", defaults.topic_prefix);
         if topic_prefix.contains(['+', '#']) || topic_prefix.starts_with('$') {
-            return Err(definition.error(
-                "spec.metadata (topicPrefix)",
-                format!("'{topic_prefix}' may not hold '+' or '#' nor start with '$'"),
-            ));
+            let message = format!("'{topic_prefix}' may not hold '+' or '#' nor start with '$'");
+            return Err(definition.field_error("topicPrefix", message));
         }
         let session_expiry = definition
             .value::<u32>("sessionExpirySeconds", "seconds")?
             .map(|s| Duration::from_secs(u64::from(s)))
             .unwrap_or(defaults.session_expiry);
         if session_expiry.is_zero() {
-            return Err(definition.error(
-                "spec.metadata (sessionExpirySeconds)",
+            return Err(definition.field_error(
+                "sessionExpirySeconds",
                 "must be at least 1: groups keep their messages in sessions",
             ));
         }
@@ -95,12 +79,9 @@ impl TypedSettings for MqttConfig {
             topic_prefix,
             session_expiry,
             expiry_grace: definition
-                .value::<u64>("expiryGraceMs", "milliseconds")?
-                .map(Duration::from_millis)
+                .millis("expiryGraceMs")?
                 .unwrap_or(defaults.expiry_grace),
-            max_message_bytes: definition
-                .value::<usize>("maxMessageBytes", "a number of bytes")?
-                .unwrap_or(defaults.max_message_bytes),
+            max_message_bytes: definition.max_message_bytes(defaults.max_message_bytes)?,
         })
     }
 
@@ -112,11 +93,7 @@ impl TypedSettings for MqttConfig {
         self.host = endpoint.to_string();
     }
 
-    fn connect(self) -> BoxFuture<'static, Result<Arc<dyn Component>, PubSubError>> {
-        Box::pin(async move {
-            Ok(crate::partitioned::wrap(Arc::new(
-                Mqtt5::connect(self).await?,
-            )))
-        })
+    fn connect(self) -> Connecting {
+        crate::partitioned::connect_wrapped(Mqtt5::connect(self))
     }
 }

@@ -7,7 +7,7 @@ mod settings;
 
 pub use settings::NatsConfig;
 
-use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
+use crate::capability::Capabilities;
 use crate::component::{
     check_message_size, owner_topic, Component, Consumer, ConsumerSpec, StartPosition,
     TopicSelector,
@@ -154,6 +154,19 @@ impl crate::partitioned::PartitionStore for NatsJetStream {
     }
 }
 
+impl NatsConfig {
+    /// What the component declares, decided by its settings alone.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            max_message_bytes: Some(self.max_message_bytes),
+            // The consumer's ack wait.
+            lease: self.ack_wait,
+            redelivers_slow_handlers: true,
+            ..Capabilities::default()
+        }
+    }
+}
+
 #[async_trait]
 impl Component for NatsJetStream {
     fn kind(&self) -> &str {
@@ -161,32 +174,7 @@ impl Component for NatsJetStream {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            bulk_publish: Support::Native,
-            bulk_subscribe: Support::Emulated,
-            ttl: Support::Emulated,
-            dead_letter: Support::Emulated,
-            delayed_delivery: Support::Emulated,
-            receiver_delay: Support::Emulated,
-            ordering: OrderingScope::PerTopic,
-            multi_topic: true,
-            fan_out: true,
-            headers: true,
-            seek: true,
-            partitions: None,
-            delivery: DeliveryGuarantee::AtLeastOnce,
-            max_message_bytes: Some(self.config.max_message_bytes),
-            delivery_bound: Duration::from_secs(5),
-            redelivery_bound: Duration::from_secs(2),
-            delay_precision: Duration::from_millis(300),
-            clock_tolerance: Duration::from_millis(50),
-            durable: true,
-            recovery_bound: Duration::from_secs(10),
-            // The consumer's ack wait.
-            lease: self.config.ack_wait,
-            redelivers_slow_handlers: true,
-            returns_on_close: true,
-        }
+        self.config.capabilities()
     }
 
     async fn broker_version(&self) -> Result<String> {
@@ -313,10 +301,7 @@ fn durable(group: &str, topic: &str) -> String {
 
 impl NatsConsumer {
     fn ensure_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(PubSubError::Closed("consumer was closed".into()));
-        }
-        Ok(())
+        crate::component::ensure_open(&self.closed, || "consumer".into())
     }
 
     async fn covered_topics(&self) -> Result<Vec<String>> {

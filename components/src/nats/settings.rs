@@ -1,12 +1,8 @@
 //! The nats-jetstream component's settings: the YAML metadata it reads, checked without
 //! connecting anywhere, and how they become a component.
 
-use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
-use crate::error::PubSubError;
-use crate::registry::TypedSettings;
-use futures::future::BoxFuture;
-use std::sync::Arc;
+use crate::typed_settings::{Connecting, TypedSettings};
 use std::time::Duration;
 
 use super::NatsJetStream;
@@ -40,43 +36,26 @@ impl TypedSettings for NatsConfig {
     fn from_definition(definition: &ComponentDefinition) -> Result<Self, ConfigError> {
         definition.check_known(&["natsURL", "streamName", "ackWaitMs", "maxMessageBytes"])?;
         let defaults = Self::default();
-        let stream = definition
-            .metadata
-            .get("streamName")
-            .cloned()
-            .unwrap_or(defaults.stream);
+        let stream = definition.text_or("streamName", defaults.stream);
         if stream.is_empty()
             || !stream
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         {
-            return Err(definition.error(
-                "spec.metadata (streamName)",
-                format!("'{stream}' may only hold letters, digits, '_' and '-'"),
-            ));
+            let message = format!("'{stream}' may only hold letters, digits, '_' and '-'");
+            return Err(definition.field_error("streamName", message));
         }
-        let url = definition
-            .metadata
-            .get("natsURL")
-            .cloned()
-            .unwrap_or(defaults.url);
+        let url = definition.text_or("natsURL", defaults.url);
         let url = url.strip_prefix("nats://").unwrap_or(&url).to_string();
         if !url.contains(':') {
-            return Err(definition.error(
-                "spec.metadata (natsURL)",
-                format!("expected host:port, got '{url}'"),
-            ));
+            let message = format!("expected host:port, got '{url}'");
+            return Err(definition.field_error("natsURL", message));
         }
         Ok(Self {
             url,
             stream,
-            ack_wait: definition
-                .value::<u64>("ackWaitMs", "milliseconds")?
-                .map(Duration::from_millis)
-                .unwrap_or(defaults.ack_wait),
-            max_message_bytes: definition
-                .value::<usize>("maxMessageBytes", "a number of bytes")?
-                .unwrap_or(defaults.max_message_bytes),
+            ack_wait: definition.millis("ackWaitMs")?.unwrap_or(defaults.ack_wait),
+            max_message_bytes: definition.max_message_bytes(defaults.max_message_bytes)?,
         })
     }
 
@@ -88,11 +67,7 @@ impl TypedSettings for NatsConfig {
         self.url = endpoint.to_string();
     }
 
-    fn connect(self) -> BoxFuture<'static, Result<Arc<dyn Component>, PubSubError>> {
-        Box::pin(async move {
-            Ok(crate::partitioned::wrap(Arc::new(
-                NatsJetStream::connect(self).await?,
-            )))
-        })
+    fn connect(self) -> Connecting {
+        crate::partitioned::connect_wrapped(NatsJetStream::connect(self))
     }
 }

@@ -3,8 +3,10 @@
 //! acknowledges by deleting its pending rows, and trims what every group is done with.
 
 use super::{Link, PostgresConfig};
-use crate::component::{owner_topic, Consumer, ConsumerSpec, StartPosition, TopicSelector};
-use crate::error::{PubSubError, Result};
+use crate::component::{
+    ensure_open, owner_topic, Consumer, ConsumerSpec, StartPosition, TopicSelector,
+};
+use crate::error::Result;
 use crate::message::{MessageId, Metadata, ReceivedMessage};
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -191,13 +193,7 @@ impl PostgresConsumer {
     }
 
     fn ensure_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(PubSubError::Closed(format!(
-                "consumer {} was closed",
-                self.name
-            )));
-        }
-        Ok(())
+        ensure_open(&self.closed, || format!("consumer {}", self.name))
     }
 
     /// The topics covered now.

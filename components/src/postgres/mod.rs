@@ -12,7 +12,7 @@ mod settings;
 
 pub use settings::PostgresConfig;
 
-use crate::capability::{Capabilities, DeliveryGuarantee, OrderingScope, Support};
+use crate::capability::{Capabilities, Support};
 use crate::component::{check_message_size, Component, Consumer, ConsumerSpec};
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, OutgoingMessage};
@@ -317,13 +317,11 @@ impl crate::partitioned::PartitionStore for Postgres {
 
     async fn incarnation(&self) -> Result<String> {
         // A restart ends the connection; the link opens a new one to the new server.
+        let sql = "SELECT pg_postmaster_start_time()::text";
         let row = self
             .link
-            .get()
-            .await?
-            .query_one("SELECT pg_postmaster_start_time()::text", &[])
-            .await
-            .map_err(db("reading the server's start time"))?;
+            .query_one(sql, &[], "reading the server's start time")
+            .await?;
         Ok(row.get(0))
     }
 
@@ -343,6 +341,23 @@ impl crate::partitioned::PartitionStore for Postgres {
     }
 }
 
+impl PostgresConfig {
+    /// What the component declares, decided by its settings alone. Delays within the
+    /// baseline's precision: an idle member wakes at the next due time it reads from
+    /// the server (or within 50 ms when another member may have released rows).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            delayed_delivery: Support::Native,
+            receiver_delay: Support::Native,
+            max_message_bytes: Some(self.max_message_bytes),
+            // The visibility timeout.
+            lease: self.visibility_timeout,
+            redelivers_slow_handlers: true,
+            ..Capabilities::default()
+        }
+    }
+}
+
 #[async_trait]
 impl Component for Postgres {
     fn kind(&self) -> &str {
@@ -350,44 +365,14 @@ impl Component for Postgres {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            bulk_publish: Support::Native,
-            bulk_subscribe: Support::Emulated,
-            ttl: Support::Emulated,
-            dead_letter: Support::Emulated,
-            delayed_delivery: Support::Native,
-            receiver_delay: Support::Native,
-            ordering: OrderingScope::PerTopic,
-            multi_topic: true,
-            fan_out: true,
-            headers: true,
-            seek: true,
-            partitions: None,
-            delivery: DeliveryGuarantee::AtLeastOnce,
-            max_message_bytes: Some(self.config.max_message_bytes),
-            delivery_bound: Duration::from_secs(5),
-            redelivery_bound: Duration::from_secs(2),
-            // An idle member wakes at the next due time it reads from the server (or
-            // within 50 ms when another member may have released rows).
-            delay_precision: Duration::from_millis(300),
-            clock_tolerance: Duration::from_millis(50),
-            durable: true,
-            recovery_bound: Duration::from_secs(10),
-            // The visibility timeout.
-            lease: self.config.visibility_timeout,
-            redelivers_slow_handlers: true,
-            returns_on_close: true,
-        }
+        self.config.capabilities()
     }
 
     async fn broker_version(&self) -> Result<String> {
         let row = self
             .link
-            .get()
-            .await?
-            .query_one("SHOW server_version", &[])
-            .await
-            .map_err(db("reading the server version"))?;
+            .query_one("SHOW server_version", &[], "reading the server version")
+            .await?;
         Ok(format!("PostgreSQL {}", row.get::<_, String>(0)))
     }
 

@@ -1,12 +1,8 @@
 //! The postgres component's settings: the YAML metadata it reads, checked without
 //! connecting anywhere, and how they become a component.
 
-use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
-use crate::error::PubSubError;
-use crate::registry::TypedSettings;
-use futures::future::BoxFuture;
-use std::sync::Arc;
+use crate::typed_settings::{Connecting, TypedSettings};
 use std::time::Duration;
 
 use super::Postgres;
@@ -86,29 +82,19 @@ impl TypedSettings for PostgresConfig {
             "retentionMs",
         ])?;
         let defaults = Self::default();
-        let table_prefix = definition
-            .metadata
-            .get("tablePrefix")
-            .cloned()
-            .unwrap_or(defaults.table_prefix);
+        let table_prefix = definition.text_or("tablePrefix", defaults.table_prefix);
         if table_prefix.is_empty()
             || !table_prefix
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_')
         {
-            return Err(definition.error(
-                "spec.metadata (tablePrefix)",
-                format!("'{table_prefix}' may only hold letters, digits and '_'"),
-            ));
+            let message = format!("'{table_prefix}' may only hold letters, digits and '_'");
+            return Err(definition.field_error("tablePrefix", message));
         }
-        let connection_string = definition
-            .metadata
-            .get("connectionString")
-            .cloned()
-            .unwrap_or(defaults.connection_string);
+        let connection_string = definition.text_or("connectionString", defaults.connection_string);
         if connection_string.parse::<tokio_postgres::Config>().is_err() {
-            return Err(definition.error(
-                "spec.metadata (connectionString)",
+            return Err(definition.field_error(
+                "connectionString",
                 "is not a valid PostgreSQL connection string",
             ));
         }
@@ -116,16 +102,10 @@ impl TypedSettings for PostgresConfig {
             connection_string,
             table_prefix,
             visibility_timeout: definition
-                .value::<u64>("visibilityTimeoutMs", "milliseconds")?
-                .map(Duration::from_millis)
+                .millis("visibilityTimeoutMs")?
                 .unwrap_or(defaults.visibility_timeout),
-            max_message_bytes: definition
-                .value::<usize>("maxMessageBytes", "a number of bytes")?
-                .unwrap_or(defaults.max_message_bytes),
-            retention: definition
-                .value::<u64>("retentionMs", "milliseconds")?
-                .map(Duration::from_millis)
-                .or(defaults.retention),
+            max_message_bytes: definition.max_message_bytes(defaults.max_message_bytes)?,
+            retention: definition.millis("retentionMs")?.or(defaults.retention),
         })
     }
 
@@ -153,11 +133,7 @@ impl TypedSettings for PostgresConfig {
         }
     }
 
-    fn connect(self) -> BoxFuture<'static, Result<Arc<dyn Component>, PubSubError>> {
-        Box::pin(async move {
-            Ok(crate::partitioned::wrap(Arc::new(
-                Postgres::connect(self).await?,
-            )))
-        })
+    fn connect(self) -> Connecting {
+        crate::partitioned::connect_wrapped(Postgres::connect(self))
     }
 }

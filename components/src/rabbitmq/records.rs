@@ -17,9 +17,10 @@
 //! queues' expiry when one is configured, so a record unused that long goes, as a
 //! group does.
 
+use super::{amqp, confirmed, confirming_channel, declare_durable};
 use crate::component::PartitionUpdate;
 use crate::error::{PubSubError, Result};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
 use std::time::Duration;
@@ -140,14 +141,12 @@ impl CountedRecords {
         record: PartitionUpdate,
     ) -> Result<()> {
         let queues = self.queues(topic)?;
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(amqp("opening a channel for a partition record"))?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(amqp("enabling confirms for a partition record"))?;
+        let channel = confirming_channel(
+            connection,
+            "opening a channel for a partition record",
+            "enabling confirms for a partition record",
+        )
+        .await?;
         // Both queues exist before anything is published to them (the default
         // exchange drops what no queue takes, and still confirms it).
         self.count(connection, &queues.count).await?;
@@ -190,17 +189,13 @@ impl CountedRecords {
                 channel
             }
         };
-        let declared = channel
-            .queue_declare(
-                queue.clone(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                self.arguments(),
-            )
-            .await
-            .map_err(amqp("declaring a partition record queue"))?;
+        let declared = declare_durable(
+            &channel,
+            queue.clone(),
+            self.arguments(),
+            "declaring a partition record queue",
+        )
+        .await?;
         Ok(declared.message_count())
     }
 }
@@ -223,10 +218,7 @@ async fn add(channel: &Channel, queue: &ShortString, n: u64) -> Result<()> {
         );
     }
     for confirm in confirms {
-        let confirmation = confirm
-            .await
-            .map_err(amqp("confirming a partition record"))?;
-        if confirmation.is_nack() {
+        if !confirmed(confirm, "confirming a partition record").await? {
             return Err(PubSubError::broker(
                 "writing a partition record",
                 "the broker refused a record message",
@@ -234,8 +226,4 @@ async fn add(channel: &Channel, queue: &ShortString, n: u64) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn amqp<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> PubSubError + '_ {
-    move |e| PubSubError::broker(context, e)
 }

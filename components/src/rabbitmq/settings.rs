@@ -1,12 +1,8 @@
 //! The rabbitmq component's settings: the YAML metadata it reads, checked without
 //! connecting anywhere, and how they become a component.
 
-use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
-use crate::error::PubSubError;
-use crate::registry::TypedSettings;
-use futures::future::BoxFuture;
-use std::sync::Arc;
+use crate::typed_settings::{Connecting, TypedSettings};
 use std::time::Duration;
 
 use super::RabbitMq;
@@ -76,55 +72,33 @@ impl TypedSettings for RabbitConfig {
             "maxMessageBytes",
         ])?;
         let defaults = Self::default();
-        let uri = definition
-            .metadata
-            .get("connectionString")
-            .cloned()
-            .unwrap_or(defaults.uri);
+        let uri = definition.text_or("connectionString", defaults.uri);
         if !(uri.starts_with("amqp://") || uri.starts_with("amqps://")) {
-            return Err(definition.error(
-                "spec.metadata (connectionString)",
-                format!("expected amqp://user:password@host:port/vhost, got '{uri}'"),
-            ));
+            let message = format!("expected amqp://user:password@host:port/vhost, got '{uri}'");
+            return Err(definition.field_error("connectionString", message));
         }
-        let exchange = definition
-            .metadata
-            .get("exchange")
-            .cloned()
-            .unwrap_or(defaults.exchange);
+        let exchange = definition.text_or("exchange", defaults.exchange);
         if exchange.is_empty()
             || exchange.len() > 100
             || !exchange
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
         {
-            return Err(definition.error(
-                "spec.metadata (exchange)",
-                format!("'{exchange}' must be 1 to 100 letters, digits, '_', '-' or '.'"),
-            ));
+            let message = format!("'{exchange}' must be 1 to 100 letters, digits, '_', '-' or '.'");
+            return Err(definition.field_error("exchange", message));
         }
         let prefetch = definition
             .value::<u16>("prefetch", "a message count up to 65535")?
             .unwrap_or(defaults.prefetch);
         if prefetch == 0 {
-            return Err(definition.error("spec.metadata (prefetch)", "must be at least 1"));
-        }
-        let queue_expiry = definition
-            .value::<u64>("queueExpiryMs", "milliseconds")?
-            .map(Duration::from_millis);
-        if queue_expiry.is_some_and(|e| e < Duration::from_secs(1)) {
-            return Err(
-                definition.error("spec.metadata (queueExpiryMs)", "must be at least 1000 ms")
-            );
+            return Err(definition.field_error("prefetch", "must be at least 1"));
         }
         Ok(Self {
             uri,
             exchange,
             prefetch,
-            queue_expiry,
-            max_message_bytes: definition
-                .value::<usize>("maxMessageBytes", "a number of bytes")?
-                .unwrap_or(defaults.max_message_bytes),
+            queue_expiry: definition.millis_at_least("queueExpiryMs", Duration::from_secs(1))?,
+            max_message_bytes: definition.max_message_bytes(defaults.max_message_bytes)?,
         })
     }
 
@@ -136,11 +110,7 @@ impl TypedSettings for RabbitConfig {
         self.uri = self.with_endpoint(endpoint);
     }
 
-    fn connect(self) -> BoxFuture<'static, Result<Arc<dyn Component>, PubSubError>> {
-        Box::pin(async move {
-            Ok(crate::partitioned::wrap(Arc::new(
-                RabbitMq::connect(self).await?,
-            )))
-        })
+    fn connect(self) -> Connecting {
+        crate::partitioned::connect_wrapped(RabbitMq::connect(self))
     }
 }

@@ -1,12 +1,8 @@
 //! The redis-streams component's settings: the YAML metadata it reads, checked without
 //! connecting anywhere, and how they become a component.
 
-use crate::component::Component;
 use crate::config::{ComponentDefinition, ConfigError};
-use crate::error::PubSubError;
-use crate::registry::TypedSettings;
-use futures::future::BoxFuture;
-use std::sync::Arc;
+use crate::typed_settings::{Connecting, TypedSettings};
 use std::time::Duration;
 
 use super::RedisStreams;
@@ -40,35 +36,19 @@ impl TypedSettings for RedisConfig {
     fn from_definition(definition: &ComponentDefinition) -> Result<Self, ConfigError> {
         definition.check_known(&["redisHost", "keyPrefix", "claimIdleMs", "maxMessageBytes"])?;
         let defaults = Self::default();
-        let host = definition
-            .metadata
-            .get("redisHost")
-            .cloned()
-            .unwrap_or(defaults.host);
+        let host = definition.text_or("redisHost", defaults.host);
         if !host.contains(':') {
-            return Err(definition.error(
-                "spec.metadata (redisHost)",
-                format!("expected host:port, got '{host}'"),
-            ));
+            let message = format!("expected host:port, got '{host}'");
+            return Err(definition.field_error("redisHost", message));
         }
         let claim_idle = definition
-            .value::<u64>("claimIdleMs", "milliseconds")?
-            .map(Duration::from_millis)
+            .millis_at_least("claimIdleMs", Duration::from_millis(100))?
             .unwrap_or(defaults.claim_idle);
-        if claim_idle < Duration::from_millis(100) {
-            return Err(definition.error("spec.metadata (claimIdleMs)", "must be at least 100 ms"));
-        }
         Ok(Self {
             host,
-            key_prefix: definition
-                .metadata
-                .get("keyPrefix")
-                .cloned()
-                .unwrap_or(defaults.key_prefix),
+            key_prefix: definition.text_or("keyPrefix", defaults.key_prefix),
             claim_idle,
-            max_message_bytes: definition
-                .value::<usize>("maxMessageBytes", "a number of bytes")?
-                .unwrap_or(defaults.max_message_bytes),
+            max_message_bytes: definition.max_message_bytes(defaults.max_message_bytes)?,
         })
     }
 
@@ -80,11 +60,7 @@ impl TypedSettings for RedisConfig {
         self.host = endpoint.to_string();
     }
 
-    fn connect(self) -> BoxFuture<'static, Result<Arc<dyn Component>, PubSubError>> {
-        Box::pin(async move {
-            Ok(crate::partitioned::wrap(Arc::new(
-                RedisStreams::connect(self).await?,
-            )))
-        })
+    fn connect(self) -> Connecting {
+        crate::partitioned::connect_wrapped(RedisStreams::connect(self))
     }
 }

@@ -14,9 +14,8 @@ use pubsub_components::component::check_message_size;
 use pubsub_components::config::{ComponentDefinition, ConfigError};
 use pubsub_components::registry::{self, ExternalType};
 use pubsub_components::{
-    Capabilities, Component, Consumer, ConsumerSpec, DeliveryGuarantee, MessageId, Metadata,
-    OrderingScope, OutgoingMessage, PubSubError, ReceivedMessage, Result, StartPosition, Support,
-    TopicSelector,
+    Capabilities, Component, Consumer, ConsumerSpec, MessageId, Metadata, OutgoingMessage,
+    PubSubError, ReceivedMessage, Result, StartPosition, Support, TopicSelector,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -148,20 +147,11 @@ impl Component for OwnQueue {
     }
 
     fn capabilities(&self) -> Capabilities {
+        // Only what differs from the baseline most brokers share.
         Capabilities {
             bulk_publish: Support::Emulated,
-            bulk_subscribe: Support::Emulated,
-            ttl: Support::Emulated,
-            dead_letter: Support::Emulated,
-            delayed_delivery: Support::Emulated,
-            receiver_delay: Support::Emulated,
-            ordering: OrderingScope::PerTopic,
             multi_topic: false,
-            fan_out: true,
-            headers: true,
             seek: false,
-            partitions: None,
-            delivery: DeliveryGuarantee::AtLeastOnce,
             max_message_bytes: Some(self.max_message_bytes),
             delivery_bound: Duration::from_secs(1),
             redelivery_bound: Duration::from_secs(1),
@@ -170,10 +160,8 @@ impl Component for OwnQueue {
             // In process: nothing outlives it.
             durable: false,
             recovery_bound: Duration::from_secs(2),
-            // A closed consumer returns what it held at once.
-            lease: Duration::ZERO,
-            redelivers_slow_handlers: false,
-            returns_on_close: true,
+            // No lease: a closed consumer returns what it held at once.
+            ..Capabilities::default()
         }
     }
 

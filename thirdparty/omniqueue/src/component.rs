@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use omniqueue::{Delivery, DynConsumer};
 use pubsub_components::component::{random_position, stable_hash, TopicSelector};
 use pubsub_components::{
-    Capabilities, Component, Consumer, ConsumerSpec, DeliveryGuarantee, MessageId, Metadata,
-    OrderingScope, OutgoingMessage, PubSubError, ReceivedMessage, Result, Support,
+    Capabilities, Component, Consumer, ConsumerSpec, MessageId, Metadata, OutgoingMessage,
+    PubSubError, ReceivedMessage, Result, Support,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -128,29 +128,21 @@ impl Component for OmniqueueComponent {
             bulk_publish: Support::Emulated,
             // receive_all(max, deadline) is omniqueue's batch receive.
             bulk_subscribe: Support::Native,
-            ttl: Support::Emulated,
-            dead_letter: Support::Emulated,
             delayed_delivery: delayed,
-            receiver_delay: Support::Emulated,
-            ordering: OrderingScope::PerTopic,
             multi_topic: false,
             fan_out,
             headers: false,
             seek: false,
-            partitions: None,
-            delivery: DeliveryGuarantee::AtLeastOnce,
-            max_message_bytes: None,
             delivery_bound: Duration::from_secs(1),
             redelivery_bound: Duration::from_secs(1),
             delay_precision: Duration::from_secs(1),
-            clock_tolerance: Duration::from_millis(50),
             durable,
-            recovery_bound: Duration::from_secs(10),
             lease,
             redelivers_slow_handlers: slow,
             // omniqueue's Redis consumer cannot hand back what it read: another
             // member reclaims it once ack_deadline_ms (the lease) has passed.
             returns_on_close: !matches!(self.backend, Backend::Redis(_)),
+            ..Capabilities::default()
         }
     }
 
