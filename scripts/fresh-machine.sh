@@ -8,6 +8,8 @@
 # component NOT PROVISIONED with a hint naming the script to run.
 #
 # Usage: scripts/fresh-machine.sh [--rebuild]
+# PCS_FRESH_CPU_SHARES gives the container a CPU weight (docker's --cpu-shares, 1024 by
+# default): CI runs this beside the tests with a low one, so the tests keep the CPU.
 # Needs a Docker engine and debootstrap (scripts/install.sh); the image
 # pcs/fresh:<suite> is built once by scripts/images.sh (about a minute) and kept.
 set -euo pipefail
@@ -29,7 +31,7 @@ volume="pcs-fresh-$$"
 docker volume create "$volume" >/dev/null
 trap 'docker volume rm -f "$volume" >/dev/null' EXIT
 run() {
-    docker run --rm "$@"
+    docker run --rm ${PCS_FRESH_CPU_SHARES:+--cpu-shares "$PCS_FRESH_CPU_SHARES"} "$@"
 }
 common=(-v "$toolchain:/opt/rust:ro" -v "$volume:/fresh" -e PATH=/opt/rust/bin:/usr/sbin:/usr/bin:/sbin:/bin
     -e CARGO_HOME=/fresh/cargo-home -w /fresh/suite)
@@ -41,10 +43,13 @@ run --network host -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certi
     -v "$repo:/src:ro" "${common[@]}" -w /fresh "$image" sh -c \
     'git clone -q /src /fresh/suite && cd /fresh/suite && cargo build --release --locked'
 
+echo "fresh-machine.sh: cloned and built in $SECONDS s"
 echo "fresh-machine.sh: the README's certify command, with no network and no brokers"
+started=$SECONDS
 status=0
 output="$(run --network none "${common[@]}" "$image" cargo run --release --locked -q -- certify 2>&1)" || status=$?
 printf '%s\n' "$output"
+echo "fresh-machine.sh: certify took $((SECONDS - started)) s; $SECONDS s in all"
 fail() { echo "fresh-machine.sh: FAILED: $1" >&2; exit 1; }
 [ "$status" = 0 ] || fail "certify exited with $status, not 0"
 # The summary table's memory row: some cases pass, none fails (columns: pass fail ...).

@@ -235,6 +235,7 @@ pub fn external(type_name: &str) -> Option<ExternalType> {
 }
 
 /// The row of a type: compiled in, or registered (copied out of the lock).
+#[derive(Clone, Copy)]
 enum Row {
     BuiltIn(&'static dyn ComponentType),
     External(ExternalType),
@@ -342,6 +343,74 @@ pub async fn build(
         .await
 }
 
+/// A definition whose type was looked up once: what a caller keeps to build the
+/// component again (behind a proxy, after a fault), name its broker and its crate,
+/// without looking the type up by name each time.
+#[derive(Clone)]
+pub struct Resolved {
+    definition: Arc<ComponentDefinition>,
+    row: Row,
+}
+
+impl std::fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolved")
+            .field("name", &self.definition.name)
+            .field("type", &self.row.name())
+            .finish()
+    }
+}
+
+impl Resolved {
+    /// The definition.
+    pub fn definition(&self) -> &ComponentDefinition {
+        &self.definition
+    }
+
+    /// The same component under another name (a row of it over another path).
+    pub fn renamed(&self, name: String) -> Resolved {
+        let mut definition = (*self.definition).clone();
+        definition.name = name;
+        Resolved {
+            definition: Arc::new(definition),
+            row: self.row,
+        }
+    }
+
+    /// The built-in type whose broker serves it (`in-memory` in process); see
+    /// [`broker_type`].
+    pub fn broker_type(&self) -> &'static str {
+        self.row.broker_of().unwrap_or("in-memory")
+    }
+
+    /// The published crate a registered type adapts (`None` for built-in types).
+    pub fn third_party(&self) -> Option<&'static str> {
+        self.row.adapts()
+    }
+
+    /// Builds the component; `endpoint` (`host:port`) replaces the definition's
+    /// broker address when given.
+    pub fn build(
+        &self,
+        endpoint: Option<&str>,
+    ) -> BoxFuture<'static, Result<Arc<dyn Component>, BuildError>> {
+        self.row
+            .build((*self.definition).clone(), endpoint.map(str::to_string))
+    }
+}
+
+/// Looks a definition's type up once; an unknown or compiled-out type is the error
+/// [`validate`] gives.
+pub fn resolve(definition: &ComponentDefinition) -> Result<Resolved, ConfigError> {
+    match row(&definition.component_type) {
+        Some(row) => Ok(Resolved {
+            definition: Arc::new(definition.clone()),
+            row,
+        }),
+        None => Err(unknown_type(definition)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,6 +464,10 @@ mod tests {
         );
         assert_eq!(validate(&good).unwrap().endpoint, Some("h:1".to_string()));
         assert!(build(&good, Some("h:2")).await.is_ok());
+        let resolved = resolve(&good).unwrap();
+        assert_eq!(resolved.broker_type(), "redis-streams");
+        assert_eq!(resolved.third_party(), Some("somequeue 1.2.3"));
+        assert!(resolved.build(Some("h:2")).await.is_ok());
         assert!(is_known("test-somequeue"));
         assert_eq!(broker_type("test-somequeue"), "redis-streams");
         assert_eq!(broker_type("postgres"), "postgres");

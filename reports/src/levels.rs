@@ -37,7 +37,7 @@ impl CertificationLevel {
     }
 }
 
-/// What each level proves, for the reports' legend and the README.
+/// What each level proves, for the reports' legend and docs/faults-and-levels.md.
 pub const LEVEL_LEGEND: [(&str, &str); 5] = [
     ("Conformant", "every core case passed"),
     (

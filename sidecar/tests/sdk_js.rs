@@ -161,7 +161,7 @@ async fn the_sdk_client_publishes_single_events_as_documented() {
     // body, so the subscriber gets "" where the app published 0.
     assert_eq!(
         events[2].data, b"",
-        "the SDK now publishes 0 itself: its finding is fixed, update this test and the README"
+        "the SDK now publishes 0 itself: its finding is fixed, update this test and docs/sdks.md"
     );
     sidecar.stop().await;
 }
@@ -203,7 +203,7 @@ async fn the_sdk_client_publishes_in_bulk_and_reads_failed_entries() {
     assert_eq!(
         failed,
         Vec::<&str>::new(),
-        "the SDK now reports the failed entry: its finding is fixed, update this test and the README"
+        "the SDK now reports the failed entry: its finding is fixed, update this test and docs/sdks.md"
     );
     sidecar.stop().await;
 }
@@ -406,7 +406,7 @@ async fn the_sdk_server_findings_hold() {
     assert_eq!(
         throws.len(),
         1,
-        "the SDK now retries a message whose handler threw: its finding is fixed, update this test and the README: {throws:?}"
+        "the SDK now retries a message whose handler threw: its finding is fixed, update this test and docs/sdks.md: {throws:?}"
     );
     // Finding (sdk/js/repro/falsy-data.mjs): an event whose data is falsy (0, "",
     // false) reaches the handler as the whole CloudEvent: the SDK tests `if
@@ -415,7 +415,7 @@ async fn the_sdk_server_findings_hold() {
     assert_eq!(
         falsy[0]["data"]["data"],
         json!(0),
-        "the SDK now hands the data 0 itself: its finding is fixed, update this test and the README: {falsy:?}"
+        "the SDK now hands the data 0 itself: its finding is fixed, update this test and docs/sdks.md: {falsy:?}"
     );
     sidecar.stop().await;
     let _ = app.child.kill().await;
@@ -452,7 +452,7 @@ async fn run_repro(program: &str, dapr_port: u16) -> (Option<i32>, String) {
 /// with the SDK findings and the expected failures of `certify --js-sdk`), still
 /// shows its defect: it exits 1. One that
 /// exits 0 means the SDK was fixed there: its finding, its expected failure and the
-/// README's table are to be updated. (The app-side ones, handler-throws.mjs and
+/// table in docs/sdks.md are to be updated. (The app-side ones, handler-throws.mjs and
 /// falsy-data.mjs, are asserted by `the_sdk_server_findings_hold`.)
 #[tokio::test]
 async fn every_sdk_client_reproduction_still_shows_its_finding() {

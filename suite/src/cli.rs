@@ -192,7 +192,7 @@ enum Command {
     /// --app-port, the app's subscriptions (GET /dapr/subscribe) delivered to it.
     /// Each component is built from its YAML as given (its broker must be running).
     #[cfg(feature = "sidecar")]
-    Serve(crate::serve::ServeCommand),
+    Serve(crate::serve_command::ServeCommand),
     /// List the catalogue: id, level, capability and MUST statement.
     List {
         #[arg(long, value_enum, default_value_t = ListFormat::Text)]
@@ -289,7 +289,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "sidecar")]
         Command::Serve(command) => {
             let tokio = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-            tokio.block_on(crate::serve::serve(command))?;
+            tokio.block_on(crate::serve_command::serve(command))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { report_dir, case } => {

@@ -30,7 +30,7 @@ pub mod row_paths;
 pub mod row_runtime;
 pub mod runner;
 #[cfg(feature = "sidecar")]
-pub mod serve;
+pub mod serve_command;
 pub mod spans;
 #[cfg(feature = "sidecar")]
 pub mod through_serve;

@@ -3,6 +3,7 @@
 //! becomes one.
 
 use pubsub_components::config::ComponentDefinition;
+use pubsub_components::registry::Resolved;
 use pubsub_components::runtime::Runtime;
 use pubsub_components::Component;
 use std::sync::Arc;
@@ -64,6 +65,15 @@ pub type ComponentFactory = Arc<
         + Send
         + Sync,
 >;
+
+/// The factory that builds a resolved component against an endpoint.
+pub fn factory_for(component: &Resolved) -> ComponentFactory {
+    let component = component.clone();
+    Arc::new(move |endpoint: String| {
+        let build = component.build(Some(&endpoint));
+        Box::pin(async move { build.await.map_err(|e| e.to_string()) })
+    })
+}
 
 /// The factory that builds `definition`'s component against an endpoint.
 pub fn factory_of(definition: &ComponentDefinition) -> ComponentFactory {

@@ -7,11 +7,12 @@ use crate::outcome::{CaseError, CaseRun, Outcome};
 use crate::provision::{Broker, HealthWatch};
 use crate::replay::{self, AttemptHeader, SavedAttempt, Verdict};
 use crate::row_runtime::{
-    factory_of, runtime_through, ComponentFactory, RowRuntime, RuntimeWrapper,
+    factory_for, factory_of, runtime_through, ComponentFactory, RowRuntime, RuntimeWrapper,
 };
 use crate::spans::LogCapture;
 use futures::FutureExt;
 use pubsub_components::config::ComponentDefinition;
+use pubsub_components::registry::Resolved;
 use pubsub_components::runtime::{
     BulkPublishEntry, BulkPublishRequest, PublishRequest, Runtime, Subscription,
 };
@@ -99,6 +100,16 @@ impl CaseEnvironment {
             broker,
             definition: Some(Arc::new(definition.clone())),
             connect: Some(factory_of(definition)),
+            wrap: None,
+        }
+    }
+
+    /// The environment of a resolved component on a provisioned broker.
+    pub fn of_component(broker: Option<Arc<dyn Broker>>, component: &Resolved) -> Self {
+        CaseEnvironment {
+            broker,
+            definition: Some(Arc::new(component.definition().clone())),
+            connect: Some(factory_for(component)),
             wrap: None,
         }
     }
