@@ -43,6 +43,12 @@ pub struct Findings {
     pub delivered: usize,
 }
 
+/// `head` (given how many there are) and the first few of `items`; `None` when there
+/// are none.
+fn finding(items: &[String], head: impl FnOnce(usize) -> String) -> Option<String> {
+    (!items.is_empty()).then(|| format!("{}: {}", head(items.len()), examples(items)))
+}
+
 /// The first few of `items`, and how many more there are.
 pub fn examples(items: &[String]) -> String {
     let shown: Vec<&str> = items.iter().take(EXAMPLES).map(String::as_str).collect();
@@ -75,26 +81,20 @@ impl Findings {
                 outcome.fail(text);
             }
         }
-        if !self.stripped.is_empty() {
-            outcome.fail(format!(
-                "delivered without its metadata: {} deliveries recognised by their payload carried no key: {}",
-                self.stripped.len(),
-                examples(&self.stripped)
-            ));
+        if let Some(text) = finding(&self.stripped, |n| {
+            format!("delivered without its metadata: {n} deliveries recognised by their payload carried no key")
+        }) {
+            outcome.fail(text);
         }
-        if !self.swapped.is_empty() {
-            outcome.fail(format!(
-                "carries another message's metadata: {} deliveries: {}",
-                self.swapped.len(),
-                examples(&self.swapped)
-            ));
+        if let Some(text) = finding(&self.swapped, |n| {
+            format!("carries another message's metadata: {n} deliveries")
+        }) {
+            outcome.fail(text);
         }
-        if !self.unexpected.is_empty() {
-            outcome.fail(format!(
-                "unexpected: {} deliveries of messages never published: {}",
-                self.unexpected.len(),
-                examples(&self.unexpected)
-            ));
+        if let Some(text) = finding(&self.unexpected, |n| {
+            format!("unexpected: {n} deliveries of messages never published")
+        }) {
+            outcome.fail(text);
         }
         if !self.redelivered_after_ack.is_empty() {
             let text = format!(
@@ -112,12 +112,12 @@ impl Findings {
                 outcome.warn(format!("{text} (allowed under faults for at-least-once)"));
             }
         }
-        if !self.shared_event_ids.is_empty() {
-            outcome.fail(format!(
-                "envelope ids not unique: {} CloudEvent ids were carried by different messages: {}",
-                self.shared_event_ids.len(),
-                examples(&self.shared_event_ids)
-            ));
+        if let Some(text) = finding(&self.shared_event_ids, |n| {
+            format!(
+                "envelope ids not unique: {n} CloudEvent ids were carried by different messages"
+            )
+        }) {
+            outcome.fail(text);
         }
         if !self.duplicated.is_empty() {
             let listed: Vec<String> = self
@@ -144,12 +144,10 @@ impl Findings {
                 examples(&self.reordered)
             ));
         }
-        if !self.early.is_empty() {
-            outcome.fail(format!(
-                "early: {} messages delivered before their due time: {}",
-                self.early.len(),
-                examples(&self.early)
-            ));
+        if let Some(text) = finding(&self.early, |n| {
+            format!("early: {n} messages delivered before their due time")
+        }) {
+            outcome.fail(text);
         }
         if !self.late.is_empty() {
             let beyond = if self.allowance.is_zero() {
@@ -619,30 +617,16 @@ mod tests {
 
     #[test]
     fn envelope_ids_shared_by_two_messages_fail() {
-        let with_id = |key: &str, event_id: &str| match delivered(key, 0) {
-            Record::Delivered {
-                key,
-                topic,
-                id,
-                at,
-                attempt,
-                batch,
-                subscriber,
-                group,
-                ..
-            } => Record::Delivered {
-                key,
-                topic,
-                id,
-                at,
-                attempt,
-                batch,
-                subscriber,
-                group,
-                event_id: Some(event_id.into()),
-                payload: None,
-            },
-            other => other,
+        let with_id = |key: &str, id: &str| {
+            let mut record = delivered(key, 0);
+            if let Record::Delivered {
+                event_id, payload, ..
+            } = &mut record
+            {
+                *event_id = Some(id.into());
+                *payload = None;
+            }
+            record
         };
         let history = History {
             records: vec![

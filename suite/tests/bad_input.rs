@@ -2,7 +2,7 @@
 //! request metadata, bulk requests, payloads, acknowledgements and subscriptions.
 //! Every refusal names the file, field or value and what was expected, and leaves
 //! nothing half-done (nothing published, nothing acknowledged). The command line's
-//! bad options, globs and report files are in `cli.rs`.
+//! bad options, globs and report files are in `cli/bad_input.rs`.
 
 use pubsub_conformance::components::component::{ConsumerSpec, TopicSelector};
 use pubsub_conformance::components::config::ComponentDefinition;
@@ -11,7 +11,9 @@ use pubsub_conformance::components::runtime::{
     BulkHandler, BulkPublishEntry, BulkPublishRequest, BulkSubscribeOptions, EntryStatus, Handler,
     MessageHandler, PublishRequest, Runtime, Status, Subscription,
 };
-use pubsub_conformance::components::{registry, Component, ErrorKind, MessageId, Metadata};
+use pubsub_conformance::components::{
+    registry, Component, Consumer, ErrorKind, MessageId, Metadata,
+};
 use pubsub_conformance::expectations::Expectations;
 use rstest::rstest;
 use std::path::Path;
@@ -115,15 +117,20 @@ fn memory() -> Arc<MemoryComponent> {
     }))
 }
 
-/// How many messages `topic` holds now, read by a fresh group from the start.
-async fn published(component: &Arc<MemoryComponent>, topic: &str) -> usize {
-    let consumer = component
+/// A new member of `group` on `topic`.
+async fn member(component: &MemoryComponent, topic: &str, group: &str) -> Box<dyn Consumer> {
+    component
         .consumer(ConsumerSpec::new(
             TopicSelector::Single(topic.into()),
-            "bad-input-count",
+            group,
         ))
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// How many messages `topic` holds now, read by a fresh group from the start.
+async fn published(component: &Arc<MemoryComponent>, topic: &str) -> usize {
+    let consumer = member(component, topic, "bad-input-count").await;
     let got = consumer
         .receive(100, Duration::from_millis(50))
         .await
@@ -292,13 +299,7 @@ async fn a_foreign_ack_is_refused_naming_the_id() {
         .publish(PublishRequest::new("bad-ack", b"1".to_vec()))
         .await
         .unwrap();
-    let consumer = component
-        .consumer(ConsumerSpec::new(
-            TopicSelector::Single("bad-ack".into()),
-            "bad-ack-group",
-        ))
-        .await
-        .unwrap();
+    let consumer = member(&component, "bad-ack", "bad-ack-group").await;
     let held = consumer
         .receive(10, Duration::from_millis(200))
         .await
@@ -322,13 +323,7 @@ async fn a_foreign_ack_is_refused_naming_the_id() {
     assert!(error.to_string().contains("another-topic"), "{error}");
     // The refused ack_many acknowledged nothing: the message comes back to the group.
     consumer.close().await.unwrap();
-    let again = component
-        .consumer(ConsumerSpec::new(
-            TopicSelector::Single("bad-ack".into()),
-            "bad-ack-group",
-        ))
-        .await
-        .unwrap();
+    let again = member(&component, "bad-ack", "bad-ack-group").await;
     let back = again.receive(10, Duration::from_secs(2)).await.unwrap();
     assert_eq!(back.len(), 1, "the held message was not acknowledged");
 }

@@ -2,10 +2,11 @@
 //! works, a FAIL cell's evidence opens. Keeps a screenshot in reports/artifacts/.
 
 #[allow(dead_code)]
-#[path = "faulty/faults.rs"]
-mod faults;
+mod faulty {
+    pub mod defects;
+}
 
-use faults::{Fault, Faulty};
+use faulty::defects::{Defect, Faulty};
 use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
 use headless_chrome::{Browser, LaunchOptions};
 use pubsub_conformance::catalogue::find;
@@ -84,7 +85,7 @@ async fn the_report_renders_filters_and_opens_evidence() {
     let memory = component_report("memory", Arc::new(MemoryComponent::default())).await;
     let faulty = component_report(
         "faulty-drops",
-        Faulty::shared(MemoryComponent::default(), Fault::Drops),
+        Faulty::shared(MemoryComponent::default(), Defect::Drops),
     )
     .await;
     assert!(

@@ -3,12 +3,12 @@
 //! in-memory component passes the same cases.
 
 mod faulty {
-    pub mod faults;
+    pub mod defects;
     pub mod recovery;
     pub mod sidecar;
 }
 
-use faulty::faults::{Fault, Faulty};
+use faulty::defects::{Defect, Faulty};
 use faulty::recovery::{Breaks, Broken};
 use faulty::sidecar::{FaultySidecars, SidecarFault};
 use pubsub_conformance::catalogue::find;
@@ -18,10 +18,13 @@ use pubsub_conformance::components::runtime::Runtime;
 use pubsub_conformance::components::Component;
 use pubsub_conformance::harness::describe;
 use pubsub_conformance::provision::{self, ProvisionKind};
-use pubsub_conformance::reports::Status;
+use pubsub_conformance::replay::{self, SavedAttempt};
+use pubsub_conformance::reports::{CaseResult, Status};
 use pubsub_conformance::row_runtime::{factory_of, ComponentFactory};
-use pubsub_conformance::runner::{run_case, run_case_in, CaseEnvironment, RunOptions};
+use pubsub_conformance::runner::{run_case, run_case_in, CaseEnvironment, RunOptions, SaveTo};
+use pubsub_sidecar::SidecarTarget;
 use rstest::rstest;
+use std::path::Path;
 use std::sync::Arc;
 
 fn memory() -> MemoryComponent {
@@ -37,84 +40,106 @@ const NO_RETRY: RunOptions = RunOptions {
     save: None,
 };
 
+/// Whether one of `lines` (a cell's findings or notes) contains `text`.
+fn mention(lines: &[String], text: &str) -> bool {
+    lines.iter().any(|line| line.contains(text))
+}
+
+/// Asserts that `result` is a FAIL with a finding that mentions `finding` (as written):
+/// what `broken` (a defect, or a way of breaking) must make of its case.
+fn assert_fails_saying(result: &CaseResult, broken: &dyn std::fmt::Debug, finding: &str) {
+    let id = &result.id;
+    assert_eq!(
+        result.status,
+        Status::Fail,
+        "{broken:?} must fail {id}:\n{}",
+        describe(result)
+    );
+    assert!(
+        mention(&result.evidence.findings, finding),
+        "{broken:?} failed {id}, but no finding mentions '{finding}':\n{}",
+        describe(result)
+    );
+}
+
 #[rstest]
-#[case::drops(Fault::Drops, &["publish.delivery", "certification.concurrent-publishers"], "lost")]
-#[case::duplicates(Fault::Duplicates, &["publish.delivery"], "duplicated")]
-#[case::reorders(Fault::Reorders, &["ordering.declared-scope", "ordering.after-retry", "bulk-publish.keep-order"], "reordered")]
-#[case::delivers_early(Fault::DeliversEarly, &["delay.deliver-after", "delay.deliver-at", "delay.receiver-delay"], "early")]
-#[case::ignores_ttl(Fault::IgnoresTtl, &["ttl.expired-not-delivered", "ttl.expired-dead-lettered", "bulk-subscribe.expired-entries"], "after its 1 s TTL")]
-#[case::never_dead_letters(Fault::NeverDeadLetters, &["dead-letter.max-deliveries", "dead-letter.drop", "bulk-subscribe.exhausted-dead-lettered"], "never reached the dead-letter topic")]
-#[case::retries_forever(Fault::NeverDeadLetters, &["retry.exhausted-without-dead-letter"], "maxDeliveries is 3")]
-#[case::lies_in_bulk_statuses(Fault::LiesInBulkStatuses, &["bulk-publish.partial-failure", "bulk-publish.status-mapping"], "lost")]
-#[case::overfills_batches(Fault::OverfillsBatches, &["bulk-subscribe.max-messages"], "exceeds maxMessagesCount")]
-#[case::counts_put_back_entries(Fault::CountsPutBackEntries, &["bulk-subscribe.max-messages"], "first delivered as a later attempt, never delivered before")]
-#[case::holds_partial_batches(Fault::HoldsPartialBatches, &["bulk-subscribe.max-await"], "maxAwaitDurationMs")]
-#[case::loses_owner_topic(Fault::LosesOwnerTopic, &["multi-topic.owner-topic", "message-id.round-trip"], "owner")]
-#[case::seeks_everything(Fault::SeeksEverything, &["multi-topic.seek"], "repositioned")]
-#[case::acks_every_topic(Fault::AcksEveryTopic, &["multi-topic.ack-owner"], "redelivered")]
-#[case::accepts_foreign_acks(Fault::AcceptsForeignAcks, &["multi-topic.ack-refused"], "was accepted")]
-#[case::duplicates_last_ids(Fault::DuplicatesLastIds, &["multi-topic.last-message-ids"], "duplicate owner topics")]
-#[case::ignores_partition_updates(Fault::IgnoresPartitionUpdates, &["partitions.watch"], "final count 5")]
-#[case::ignores_partition_updates_usage(Fault::IgnoresPartitionUpdates, &["partitions.update-seen"], "new partitions")]
-#[case::reorders_non_ascii_keys(Fault::ReordersNonAsciiKeys, &["ordering.key-space"], "reordered")]
-#[case::misroutes_keys(Fault::MisroutesKeys, &["partitions.key-routing"], "landed on partitions")]
-#[case::drops_trace_context(Fault::DropsTraceContext, &["tracing.per-entry", "tracing.bulk-parent"], "traceparent")]
-#[case::no_redelivery(Fault::NoRedelivery, &["retry.redelivery", "bulk-subscribe.statuses", "bulk-subscribe.handler-error"], "not redelivered")]
-#[case::loses_unacked_on_leave(Fault::LosesUnackedOnLeave, &["certification.consumer-leaves"], "lost")]
-#[case::strips_envelope(Fault::StripsEnvelope, &["envelope.cloudevents"], "without a CloudEvent envelope")]
-#[case::strips_envelope_fidelity(Fault::StripsEnvelope, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
-#[case::strips_raw_marker(Fault::StripsRawMarker, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
-#[case::truncates_large_payloads(Fault::TruncatesLargePayloads, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
-#[case::truncates_at_maximum(Fault::TruncatesAtMaximum, &["publish.size-boundary"], "a payload of exactly the maximum (65536 bytes) was delivered with 65535 bytes")]
-#[case::refuses_exact_maximum(Fault::RefusesExactMaximum, &["publish.size-boundary"], "of exactly the maximum (65536 bytes) was refused")]
-#[case::loses_empty_values_after_wait(Fault::LosesEmptyValuesAfterWait, &["publish.fidelity-after-wait"], "after 3 s in the broker: single-empty-ce: metadata not delivered as published: \"app-empty\" missing")]
-#[case::ignores_groups(Fault::IgnoresGroups, &["subscribe.competing-consumers"], "more than one member")]
-#[case::merges_groups(Fault::MergesGroups, &["subscribe.fan-out"], "missed")]
-#[case::forgets_created_groups(Fault::ForgetsCreatedGroups, &["ordering.declared-scope", "certification.consumer-leaves", "retry.redelivery"], "lost")]
-#[case::halves_ttl(Fault::HalvesTtl, &["ttl.live-late-in-life"], "lost inside their TTL")]
-#[case::ignores_retry_delay(Fault::IgnoresRetryDelay, &["retry.delay"], "before its retry delay")]
-#[case::leaks_retries_to_other_groups(Fault::LeaksRetriesToOtherGroups, &["retry.delay", "subscribe.group-isolation"], "group isolation broken")]
-#[case::strands_dropped_receives(Fault::StrandsDroppedReceives, &["subscribe.cancelled-receive"], "lost after a dropped receive")]
-#[case::folds_colons(Fault::FoldsColons, &["topics.distinct-names"], "topic names folded")]
-#[case::folds_metadata_key_case(Fault::FoldsMetadataKeyCase, &["publish.fidelity", "bulk-publish.fidelity"], "metadata not delivered as published: \"app-Case\" missing")]
+#[case::drops(Defect::Drops, &["publish.delivery", "certification.concurrent-publishers"], "lost")]
+#[case::duplicates(Defect::Duplicates, &["publish.delivery"], "duplicated")]
+#[case::reorders(Defect::Reorders, &["ordering.declared-scope", "ordering.after-retry", "bulk-publish.keep-order"], "reordered")]
+#[case::delivers_early(Defect::DeliversEarly, &["delay.deliver-after", "delay.deliver-at", "delay.receiver-delay"], "early")]
+#[case::ignores_ttl(Defect::IgnoresTtl, &["ttl.expired-not-delivered", "ttl.expired-dead-lettered", "bulk-subscribe.expired-entries"], "after its 1 s TTL")]
+#[case::never_dead_letters(Defect::NeverDeadLetters, &["dead-letter.max-deliveries", "dead-letter.drop", "bulk-subscribe.exhausted-dead-lettered"], "never reached the dead-letter topic")]
+#[case::retries_forever(Defect::NeverDeadLetters, &["retry.exhausted-without-dead-letter"], "maxDeliveries is 3")]
+#[case::lies_in_bulk_statuses(Defect::LiesInBulkStatuses, &["bulk-publish.partial-failure", "bulk-publish.status-mapping"], "lost")]
+#[case::overfills_batches(Defect::OverfillsBatches, &["bulk-subscribe.max-messages"], "exceeds maxMessagesCount")]
+#[case::counts_put_back_entries(Defect::CountsPutBackEntries, &["bulk-subscribe.max-messages"], "first delivered as a later attempt, never delivered before")]
+#[case::holds_partial_batches(Defect::HoldsPartialBatches, &["bulk-subscribe.max-await"], "maxAwaitDurationMs")]
+#[case::loses_owner_topic(Defect::LosesOwnerTopic, &["multi-topic.owner-topic", "message-id.round-trip"], "owner")]
+#[case::seeks_everything(Defect::SeeksEverything, &["multi-topic.seek"], "repositioned")]
+#[case::acks_every_topic(Defect::AcksEveryTopic, &["multi-topic.ack-owner"], "redelivered")]
+#[case::accepts_foreign_acks(Defect::AcceptsForeignAcks, &["multi-topic.ack-refused"], "was accepted")]
+#[case::duplicates_last_ids(Defect::DuplicatesLastIds, &["multi-topic.last-message-ids"], "duplicate owner topics")]
+#[case::ignores_partition_updates(Defect::IgnoresPartitionUpdates, &["partitions.watch"], "final count 5")]
+#[case::ignores_partition_updates_usage(Defect::IgnoresPartitionUpdates, &["partitions.update-seen"], "new partitions")]
+#[case::reorders_non_ascii_keys(Defect::ReordersNonAsciiKeys, &["ordering.key-space"], "reordered")]
+#[case::misroutes_keys(Defect::MisroutesKeys, &["partitions.key-routing"], "landed on partitions")]
+#[case::drops_trace_context(Defect::DropsTraceContext, &["tracing.per-entry", "tracing.bulk-parent"], "traceparent")]
+#[case::no_redelivery(Defect::NoRedelivery, &["retry.redelivery", "bulk-subscribe.statuses", "bulk-subscribe.handler-error"], "not redelivered")]
+#[case::loses_unacked_on_leave(Defect::LosesUnackedOnLeave, &["certification.consumer-leaves"], "lost")]
+#[case::strips_envelope(Defect::StripsEnvelope, &["envelope.cloudevents"], "without a CloudEvent envelope")]
+#[case::strips_envelope_fidelity(Defect::StripsEnvelope, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
+#[case::strips_raw_marker(Defect::StripsRawMarker, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
+#[case::truncates_large_payloads(Defect::TruncatesLargePayloads, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
+#[case::truncates_at_maximum(Defect::TruncatesAtMaximum, &["publish.size-boundary"], "a payload of exactly the maximum (65536 bytes) was delivered with 65535 bytes")]
+#[case::refuses_exact_maximum(Defect::RefusesExactMaximum, &["publish.size-boundary"], "of exactly the maximum (65536 bytes) was refused")]
+#[case::loses_empty_values_after_wait(Defect::LosesEmptyValuesAfterWait, &["publish.fidelity-after-wait"], "after 3 s in the broker: single-empty-ce: metadata not delivered as published: \"app-empty\" missing")]
+#[case::ignores_groups(Defect::IgnoresGroups, &["subscribe.competing-consumers"], "more than one member")]
+#[case::merges_groups(Defect::MergesGroups, &["subscribe.fan-out"], "missed")]
+#[case::forgets_created_groups(Defect::ForgetsCreatedGroups, &["ordering.declared-scope", "certification.consumer-leaves", "retry.redelivery"], "lost")]
+#[case::halves_ttl(Defect::HalvesTtl, &["ttl.live-late-in-life"], "lost inside their TTL")]
+#[case::ignores_retry_delay(Defect::IgnoresRetryDelay, &["retry.delay"], "before its retry delay")]
+#[case::leaks_retries_to_other_groups(Defect::LeaksRetriesToOtherGroups, &["retry.delay", "subscribe.group-isolation"], "group isolation broken")]
+#[case::strands_dropped_receives(Defect::StrandsDroppedReceives, &["subscribe.cancelled-receive"], "lost after a dropped receive")]
+#[case::folds_colons(Defect::FoldsColons, &["topics.distinct-names"], "topic names folded")]
+#[case::folds_metadata_key_case(Defect::FoldsMetadataKeyCase, &["publish.fidelity", "bulk-publish.fidelity"], "metadata not delivered as published: \"app-Case\" missing")]
 #[case::folds_group_case(
-    Fault::FoldsGroupCase,
+    Defect::FoldsGroupCase,
     &["groups.distinct-names"],
     "published once the other groups' members stopped: one broker group under two names"
 )]
 #[case::starves_one_group(
-    Fault::StarvesOneGroup,
+    Defect::StarvesOneGroup,
     &["groups.distinct-names"],
     "never delivered: group"
 )]
-#[case::strips_metadata(Fault::StripsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers"], "delivered without its metadata")]
-#[case::borrows_metadata(Fault::BorrowsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers", "publish.concurrent-fidelity"], "carries another message's metadata")]
-#[case::counts_attempts_across_groups(Fault::CountsAttemptsAcrossGroups, &["subscribe.group-isolation"], "attempts not counted per group")]
-#[case::delivers_late(Fault::DeliversLate, &["delay.deliver-after", "delay.deliver-at"], "late")]
-#[case::pretends_to_extend_lease(Fault::PretendsToExtendLease, &["delay.beyond-lease"], "redelivered after acknowledgement")]
-#[case::forgets_while_empty(Fault::ForgetsWhileEmpty, &["subscribe.group-without-members"], "lost while the group had no member")]
-#[case::repeats_envelope_ids(Fault::RepeatsEnvelopeIds, &["envelope.unique-ids"], "envelope ids not unique")]
-#[case::phantom_versions(Fault::PhantomVersions, &["partitions.watch"], "a version the topic never had")]
-#[case::hands_partial_batches_early(Fault::HandsPartialBatchesEarly, &["bulk-subscribe.max-await"], "handed over early")]
-#[case::ignores_rejected_partition_updates(Fault::IgnoresRejectedPartitionUpdates, &["partitions.watch-resend"], "was not sent again")]
-#[case::phantom_versions_resent(Fault::PhantomVersions, &["partitions.watch-resend"], "never had")]
-#[case::loses_dead_letter_content_type(Fault::LosesDeadLetterContentType, &["dead-letter.max-deliveries"], "dead letter content type")]
-#[case::skips_acks(Fault::SkipsAcks, &["subscribe.acked-not-redelivered"], "after acknowledgement")]
-#[case::wraps_app_events(Fault::WrapsAppEvents, &["envelope.app-cloudevent"], "wrapped a second time")]
-#[case::delays_from_receipt(Fault::DelaysFromReceipt, &["delay.receiver-delay-from-publish"], "counted from receipt")]
-#[case::blocks_behind_delayed(Fault::BlocksBehindDelayed, &["delay.no-starvation"], "starved")]
-#[case::delays_capped_at_lease(Fault::DelaysCappedAtLease, &["delay.beyond-lease"], "early")]
-#[case::accepts_foreign_seeks(Fault::AcceptsForeignSeeks, &["multi-topic.seek-refused"], "was accepted")]
-#[case::seeks_one_topic(Fault::SeeksOneTopic, &["multi-topic.seek-earliest-latest"], "after seeking to")]
-#[case::acks_many_partially(Fault::AcksManyPartially, &["multi-topic.ack-many"], "the refused call acknowledged some ids")]
-#[case::watches_changed_topic_only(Fault::WatchesChangedTopicOnly, &["partitions.watch-several"], "not the state of every watched topic")]
-#[case::renames_dead_letters(Fault::RenamesDeadLetters, &["dead-letter.max-deliveries"], "keeps its id")]
-#[case::acks_cumulative_everywhere(Fault::AcksCumulativeEverywhere, &["multi-topic.ack-cumulative"], "after a cumulative ack")]
-#[case::rescans_what_it_read(Fault::RescansWhatItRead, &["certification.long-drain"], "slowed down")]
-#[case::hides_partitions(Fault::HidesPartitions, &["partitions.watch", "partitions.key-routing", "partitions.watch-several"], "declared unsupported")]
+#[case::strips_metadata(Defect::StripsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers"], "delivered without its metadata")]
+#[case::borrows_metadata(Defect::BorrowsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers", "publish.concurrent-fidelity"], "carries another message's metadata")]
+#[case::counts_attempts_across_groups(Defect::CountsAttemptsAcrossGroups, &["subscribe.group-isolation"], "attempts not counted per group")]
+#[case::delivers_late(Defect::DeliversLate, &["delay.deliver-after", "delay.deliver-at"], "late")]
+#[case::pretends_to_extend_lease(Defect::PretendsToExtendLease, &["delay.beyond-lease"], "redelivered after acknowledgement")]
+#[case::forgets_while_empty(Defect::ForgetsWhileEmpty, &["subscribe.group-without-members"], "lost while the group had no member")]
+#[case::repeats_envelope_ids(Defect::RepeatsEnvelopeIds, &["envelope.unique-ids"], "envelope ids not unique")]
+#[case::phantom_versions(Defect::PhantomVersions, &["partitions.watch"], "a version the topic never had")]
+#[case::hands_partial_batches_early(Defect::HandsPartialBatchesEarly, &["bulk-subscribe.max-await"], "handed over early")]
+#[case::ignores_rejected_partition_updates(Defect::IgnoresRejectedPartitionUpdates, &["partitions.watch-resend"], "was not sent again")]
+#[case::phantom_versions_resent(Defect::PhantomVersions, &["partitions.watch-resend"], "never had")]
+#[case::loses_dead_letter_content_type(Defect::LosesDeadLetterContentType, &["dead-letter.max-deliveries"], "dead letter content type")]
+#[case::skips_acks(Defect::SkipsAcks, &["subscribe.acked-not-redelivered"], "after acknowledgement")]
+#[case::wraps_app_events(Defect::WrapsAppEvents, &["envelope.app-cloudevent"], "wrapped a second time")]
+#[case::delays_from_receipt(Defect::DelaysFromReceipt, &["delay.receiver-delay-from-publish"], "counted from receipt")]
+#[case::blocks_behind_delayed(Defect::BlocksBehindDelayed, &["delay.no-starvation"], "starved")]
+#[case::delays_capped_at_lease(Defect::DelaysCappedAtLease, &["delay.beyond-lease"], "early")]
+#[case::accepts_foreign_seeks(Defect::AcceptsForeignSeeks, &["multi-topic.seek-refused"], "was accepted")]
+#[case::seeks_one_topic(Defect::SeeksOneTopic, &["multi-topic.seek-earliest-latest"], "after seeking to")]
+#[case::acks_many_partially(Defect::AcksManyPartially, &["multi-topic.ack-many"], "the refused call acknowledged some ids")]
+#[case::watches_changed_topic_only(Defect::WatchesChangedTopicOnly, &["partitions.watch-several"], "not the state of every watched topic")]
+#[case::renames_dead_letters(Defect::RenamesDeadLetters, &["dead-letter.max-deliveries"], "keeps its id")]
+#[case::acks_cumulative_everywhere(Defect::AcksCumulativeEverywhere, &["multi-topic.ack-cumulative"], "after a cumulative ack")]
+#[case::rescans_what_it_read(Defect::RescansWhatItRead, &["certification.long-drain"], "slowed down")]
+#[case::hides_partitions(Defect::HidesPartitions, &["partitions.watch", "partitions.key-routing", "partitions.watch-several"], "declared unsupported")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faulty_component_fails_the_cases_it_breaks(
-    #[case] fault: Fault,
+    #[case] defect: Defect,
     #[case] case_ids: &[&str],
     #[case] evidence: &str,
 ) {
@@ -129,12 +154,12 @@ async fn faulty_component_fails_the_cases_it_breaks(
             describe(&passed)
         );
 
-        let faulty = Runtime::new("faulty", Faulty::shared(memory(), fault));
+        let faulty = Runtime::new("faulty", Faulty::shared(memory(), defect));
         let failed = run_case(case, &faulty, &NO_RETRY).await;
         assert_eq!(
             failed.status,
             Status::Fail,
-            "{fault:?} must fail {id}:\n{}",
+            "{defect:?} must fail {id}:\n{}",
             describe(&failed)
         );
         let text = describe(&failed);
@@ -144,18 +169,44 @@ async fn faulty_component_fails_the_cases_it_breaks(
                 .findings
                 .iter()
                 .any(|f| f.to_lowercase().contains(&evidence.to_lowercase())),
-            "{fault:?} failed {id}, but no finding mentions '{evidence}':\n{text}"
+            "{defect:?} failed {id}, but no finding mentions '{evidence}':\n{text}"
         );
     }
 }
 
-/// Runs each case on the in-memory component declared as `fault` says, and checks
-/// its verdict; an UNSUPPORTED one must say why (every fragment in its notes).
-async fn assert_declared_verdicts(fault: Fault, cells: &[(&str, Status, &[&str])]) {
-    let runtime = Runtime::new(format!("{fault:?}"), Faulty::shared(memory(), fault));
-    for (id, status, why) in cells {
+/// What a component declares decides its verdicts: the in-memory component declared
+/// as `declared` says runs each case, and each verdict must be the one listed; an
+/// UNSUPPORTED one must say why (every fragment of `unsupported_says` in one note).
+#[rstest]
+// A component without a size limit is not an ERROR where a case provokes an entry
+// failure by size: the cell is UNSUPPORTED and says why and what to declare.
+#[case::no_size_limit_makes_entry_failure_cases_unsupported_not_errors(Defect::DeclaresNoSizeLimit, &[("bulk-publish.partial-failure", Status::Unsupported), ("bulk-publish.status-mapping", Status::Unsupported), ("bulk-publish.keep-order", Status::Unsupported)], &["declares none", "max_message_bytes"])]
+// Producer-side delays and receiverDelay are declared apart: a component that delays
+// only on the producer side passes the delay cases and is UNSUPPORTED (refusal
+// verified) for receiverDelay.
+#[case::receiver_delay_is_declared_apart_from_producer_delays(Defect::DeclaresNoReceiverDelay, &[("delay.deliver-after", Status::Pass), ("delay.receiver-delay", Status::Unsupported), ("delay.receiver-delay-from-publish", Status::Unsupported)], &[])]
+// A component that cannot extend a lease (its `extend_lease` refuses) still delivers
+// a message delayed beyond the lease once and on time: the runtime defers it instead
+// of holding it past the lease (holding it, as for a component that only pretends to
+// extend, hands it out twice: `pretends_to_extend_lease` above).
+#[case::a_lease_that_cannot_be_extended_is_deferred_past(Defect::LeaseWithoutExtension, &[("delay.beyond-lease", Status::Pass), ("delay.deliver-after", Status::Pass), ("delay.no-starvation", Status::Pass)], &[])]
+// A work queue (no fan-out to several groups) declares it: the fan-out cases are
+// UNSUPPORTED with the refusal verified, and one group per topic works as before.
+#[case::a_work_queue_declares_no_fan_out(Defect::DeclaresNoFanOut, &[("subscribe.fan-out", Status::Unsupported), ("multi-topic.owner-topic", Status::Unsupported), ("publish.delivery", Status::Pass), ("subscribe.competing-consumers", Status::Pass)], &["fan-out"])]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declarations_decide_verdicts(
+    #[case] declared: Defect,
+    #[case] cells: &[(&str, Status)],
+    #[case] unsupported_says: &[&str],
+) {
+    let runtime = Runtime::new(format!("{declared:?}"), Faulty::shared(memory(), declared));
+    for (id, status) in cells {
         let result = run_case(find(id).unwrap(), &runtime, &NO_RETRY).await;
         assert_eq!(result.status, *status, "{id}:\n{}", describe(&result));
+        let why = match status {
+            Status::Unsupported => unsupported_says,
+            _ => &[],
+        };
         assert!(
             why.is_empty()
                 || result
@@ -169,82 +220,13 @@ async fn assert_declared_verdicts(fault: Fault, cells: &[(&str, Status, &[&str])
     }
 }
 
-/// A component without a size limit is not an ERROR where a case provokes an entry
-/// failure by size: the cell is UNSUPPORTED and says why and what to declare.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_size_limit_makes_entry_failure_cases_unsupported_not_errors() {
-    let why: &[&str] = &["declares none", "max_message_bytes"];
-    assert_declared_verdicts(
-        Fault::DeclaresNoSizeLimit,
-        &[
-            ("bulk-publish.partial-failure", Status::Unsupported, why),
-            ("bulk-publish.status-mapping", Status::Unsupported, why),
-            ("bulk-publish.keep-order", Status::Unsupported, why),
-        ],
-    )
-    .await;
-}
-
-/// Producer-side delays and receiverDelay are declared apart: a component that delays
-/// only on the producer side passes the delay cases and is UNSUPPORTED (refusal
-/// verified) for receiverDelay.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn receiver_delay_is_declared_apart_from_producer_delays() {
-    assert_declared_verdicts(
-        Fault::DeclaresNoReceiverDelay,
-        &[
-            ("delay.deliver-after", Status::Pass, &[]),
-            ("delay.receiver-delay", Status::Unsupported, &[]),
-            (
-                "delay.receiver-delay-from-publish",
-                Status::Unsupported,
-                &[],
-            ),
-        ],
-    )
-    .await;
-}
-
-/// A component that cannot extend a lease (its `extend_lease` refuses) still delivers
-/// a message delayed beyond the lease once and on time: the runtime defers it instead
-/// of holding it past the lease (holding it, as for a component that only pretends to
-/// extend, hands it out twice: `pretends_to_extend_lease` above).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_that_cannot_be_extended_is_deferred_past() {
-    assert_declared_verdicts(
-        Fault::LeaseWithoutExtension,
-        &[
-            ("delay.beyond-lease", Status::Pass, &[]),
-            ("delay.deliver-after", Status::Pass, &[]),
-            ("delay.no-starvation", Status::Pass, &[]),
-        ],
-    )
-    .await;
-}
-
-/// A work queue (no fan-out to several groups) declares it: the fan-out cases are
-/// UNSUPPORTED with the refusal verified, and one group per topic works as before.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_work_queue_declares_no_fan_out() {
-    assert_declared_verdicts(
-        Fault::DeclaresNoFanOut,
-        &[
-            ("subscribe.fan-out", Status::Unsupported, &["fan-out"]),
-            ("multi-topic.owner-topic", Status::Unsupported, &["fan-out"]),
-            ("publish.delivery", Status::Pass, &[]),
-            ("subscribe.competing-consumers", Status::Pass, &[]),
-        ],
-    )
-    .await;
-}
-
 /// Exactly-once is judged by what is declared: the correct component declaring it
 /// passes every case (redeliveries the handler asks for are not duplicates).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_declared_by_a_correct_component_passes_every_case() {
     let runtime = Runtime::new(
         "exactly-once",
-        Faulty::shared(memory(), Fault::DeclaresExactlyOnce),
+        Faulty::shared(memory(), Defect::DeclaresExactlyOnce),
     );
     let mut failed = Vec::new();
     for case in pubsub_conformance::catalogue::catalogue()
@@ -359,17 +341,7 @@ async fn a_component_that_breaks_under_faults_fails_the_fault_case(
     }
     let (runtime, environment) = on_own_redis(Some(breaks)).await;
     let bad = run_case_in(case, &runtime, &NO_RETRY, &environment).await;
-    assert_eq!(
-        bad.status,
-        Status::Fail,
-        "{breaks:?} must fail {case_id}:\n{}",
-        describe(&bad)
-    );
-    assert!(
-        bad.evidence.findings.iter().any(|f| f.contains(finding)),
-        "{breaks:?}: the finding should say '{finding}':\n{}",
-        describe(&bad)
-    );
+    assert_fails_saying(&bad, &breaks, finding);
     if case.injects.is_empty() {
         return;
     }
@@ -401,11 +373,7 @@ async fn fault_cases_on_an_in_process_component_are_not_provisioned_with_the_rea
             describe(&result)
         );
         assert!(
-            result
-                .evidence
-                .notes
-                .iter()
-                .any(|n| n.contains("no broker to fault")),
+            mention(&result.evidence.notes, "no broker to fault"),
             "{}",
             describe(&result)
         );
@@ -418,33 +386,21 @@ async fn fault_cases_on_an_in_process_component_are_not_provisioned_with_the_rea
 /// the report made of them finds no difference.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn saved_failures_are_judged_again_identically() {
-    use pubsub_conformance::replay;
     use pubsub_conformance::reports::{ComponentReport, Provisioning, RunReport};
     let dir = tempfile::tempdir().unwrap();
     let mut components = Vec::new();
-    for (fault, id) in [
-        (Fault::Drops, "publish.delivery"),
-        (Fault::DeliversLate, "delay.deliver-after"),
+    for (defect, id) in [
+        (Defect::Drops, "publish.delivery"),
+        (Defect::DeliversLate, "delay.deliver-after"),
         (
-            Fault::DelaysFromReceipt,
+            Defect::DelaysFromReceipt,
             "delay.receiver-delay-from-publish",
         ),
-        (Fault::IgnoresRetryDelay, "retry.delay"),
+        (Defect::IgnoresRetryDelay, "retry.delay"),
     ] {
-        let name = format!("{fault:?}");
-        let runtime = Runtime::new(name.clone(), Faulty::shared(memory(), fault));
-        let options = RunOptions {
-            save: Some(pubsub_conformance::runner::SaveTo {
-                dir: dir.path().to_path_buf(),
-                component: name.clone(),
-                run: 1,
-            }),
-            ..NO_RETRY
-        };
-        let result = run_case(find(id).unwrap(), &runtime, &options).await;
-        assert_eq!(result.status, Status::Fail, "{}", describe(&result));
-        let saved = replay::load(&replay::history_path(dir.path(), &name, id)).unwrap();
-        let judged = replay::judge(&saved[0]);
+        let name = format!("{defect:?}");
+        let (result, saved) = fails_and_saves(defect, &name, id, dir.path()).await;
+        let judged = replay::judge(&saved);
         let mut live = result.evidence.findings.clone();
         let mut again = judged.findings.clone();
         live.sort();
@@ -496,36 +452,21 @@ async fn saved_failures_are_judged_again_identically() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_machine_makes_timing_findings_inconclusive_only() {
     use pubsub_conformance::history::Record;
-    use pubsub_conformance::replay::{self, Verdict};
+    use pubsub_conformance::replay::Verdict;
     let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new("late", Faulty::shared(memory(), Fault::DeliversLate));
-    let options = RunOptions {
-        save: Some(pubsub_conformance::runner::SaveTo {
-            dir: dir.path().to_path_buf(),
-            component: "late".into(),
-            run: 1,
-        }),
-        ..NO_RETRY
-    };
-    let result = run_case(find("delay.deliver-after").unwrap(), &runtime, &options).await;
-    assert_eq!(result.status, Status::Fail, "{}", describe(&result));
+    let (result, attempt) = fails_and_saves(
+        Defect::DeliversLate,
+        "late",
+        "delay.deliver-after",
+        dir.path(),
+    )
+    .await;
     assert!(
-        result
-            .evidence
-            .notes
-            .iter()
-            .any(|n| n.contains("control latency p50")),
+        mention(&result.evidence.notes, "control latency p50"),
         "a timing verdict's evidence carries the lag figures:\n{}",
         describe(&result)
     );
-    let saved = replay::load(&replay::history_path(
-        dir.path(),
-        "late",
-        "delay.deliver-after",
-    ))
-    .unwrap();
-    let attempt = &saved[0];
-    assert_eq!(replay::judge(attempt).verdict, Verdict::Fail);
+    assert_eq!(replay::judge(&attempt).verdict, Verdict::Fail);
     // The same run with every control two seconds slow and the disk contended.
     let mut busy = attempt.clone();
     slow_controls_on_a_contended_disk(&mut busy.history);
@@ -552,25 +493,38 @@ async fn a_busy_machine_makes_timing_findings_inconclusive_only() {
     }
     assert_eq!(replay::judge(&idle).verdict, Verdict::Fail);
     // Early delivery is never the machine's.
-    let early = Runtime::new("early", Faulty::shared(memory(), Fault::DeliversEarly));
+    let (_, mut early) = fails_and_saves(
+        Defect::DeliversEarly,
+        "early",
+        "delay.deliver-after",
+        dir.path(),
+    )
+    .await;
+    slow_controls_on_a_contended_disk(&mut early.history);
+    assert_eq!(replay::judge(&early).verdict, Verdict::Fail);
+}
+
+/// Runs case `id` once on the in-memory component with `defect`, named `name`, saving
+/// its history under `dir`; it must FAIL. The result, and the attempt saved.
+async fn fails_and_saves(
+    defect: Defect,
+    name: &str,
+    id: &str,
+    dir: &Path,
+) -> (CaseResult, SavedAttempt) {
+    let runtime = Runtime::new(name, Faulty::shared(memory(), defect));
     let options = RunOptions {
-        save: Some(pubsub_conformance::runner::SaveTo {
-            dir: dir.path().to_path_buf(),
-            component: "early".into(),
+        save: Some(SaveTo {
+            dir: dir.to_path_buf(),
+            component: name.into(),
             run: 1,
         }),
         ..NO_RETRY
     };
-    let result = run_case(find("delay.deliver-after").unwrap(), &early, &options).await;
-    assert_eq!(result.status, Status::Fail);
-    let mut saved = replay::load(&replay::history_path(
-        dir.path(),
-        "early",
-        "delay.deliver-after",
-    ))
-    .unwrap();
-    slow_controls_on_a_contended_disk(&mut saved[0].history);
-    assert_eq!(replay::judge(&saved[0]).verdict, Verdict::Fail);
+    let result = run_case(find(id).unwrap(), &runtime, &options).await;
+    assert_eq!(result.status, Status::Fail, "{}", describe(&result));
+    let mut saved = replay::load(&replay::history_path(dir, name, id)).unwrap();
+    (result, saved.swap_remove(0))
 }
 
 /// Makes a saved history's controls (after the first) two seconds slow, with the disk
@@ -590,40 +544,41 @@ fn slow_controls_on_a_contended_disk(history: &mut pubsub_conformance::history::
     }
 }
 
+/// `component`, an in-memory one, behind `serve` as pub/sub `name`: its runtime over
+/// Dapr's HTTP API, and the sidecar to stop.
+async fn served(name: &str, component: Arc<dyn Component>) -> (Runtime, Arc<SidecarTarget>) {
+    pubsub_conformance::through_serve::runtime(name, "in-memory", component, None)
+        .await
+        .unwrap()
+}
+
 /// The same deliberately faulty components behind `serve`, certified over Dapr's
 /// HTTP API: the wire path must not hide a component's defect, and the correct
 /// component must pass through it.
 #[rstest]
-#[case::drops(Fault::Drops, &["publish.delivery"], "lost")]
-#[case::duplicates(Fault::Duplicates, &["publish.delivery"], "duplicated")]
-#[case::never_dead_letters(Fault::NeverDeadLetters, &["dead-letter.drop", "dead-letter.max-deliveries"], "never reached the dead-letter topic")]
-#[case::lies_in_bulk_statuses(Fault::LiesInBulkStatuses, &["bulk-publish.partial-failure"], "lost")]
-#[case::no_redelivery(Fault::NoRedelivery, &["retry.redelivery", "bulk-subscribe.statuses"], "not redelivered")]
-#[case::ignores_retry_delay(Fault::IgnoresRetryDelay, &["retry.delay"], "before its retry delay")]
-#[case::delivers_early(Fault::DeliversEarly, &["delay.deliver-after"], "early")]
-#[case::ignores_ttl(Fault::IgnoresTtl, &["ttl.expired-not-delivered"], "after its 1 s TTL")]
-#[case::truncates_large_payloads(Fault::TruncatesLargePayloads, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
-#[case::merges_groups(Fault::MergesGroups, &["subscribe.fan-out"], "missed")]
-#[case::ignores_groups(Fault::IgnoresGroups, &["subscribe.competing-consumers"], "more than one member")]
+#[case::drops(Defect::Drops, &["publish.delivery"], "lost")]
+#[case::duplicates(Defect::Duplicates, &["publish.delivery"], "duplicated")]
+#[case::never_dead_letters(Defect::NeverDeadLetters, &["dead-letter.drop", "dead-letter.max-deliveries"], "never reached the dead-letter topic")]
+#[case::lies_in_bulk_statuses(Defect::LiesInBulkStatuses, &["bulk-publish.partial-failure"], "lost")]
+#[case::no_redelivery(Defect::NoRedelivery, &["retry.redelivery", "bulk-subscribe.statuses"], "not redelivered")]
+#[case::ignores_retry_delay(Defect::IgnoresRetryDelay, &["retry.delay"], "before its retry delay")]
+#[case::delivers_early(Defect::DeliversEarly, &["delay.deliver-after"], "early")]
+#[case::ignores_ttl(Defect::IgnoresTtl, &["ttl.expired-not-delivered"], "after its 1 s TTL")]
+#[case::truncates_large_payloads(Defect::TruncatesLargePayloads, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
+#[case::merges_groups(Defect::MergesGroups, &["subscribe.fan-out"], "missed")]
+#[case::ignores_groups(Defect::IgnoresGroups, &["subscribe.competing-consumers"], "more than one member")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faulty_component_fails_through_serve(
-    #[case] fault: Fault,
+    #[case] defect: Defect,
     #[case] case_ids: &[&str],
     #[case] evidence: &str,
 ) {
-    use pubsub_conformance::through_serve;
-    let (correct, correct_target) =
-        through_serve::runtime("memory", "in-memory", Arc::new(memory()), None)
-            .await
-            .unwrap();
-    let (faulty, faulty_target) =
-        through_serve::runtime("faulty", "in-memory", Faulty::shared(memory(), fault), None)
-            .await
-            .unwrap();
+    let (correct, correct_target) = served("memory", Arc::new(memory())).await;
+    let (faulty, faulty_target) = served("faulty", Faulty::shared(memory(), defect)).await;
     for id in case_ids {
         let case = find(id).unwrap_or_else(|| panic!("no case {id} in the catalogue"));
         // The correct component passes, or fails only on what the HTTP API cannot
-        // carry (README, "Certifying over the wire"), never on what the fault breaks.
+        // carry (README, "Certifying over the wire"), never on what the defect breaks.
         let passed = run_case(case, &correct, &NO_RETRY).await;
         let breaks = |finding: &String| finding.to_lowercase().contains(&evidence.to_lowercase());
         assert!(
@@ -636,12 +591,12 @@ async fn faulty_component_fails_through_serve(
         assert_eq!(
             failed.status,
             Status::Fail,
-            "{fault:?} must fail {id} through serve:\n{}",
+            "{defect:?} must fail {id} through serve:\n{}",
             describe(&failed)
         );
         assert!(
             failed.evidence.findings.iter().any(breaks),
-            "{fault:?} failed {id} through serve, but no finding mentions '{evidence}':\n{}",
+            "{defect:?} failed {id} through serve, but no finding mentions '{evidence}':\n{}",
             describe(&failed)
         );
     }
@@ -660,10 +615,7 @@ async fn faulty_sidecar_fails_the_cases_it_breaks(
     #[case] evidence: &str,
 ) {
     use pubsub_conformance::through_serve;
-    let (correct, correct_target) =
-        through_serve::runtime("memory", "in-memory", Arc::new(memory()), None)
-            .await
-            .unwrap();
+    let (correct, correct_target) = served("memory", Arc::new(memory())).await;
     let launcher = Arc::new(FaultySidecars {
         inner: through_serve::serve_launcher("memory", "in-memory", Arc::new(memory())),
         fault,
@@ -682,21 +634,7 @@ async fn faulty_sidecar_fails_the_cases_it_breaks(
             describe(&passed)
         );
         let failed = run_case(case, &faulty, &NO_RETRY).await;
-        assert_eq!(
-            failed.status,
-            Status::Fail,
-            "{fault:?} must fail {id}:\n{}",
-            describe(&failed)
-        );
-        assert!(
-            failed
-                .evidence
-                .findings
-                .iter()
-                .any(|f| f.contains(evidence)),
-            "{fault:?} failed {id}, but no finding mentions '{evidence}':\n{}",
-            describe(&failed)
-        );
+        assert_fails_saying(&failed, &fault, evidence);
     }
     correct_target.stop().await;
     faulty_target.stop().await;

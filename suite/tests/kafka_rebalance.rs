@@ -198,29 +198,26 @@ async fn a_group_whose_members_come_and_go_on_other_topics_keeps_receiving() {
             member.ack(&message.id).await.unwrap();
         }
     };
+    let join = |topic: String| {
+        let (component, group) = (component.clone(), group.clone());
+        async move {
+            let member: Arc<dyn Consumer> = component
+                .consumer(ConsumerSpec::new(TopicSelector::Single(topic), group))
+                .await
+                .unwrap()
+                .into();
+            member
+        }
+    };
     // The busy member takes its partitions (it receives once), then is never
     // received from again while the others come and go.
     let busy_topic = format!("busy-{}", &run[..8]);
-    let busy: Arc<dyn Consumer> = component
-        .consumer(ConsumerSpec::new(
-            TopicSelector::Single(busy_topic.clone()),
-            group.clone(),
-        ))
-        .await
-        .unwrap()
-        .into();
+    let busy = join(busy_topic.clone()).await;
     publish_one(busy_topic).await;
     receive_one(busy.clone(), "the busy member".into()).await;
     for round in 0..3 {
         let topic = format!("churn-{}-{round}", &run[..8]);
-        let member: Arc<dyn Consumer> = component
-            .consumer(ConsumerSpec::new(
-                TopicSelector::Single(topic.clone()),
-                group.clone(),
-            ))
-            .await
-            .unwrap()
-            .into();
+        let member = join(topic.clone()).await;
         publish_one(topic).await;
         receive_one(member.clone(), format!("round {round}")).await;
         member.close().await.unwrap();

@@ -52,6 +52,17 @@ pub struct BulkPublishRequest {
     pub metadata: Metadata,
 }
 
+impl BulkPublishRequest {
+    /// A request of `entries` to `topic`, with no request-level metadata.
+    pub fn new(topic: impl Into<String>, entries: Vec<BulkPublishEntry>) -> Self {
+        BulkPublishRequest {
+            topic: topic.into(),
+            entries,
+            metadata: Metadata::new(),
+        }
+    }
+}
+
 /// One entry of a bulk publish request.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BulkPublishEntry {

@@ -7,7 +7,7 @@ use crate::context::CaseContext;
 use crate::history::KEY;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest};
-use pubsub_components::{ErrorKind, Feature, Metadata};
+use pubsub_components::{ErrorKind, Feature};
 
 const FEATURE: &[Feature] = &[Feature::BulkPublish];
 
@@ -120,20 +120,12 @@ fn oversize(ctx: &CaseContext, key: &str) -> Result<BulkPublishEntry, CaseError>
     Ok(entry)
 }
 
-fn request(topic: &str, entries: Vec<BulkPublishEntry>) -> BulkPublishRequest {
-    BulkPublishRequest {
-        topic: topic.into(),
-        entries,
-        metadata: Metadata::new(),
-    }
-}
-
 async fn all_success(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx.subscribe_recorded(&topic).await?;
     let keys: Vec<String> = (0..100).map(|i| format!("e-{i}")).collect();
     let response = ctx
-        .bulk_publish(request(
+        .bulk_publish(BulkPublishRequest::new(
             &topic,
             keys.iter().map(|k| keyed_entry(k)).collect(),
         ))
@@ -169,7 +161,7 @@ async fn partial_failure(ctx: CaseContext) -> CaseRun {
     }
     let subscription = ctx.subscribe_recorded(&topic).await?;
     let response = ctx
-        .bulk_publish(request(&topic, entries))
+        .bulk_publish(BulkPublishRequest::new(topic.as_str(), entries))
         .await
         .doing("bulk publishing with oversize entries")?;
     let reported_ok: Vec<String> = (0..20)
@@ -219,7 +211,7 @@ async fn status_mapping(ctx: CaseContext) -> CaseRun {
                 keyed_entry(&key)
             });
         }
-        let mut req = request(&topic, entries);
+        let mut req = BulkPublishRequest::new(topic.as_str(), entries);
         if keep_order {
             req.metadata
                 .insert("batchPublishKeepOrder".into(), "true".into());
@@ -277,7 +269,11 @@ async fn entry_ids(ctx: CaseContext) -> CaseRun {
     ];
     let mut outcome = Outcome::new();
     for (what, entries, named) in attempts {
-        match ctx.runtime.bulk_publish(request(&topic, entries)).await {
+        match ctx
+            .runtime
+            .bulk_publish(BulkPublishRequest::new(topic.as_str(), entries))
+            .await
+        {
             Ok(response) => {
                 outcome.fail(format!(
                     "{what}: accepted ({} failed entries) instead of rejected whole",
@@ -298,7 +294,11 @@ async fn entry_ids(ctx: CaseContext) -> CaseRun {
             }
         }
     }
-    match ctx.runtime.bulk_publish(request(&topic, Vec::new())).await {
+    match ctx
+        .runtime
+        .bulk_publish(BulkPublishRequest::new(topic.as_str(), Vec::new()))
+        .await
+    {
         Ok(response) if response.failed_entries.is_empty() => {}
         other => {
             outcome.fail(format!(
@@ -371,7 +371,10 @@ async fn entry_id_space(ctx: CaseContext) -> CaseRun {
         .map(|e| (e.entry_id.clone(), e.metadata[KEY].clone()))
         .collect();
     let mut outcome = Outcome::new();
-    let response = match ctx.bulk_publish(request(&topic, entries)).await {
+    let response = match ctx
+        .bulk_publish(BulkPublishRequest::new(topic.as_str(), entries))
+        .await
+    {
         Ok(response) => response,
         Err(e) => {
             outcome.fail(format!(
@@ -432,7 +435,7 @@ async fn metadata_merge(ctx: CaseContext) -> CaseRun {
     let own_map = keyed_entry("e-2");
     let mut no_map = keyed_entry("e-3");
     no_map.metadata.clear();
-    let mut req = request(&topic, vec![overriding, own_map, no_map]);
+    let mut req = BulkPublishRequest::new(topic.as_str(), vec![overriding, own_map, no_map]);
     req.metadata.insert("app-a".into(), "request-a".into());
     req.metadata.insert("app-b".into(), "request-b".into());
     // The entry without a map of its own gets its key from the request metadata.
@@ -484,7 +487,7 @@ async fn keep_order(ctx: CaseContext) -> CaseRun {
         });
     }
     let subscription = ctx.subscribe_recorded(&topic).await?;
-    let mut req = request(&topic, entries);
+    let mut req = BulkPublishRequest::new(topic.as_str(), entries);
     req.metadata
         .insert("batchPublishKeepOrder".into(), "true".into());
     let response = ctx
@@ -532,7 +535,7 @@ async fn size_limit(ctx: CaseContext) -> CaseRun {
             e
         })
         .collect();
-    let mut req = request(&topic, entries);
+    let mut req = BulkPublishRequest::new(topic.as_str(), entries);
     req.metadata.insert("maxBulkPubBytes".into(), "4000".into());
     let mut outcome = Outcome::new();
     let keys: Vec<String> = (0..10).map(|i| format!("big-{i}")).collect();

@@ -192,13 +192,9 @@ async fn unique_ids(ctx: CaseContext) -> CaseRun {
             .map(|i| super::keyed_entry(&format!("bulk-{i}")))
             .collect();
         keys.extend(entries.iter().map(|e| e.entry_id.clone()));
-        ctx.bulk_publish(BulkPublishRequest {
-            topic: topic.clone(),
-            entries,
-            metadata: Metadata::new(),
-        })
-        .await
-        .doing("bulk publishing")?;
+        ctx.bulk_publish(BulkPublishRequest::new(&topic, entries))
+            .await
+            .doing("bulk publishing")?;
     }
     ctx.recorder
         .wait_for_keys(&keys, ctx.delivery_deadline())

@@ -170,11 +170,7 @@ async fn per_entry(ctx: CaseContext) -> CaseRun {
         })
         .collect();
     let response = ctx
-        .bulk_publish(BulkPublishRequest {
-            topic: topic.clone(),
-            entries,
-            metadata: Metadata::new(),
-        })
+        .bulk_publish(BulkPublishRequest::new(&topic, entries))
         .await
         .doing("bulk publishing entries with their own traceparent")?;
     let capture = SpanCapture::default();

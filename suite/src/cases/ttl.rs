@@ -98,11 +98,7 @@ async fn late_in_life(ctx: CaseContext) -> CaseRun {
             })
             .collect();
         let response = ctx
-            .bulk_publish(BulkPublishRequest {
-                topic: topic.clone(),
-                entries,
-                metadata: Metadata::new(),
-            })
+            .bulk_publish(BulkPublishRequest::new(&topic, entries))
             .await
             .doing("bulk publishing with per-entry TTLs")?;
         if !response.failed_entries.is_empty() {

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use pubsub_components::runtime::{
     BulkPublishEntry, BulkPublishRequest, Event, Handler, MessageHandler, Status, Subscription,
 };
-use pubsub_components::{Feature, Metadata};
+use pubsub_components::Feature;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -133,11 +133,10 @@ async fn long_drain(ctx: CaseContext) -> CaseRun {
         let keys: Vec<String> = (0..100).map(|i| format!("m{}", chunk * 100 + i)).collect();
         let response = ctx
             .runtime
-            .bulk_publish(BulkPublishRequest {
-                topic: topic.clone(),
-                entries: keys.iter().map(|k| keyed_entry(k)).collect(),
-                metadata: Metadata::new(),
-            })
+            .bulk_publish(BulkPublishRequest::new(
+                &topic,
+                keys.iter().map(|k| keyed_entry(k)).collect(),
+            ))
             .await
             .doing("bulk publishing the topic to drain")?;
         refused += keys.iter().filter(|k| response.failed(k)).count();
@@ -222,11 +221,7 @@ async fn concurrent_publishers(ctx: CaseContext) -> CaseRun {
                 super::keyed_entry(&key)
             })
             .collect();
-        ctx.bulk_publish(BulkPublishRequest {
-            topic: topic.clone(),
-            entries,
-            metadata: Metadata::new(),
-        })
+        ctx.bulk_publish(BulkPublishRequest::new(&topic, entries))
     });
     let (single_results, bulk_results) = futures::join!(
         futures::future::join_all(singles),

@@ -16,7 +16,6 @@ use async_trait::async_trait;
 use pubsub_components::runtime::{
     BulkPublishRequest, Event, Handler, MessageHandler, Runtime, Status, Subscription,
 };
-use pubsub_components::Metadata;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -260,11 +259,10 @@ async fn backlog(ctx: CaseContext) -> CaseRun {
                 .collect();
             let response = ctx
                 .runtime
-                .bulk_publish(BulkPublishRequest {
-                    topic: topic.clone(),
-                    entries: keys.iter().map(|k| keyed_entry(k)).collect(),
-                    metadata: Metadata::new(),
-                })
+                .bulk_publish(BulkPublishRequest::new(
+                    topic.as_str(),
+                    keys.iter().map(|k| keyed_entry(k)).collect(),
+                ))
                 .await
                 .doing("bulk publishing the backlog")?;
             for key in keys.iter().filter(|k| !response.failed(k)) {

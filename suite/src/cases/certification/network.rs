@@ -9,7 +9,7 @@ use crate::fault_injection::Faults;
 use crate::fault_proxy::NetworkFault;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{BulkPublishRequest, Runtime, Status, Subscription};
-use pubsub_components::{Feature, Metadata};
+use pubsub_components::Feature;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -83,11 +83,10 @@ async fn bulk_publish_bounded(
     keys: &[String],
     wait: Duration,
 ) -> Vec<String> {
-    let request = BulkPublishRequest {
-        topic: topic.to_string(),
-        entries: keys.iter().map(|k| keyed_entry(k)).collect(),
-        metadata: Metadata::new(),
-    };
+    let request = BulkPublishRequest::new(
+        topic.to_string(),
+        keys.iter().map(|k| keyed_entry(k)).collect(),
+    );
     match tokio::time::timeout(wait, ctx.bulk_publish_via(runtime, request)).await {
         Ok(Ok(response)) => keys
             .iter()

@@ -1,0 +1,183 @@
+//! Deliberately defective components: the in-memory component with one contract
+//! violation each, declared as if it were fine. Each must make the cases it breaks FAIL.
+//! (Not the suite's fault injection, which kills brokers and cuts networks: a defect
+//! is the component's own.)
+//!
+//! [`Faulty`] wraps the in-memory component; its defects are kept by what they break:
+//! what is published (published.rs), what a receive hands out (delivered.rs), what a
+//! member settles, seeks and leaves behind (consumer.rs), partition updates and
+//! watches (partitions.rs), and what is declared (component.rs).
+
+mod component;
+mod consumer;
+mod delivered;
+mod partitions;
+mod published;
+
+pub use component::Faulty;
+
+/// One contract violation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Defect {
+    /// Silently acks and discards every third message it receives.
+    Drops,
+    /// Delivers every message twice while claiming exactly-once.
+    Duplicates,
+    /// Hands each received batch over in reverse order.
+    Reorders,
+    /// Claims native delayed delivery and delivers at once.
+    DeliversEarly,
+    /// Claims native TTL and ignores it.
+    IgnoresTtl,
+    /// Claims native dead letters and never routes any (drops what it rejects).
+    NeverDeadLetters,
+    /// Reports entries the broker refused as published.
+    LiesInBulkStatuses,
+    /// Returns more than maxMessagesCount entries per native batch.
+    OverfillsBatches,
+    /// In a batch of a multi-topic subscription, delivers the entries of every topic
+    /// but the first as attempt 2 on their first delivery (a consumer that puts back
+    /// entries of other topics to batch topics apart, and counts the put-back as a
+    /// delivery).
+    CountsPutBackEntries,
+    /// Holds partial native batches long past maxAwaitDuration.
+    HoldsPartialBatches,
+    /// Delivers ids without their owner topic.
+    LosesOwnerTopic,
+    /// A seek rewinds every subscribed topic.
+    SeeksEverything,
+    /// Acks the same position on every subscribed topic.
+    AcksEveryTopic,
+    /// Accepts acks for ids it cannot own.
+    AcceptsForeignAcks,
+    /// Repeats each id in `last_message_ids`.
+    DuplicatesLastIds,
+    /// Answers partition updates with success and changes nothing.
+    IgnoresPartitionUpdates,
+    /// Ignores the partition key when routing.
+    MisroutesKeys,
+    /// Hands the messages of non-ASCII partition keys out in reverse within each
+    /// receive (a component whose key hashing sends them to a LIFO side queue).
+    ReordersNonAsciiKeys,
+    /// Drops the trace context of every message.
+    DropsTraceContext,
+    /// Turns negative acks into acks: nothing is redelivered.
+    NoRedelivery,
+    /// Acks what a consumer still holds when it leaves its group.
+    LosesUnackedOnLeave,
+    /// Drops the content type of enveloped messages, the envelope's marker, so the
+    /// envelope reaches the app as data.
+    StripsEnvelope,
+    /// Drops the runtime's `x-rt-raw` marker, so a CloudEvent sent rawPayload reaches
+    /// the app unwrapped.
+    StripsRawMarker,
+    /// Truncates payloads over 4 KiB.
+    TruncatesLargePayloads,
+    /// Drops the last byte of a payload of exactly the maximum size (an off-by-one
+    /// in a length prefix).
+    TruncatesAtMaximum,
+    /// Refuses a payload of exactly the maximum size (`>=` where `>` was meant).
+    RefusesExactMaximum,
+    /// Delivers a message that stayed in the broker over 2 s without its empty
+    /// metadata values (a cold read path that skips empty fields).
+    LosesEmptyValuesAfterWait,
+    /// Gives every consumer its own group, so group members do not share.
+    IgnoresGroups,
+    /// Puts every consumer in one group, so groups do not each get every message.
+    MergesGroups,
+    /// Declares partitions unsupported but does not refuse them with Unsupported.
+    HidesPartitions,
+    /// Keeps messages only for consumers already open, like a queue broker whose
+    /// `create_group` does nothing: what was published for a group created ahead of
+    /// its first member is lost.
+    ForgetsCreatedGroups,
+    /// Claims native TTL and expires messages at half their TTL.
+    HalvesTtl,
+    /// Redelivers a retried message at once, whatever the retry delay.
+    IgnoresRetryDelay,
+    /// Loses what is published to a group while it has no connected member.
+    ForgetsWhileEmpty,
+    /// Gives one message in 100 the CloudEvent id of the message before it.
+    RepeatsEnvelopeIds,
+    /// Reports partition versions the topic never had (1, 3, 5 for 1, 2, 3).
+    PhantomVersions,
+    /// Hands a partial batch over halfway through maxAwaitDurationMs.
+    HandsPartialBatchesEarly,
+    /// Takes no notice of partition notifications the client rejects.
+    IgnoresRejectedPartitionUpdates,
+    /// Dead-letters a raw payload without its content type.
+    LosesDeadLetterContentType,
+    /// Skips 1 acknowledgement in 100: the message comes back a moment later.
+    SkipsAcks,
+    /// Wraps an app-supplied CloudEvent in a second envelope.
+    WrapsAppEvents,
+    /// Claims native delayed delivery and counts receiverDelay from when the member
+    /// first received the message, not from its publish time.
+    DelaysFromReceipt,
+    /// Claims native delayed delivery and serves messages strictly in order: a
+    /// delayed message at the head holds back everything behind it.
+    BlocksBehindDelayed,
+    /// Claims native delayed delivery with a 1 s lease, and hands a message delayed
+    /// longer out again when the lease expires.
+    DelaysCappedAtLease,
+    /// Claims native delayed delivery and delivers each delayed message two delay
+    /// precisions after its due time.
+    DeliversLate,
+    /// A retry in one group also hands a copy to every other group of the topic when
+    /// its retry delay ends.
+    LeaksRetriesToOtherGroups,
+    /// Takes messages off the queue, then works on them for 20 ms before handing
+    /// them out: a receive dropped in that time strands them (not cancel-safe).
+    StrandsDroppedReceives,
+    /// Stores a topic name's `:` as `_` (a broker that cannot spell `:`): `a:b` and
+    /// `a_b` become one topic.
+    FoldsColons,
+    /// Stores a group name in lower case (a broker whose group names ignore case):
+    /// `g-a` and `g-A` become one group, sharing its deliveries.
+    FoldsGroupCase,
+    /// Delivers nothing to one group name in nine (those ending in `ga`, as
+    /// `groups.distinct-names` spells `<base>a`), as tansu 0.6.0 does to a group whose
+    /// first member left before it was assigned: its members read an empty topic.
+    StarvesOneGroup,
+    /// Stores metadata keys in lower case (a broker whose header names ignore case):
+    /// of `app-Case` and `app-case` one value survives, under the lower-case key.
+    FoldsMetadataKeyCase,
+    /// Delivers 1 message in 100 without its metadata (its payload intact).
+    StripsMetadata,
+    /// Delivers 1 message in 100 with the metadata of the message it received before.
+    BorrowsMetadata,
+    /// Counts a message's attempts across groups: a retry in one group raises the
+    /// attempt another group sees (its first delivery there comes as attempt 2).
+    CountsAttemptsAcrossGroups,
+    /// No violation: declares a 1 s lease, after which the broker takes back what a
+    /// member has not settled, and cannot extend it (`extend_lease` refuses): the
+    /// runtime must defer delayed messages rather than hold them past the lease.
+    LeaseWithoutExtension,
+    /// Declares a 1 s lease and answers `extend_lease` with `Ok` without extending
+    /// anything: a message held past the lease is handed out again.
+    PretendsToExtendLease,
+    /// Accepts a seek to an id without an owner topic (and moves nothing).
+    AcceptsForeignSeeks,
+    /// Seeking to earliest or latest moves only the first topic.
+    SeeksOneTopic,
+    /// `ack_many` acknowledges the ids it can before refusing a foreign one.
+    AcksManyPartially,
+    /// A watcher over several topics carries only the topic that changed.
+    WatchesChangedTopicOnly,
+    /// Gives a dead-lettered copy a CloudEvent id of its own.
+    RenamesDeadLetters,
+    /// A cumulative ack acknowledges up to the position on every subscribed topic.
+    AcksCumulativeEverywhere,
+    /// Every read rechecks what the group read before (as a queue table read from its
+    /// start would): a read costs 150 ns per message already read.
+    RescansWhatItRead,
+    /// No violation: declares exactly-once, which the in-memory component keeps
+    /// (for the test that exactly-once is judged by what is declared).
+    DeclaresExactlyOnce,
+    /// A correct component that declares no maximum message size (it has none).
+    DeclaresNoSizeLimit,
+    /// A correct component that delays on the producer side only.
+    DeclaresNoReceiverDelay,
+    /// A correct work queue: one group per topic.
+    DeclaresNoFanOut,
+}

@@ -1,0 +1,219 @@
+//! The defective component: what it declares, and where each of its calls goes
+//! wrong (the publish path in published.rs, the partitions in partitions.rs, each
+//! consumer in consumer.rs).
+
+use super::consumer::{FaultyConsumer, Leak, RetriesByGroup, FAULTY_LEASE};
+use super::{partitions, Defect};
+use async_trait::async_trait;
+use pubsub_components::memory::MemoryComponent;
+use pubsub_components::{
+    Capabilities, Component, Consumer, ConsumerSpec, DeliveryGuarantee, MessageId, OutgoingMessage,
+    PartitionWatch, Result, Support, TopicSelector,
+};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// Groups and their connected members, for [`Defect::ForgetsWhileEmpty`].
+#[derive(Default)]
+pub(super) struct Membership {
+    /// group -> (members connected, when it last became empty)
+    pub(super) groups: HashMap<String, (usize, Option<SystemTime>)>,
+}
+
+/// The in-memory component with `defect`.
+pub struct Faulty {
+    pub(super) inner: MemoryComponent,
+    pub(super) defect: Defect,
+    /// For [`Defect::LeaksRetriesToOtherGroups`]: retried messages, due to leak.
+    leaks: Arc<Mutex<Vec<Leak>>>,
+    /// For [`Defect::CountsAttemptsAcrossGroups`]: retries per message, per group.
+    retries: Arc<Mutex<RetriesByGroup>>,
+    pub(super) consumers: AtomicU64,
+    pub(super) published: AtomicU64,
+    pub(super) last_envelope_id: Mutex<Option<String>>,
+    acks: Arc<AtomicU64>,
+    membership: Arc<Mutex<Membership>>,
+}
+
+impl Faulty {
+    pub fn shared(inner: MemoryComponent, defect: Defect) -> Arc<dyn Component> {
+        Arc::new(Faulty {
+            inner,
+            defect,
+            leaks: Arc::default(),
+            retries: Arc::default(),
+            consumers: AtomicU64::new(0),
+            published: AtomicU64::new(0),
+            last_envelope_id: Mutex::new(None),
+            acks: Arc::new(AtomicU64::new(0)),
+            membership: Arc::new(Mutex::new(Membership::default())),
+        })
+    }
+}
+
+#[async_trait]
+impl Component for Faulty {
+    fn kind(&self) -> &str {
+        "faulty"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = self.inner.capabilities();
+        // In-process: short bounds keep the suite's own tests quick.
+        caps.delivery_bound = Duration::from_secs(2);
+        caps.redelivery_bound = Duration::from_secs(1);
+        match self.defect {
+            Defect::Duplicates => caps.delivery = DeliveryGuarantee::ExactlyOnce,
+            Defect::DeliversEarly => {
+                caps.delayed_delivery = Support::Native;
+                caps.receiver_delay = Support::Native;
+            }
+            Defect::IgnoresTtl => caps.ttl = Support::Native,
+            Defect::NeverDeadLetters => caps.dead_letter = Support::Native,
+            Defect::HidesPartitions => caps.partitions = None,
+            Defect::HalvesTtl => caps.ttl = Support::Native,
+            Defect::DelaysFromReceipt => caps.receiver_delay = Support::Native,
+            Defect::BlocksBehindDelayed | Defect::DeliversLate => {
+                caps.delayed_delivery = Support::Native
+            }
+            Defect::LeaseWithoutExtension | Defect::PretendsToExtendLease => {
+                caps.lease = FAULTY_LEASE
+            }
+            Defect::DelaysCappedAtLease => {
+                caps.delayed_delivery = Support::Native;
+                caps.lease = Duration::from_secs(1);
+            }
+            Defect::DeclaresExactlyOnce => caps.delivery = DeliveryGuarantee::ExactlyOnce,
+            Defect::DeclaresNoSizeLimit => caps.max_message_bytes = None,
+            Defect::DeclaresNoReceiverDelay => caps.receiver_delay = Support::Unsupported,
+            Defect::DeclaresNoFanOut => caps.fan_out = false,
+            _ => {}
+        }
+        caps
+    }
+
+    async fn broker_version(&self) -> Result<String> {
+        Ok(format!("faulty ({:?})", self.defect))
+    }
+
+    async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
+        self.refuse_exact_maximum(&message)?;
+        self.inner.publish(self.corrupt(message)).await
+    }
+
+    async fn publish_batch(
+        &self,
+        messages: Vec<OutgoingMessage>,
+    ) -> Result<Vec<Result<MessageId>>> {
+        if self.defect == Defect::RefusesExactMaximum {
+            let mut results = Vec::new();
+            for message in messages {
+                results.push(match self.refuse_exact_maximum(&message) {
+                    Ok(()) => self.inner.publish(message).await,
+                    Err(e) => Err(e),
+                });
+            }
+            return Ok(results);
+        }
+        let messages: Vec<OutgoingMessage> =
+            messages.into_iter().map(|m| self.corrupt(m)).collect();
+        let topic = messages
+            .first()
+            .map(|m| m.topic.clone())
+            .unwrap_or_default();
+        let results = self.inner.publish_batch(messages).await?;
+        if self.defect == Defect::LiesInBulkStatuses {
+            return Ok(results
+                .into_iter()
+                .map(|r| r.or_else(|_| Ok(MessageId::new(topic.clone(), Some(0), u64::MAX))))
+                .collect());
+        }
+        Ok(results)
+    }
+
+    async fn consumer(&self, mut spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        let n = self.consumers.fetch_add(1, Ordering::Relaxed);
+        match self.defect {
+            Defect::IgnoresGroups => spec.group = format!("{}-{n}", spec.group),
+            Defect::MergesGroups => spec.group = "everyone".into(),
+            Defect::FoldsGroupCase => spec.group = spec.group.to_lowercase(),
+            Defect::StarvesOneGroup if spec.group.ends_with("ga") => {
+                if let TopicSelector::Single(topic) = &spec.topics {
+                    spec.topics = TopicSelector::Single(format!("{topic}-nothing"));
+                }
+            }
+            Defect::FoldsColons => {
+                if let TopicSelector::Single(topic) = &spec.topics {
+                    spec.topics = TopicSelector::Single(topic.replace(':', "_"));
+                }
+            }
+            _ => {}
+        }
+        let inner = self.inner.consumer(spec.clone()).await?;
+        let opened_at = SystemTime::now();
+        let forget_since = {
+            let mut membership = self.membership.lock().unwrap();
+            let entry = membership.groups.entry(spec.group.clone()).or_default();
+            entry.0 += 1;
+            if entry.0 == 1 {
+                entry.1.take()
+            } else {
+                None
+            }
+        };
+        Ok(Box::new(FaultyConsumer {
+            inner,
+            defect: self.defect,
+            topics: spec.topics,
+            group: spec.group,
+            received: AtomicU64::new(0),
+            held: Mutex::new(HashSet::new()),
+            opened_at,
+            forget_since,
+            acks: self.acks.clone(),
+            membership: self.membership.clone(),
+            receiver_delay: spec.receiver_delay,
+            first_seen: Mutex::new(HashMap::new()),
+            blocked_until: Mutex::new(None),
+            leaks: self.leaks.clone(),
+            retries: self.retries.clone(),
+            last_metadata: Mutex::new(None),
+            retried: Mutex::new(HashMap::new()),
+            leaked: Mutex::new(HashSet::new()),
+            handed_at: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    async fn create_topic(&self, topic: &str, partitions: u32) -> Result<()> {
+        self.inner.create_topic(topic, partitions).await
+    }
+
+    async fn update_partitions(&self, topic: &str, partitions: u32) -> Result<()> {
+        if self.defect == Defect::IgnoresPartitionUpdates {
+            return Ok(());
+        }
+        self.inner.update_partitions(topic, partitions).await
+    }
+
+    async fn watch_partitions_of(
+        &self,
+        topics: &[String],
+    ) -> Result<pubsub_components::PartitionsWatch> {
+        let merged = self.inner.watch_partitions_of(topics).await?;
+        Ok(match self.defect {
+            Defect::WatchesChangedTopicOnly => partitions::changed_topic_only(merged),
+            _ => merged,
+        })
+    }
+
+    async fn watch_partitions(&self, topic: &str) -> Result<PartitionWatch> {
+        let watch = self.inner.watch_partitions(topic).await?;
+        Ok(match self.defect {
+            Defect::PhantomVersions => partitions::phantom_versions(watch),
+            Defect::IgnoresRejectedPartitionUpdates => partitions::ignoring_rejections(watch),
+            _ => watch,
+        })
+    }
+}

@@ -1,0 +1,294 @@
+//! Defects of a member: its batches, acknowledgements, retries, leases, seeks and
+//! leaving its group. What its receives hand out is changed in delivered.rs.
+
+use super::component::Membership;
+use super::Defect;
+use async_trait::async_trait;
+use pubsub_components::{Consumer, MessageId, ReceivedMessage, Result, TopicSelector};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+/// A member of a [`super::Faulty`] component: the in-memory consumer, with the
+/// component's defect.
+pub(super) struct FaultyConsumer {
+    pub(super) inner: Box<dyn Consumer>,
+    pub(super) defect: Defect,
+    pub(super) topics: TopicSelector,
+    pub(super) received: AtomicU64,
+    /// Ids handed out and not yet settled.
+    pub(super) held: Mutex<HashSet<MessageId>>,
+    pub(super) opened_at: SystemTime,
+    pub(super) group: String,
+    /// For [`Defect::ForgetsWhileEmpty`]: the group was empty from then until this
+    /// consumer opened.
+    pub(super) forget_since: Option<SystemTime>,
+    pub(super) acks: Arc<AtomicU64>,
+    pub(super) membership: Arc<Mutex<Membership>>,
+    pub(super) receiver_delay: Option<Duration>,
+    /// When each message was first received, for [`Defect::DelaysFromReceipt`].
+    pub(super) first_seen: Mutex<HashMap<MessageId, SystemTime>>,
+    /// For [`Defect::BlocksBehindDelayed`]: nothing is served before this time (the
+    /// due time of the delayed message that reached the head of the line).
+    pub(super) blocked_until: Mutex<Option<SystemTime>>,
+    /// For [`Defect::LeaksRetriesToOtherGroups`]: the component's leaks, what this
+    /// member handed out (to copy when retried), and the ids of leaked copies it
+    /// handed out (settled here, they exist in no queue).
+    pub(super) leaks: Arc<Mutex<Vec<Leak>>>,
+    /// For [`Defect::CountsAttemptsAcrossGroups`]: the component's retry counts.
+    pub(super) retries: Arc<Mutex<RetriesByGroup>>,
+    /// For [`Defect::BorrowsMetadata`]: the metadata of the last message handed out.
+    pub(super) last_metadata: Mutex<Option<pubsub_components::Metadata>>,
+    pub(super) retried: Mutex<HashMap<MessageId, ReceivedMessage>>,
+    pub(super) leaked: Mutex<HashSet<MessageId>>,
+    /// For the lease defects: when each unsettled message was handed out.
+    pub(super) handed_at: Mutex<HashMap<MessageId, Instant>>,
+}
+
+/// Retries of each message, by the group that answered them.
+pub(super) type RetriesByGroup = HashMap<MessageId, HashMap<String, u32>>;
+
+/// The lease the lease defects declare.
+pub(super) const FAULTY_LEASE: Duration = Duration::from_secs(1);
+
+/// A retried message leaking to the other groups of its topic once `due`.
+pub(super) struct Leak {
+    pub(super) due: SystemTime,
+    pub(super) from_group: String,
+    pub(super) message: ReceivedMessage,
+    pub(super) taken_by: HashSet<String>,
+}
+
+impl FaultyConsumer {
+    /// Settles a leaked copy here (it is in no queue); false for any other id.
+    fn settles_leaked(&self, id: &MessageId) -> bool {
+        self.leaked.lock().unwrap().remove(id)
+    }
+
+    fn settled(&self, id: &MessageId) {
+        self.held.lock().unwrap().remove(id);
+        self.handed_at.lock().unwrap().remove(id);
+    }
+}
+
+/// `id`'s position on each of `topics`: what the defects that apply one topic's
+/// position to every subscribed topic settle.
+fn on_every_topic<'a>(
+    id: &'a MessageId,
+    topics: &'a [String],
+) -> impl Iterator<Item = MessageId> + 'a {
+    topics.iter().map(move |topic| MessageId {
+        topic: Some(topic.clone()),
+        ..id.clone()
+    })
+}
+
+#[async_trait]
+impl Consumer for FaultyConsumer {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        self.expire_leases().await?;
+        let messages = self.inner.receive(max, wait).await?;
+        if self.defect == Defect::StrandsDroppedReceives && !messages.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if self.defect == Defect::RescansWhatItRead && !messages.is_empty() {
+            let read = self
+                .received
+                .fetch_add(messages.len() as u64, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_nanos(read * 150)).await;
+        }
+        self.distort(messages).await
+    }
+
+    async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
+        let batch = match self.defect {
+            Defect::OverfillsBatches => self.inner.receive_batch(max + 3, max_await).await?,
+            Defect::HoldsPartialBatches => {
+                let mut batch = self.inner.receive_batch(max, max_await).await?;
+                let deadline = Instant::now() + max_await * 2;
+                while !batch.is_empty() && batch.len() < max && Instant::now() < deadline {
+                    batch.extend(
+                        self.inner
+                            .receive_batch(max - batch.len(), max_await)
+                            .await?,
+                    );
+                }
+                batch
+            }
+            // Closes a batch halfway through its window, as a receive that returns
+            // what it has as soon as it has something.
+            Defect::HandsPartialBatchesEarly => {
+                self.inner.receive_batch(max, max_await / 2).await?
+            }
+            Defect::CountsPutBackEntries => {
+                let mut batch = self.inner.receive_batch(max, max_await).await?;
+                if let TopicSelector::List(topics) = &self.topics {
+                    for message in &mut batch {
+                        if message.attempt == 1
+                            && topics.first() != Some(&message.topic().to_string())
+                        {
+                            message.attempt = 2;
+                        }
+                    }
+                }
+                batch
+            }
+            _ => self.inner.receive_batch(max, max_await).await?,
+        };
+        self.distort(batch).await
+    }
+
+    async fn ack(&self, id: &MessageId) -> Result<()> {
+        self.settled(id);
+        if self.settles_leaked(id) {
+            return Ok(());
+        }
+        if self.defect == Defect::SkipsAcks && self.acks.fetch_add(1, Ordering::Relaxed) % 100 == 57
+        {
+            // The ack is lost on the way; the broker hands the message out again.
+            return self.inner.nack(id, Duration::from_millis(300)).await;
+        }
+        match (self.defect, &self.topics) {
+            (Defect::AcksEveryTopic, TopicSelector::List(topics)) => {
+                for position in on_every_topic(id, topics) {
+                    let _ = self.inner.ack(&position).await;
+                }
+                Ok(())
+            }
+            (Defect::AcceptsForeignAcks, selector) => match &id.topic {
+                Some(topic) if selector.matches(topic) => self.inner.ack(id).await,
+                _ => Ok(()),
+            },
+            _ => self.inner.ack(id).await,
+        }
+    }
+
+    async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        self.settled(id);
+        if self.settles_leaked(id) {
+            return Ok(());
+        }
+        if self.defect == Defect::CountsAttemptsAcrossGroups {
+            *self
+                .retries
+                .lock()
+                .unwrap()
+                .entry(id.clone())
+                .or_default()
+                .entry(self.group.clone())
+                .or_insert(0) += 1;
+        }
+        if self.defect == Defect::LeaksRetriesToOtherGroups {
+            if let Some(message) = self.retried.lock().unwrap().get(id).cloned() {
+                self.leaks.lock().unwrap().push(Leak {
+                    due: SystemTime::now() + delay,
+                    from_group: self.group.clone(),
+                    message,
+                    taken_by: HashSet::new(),
+                });
+            }
+        }
+        match self.defect {
+            Defect::NoRedelivery => self.inner.ack(id).await,
+            Defect::IgnoresRetryDelay => self.inner.nack(id, Duration::ZERO).await,
+            _ => self.inner.nack(id, delay).await,
+        }
+    }
+
+    async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
+        match self.defect {
+            Defect::PretendsToExtendLease => Ok(()),
+            _ => self.inner.extend_lease(ids).await,
+        }
+    }
+
+    async fn reject(&self, id: &MessageId, _reason: &str) -> Result<()> {
+        self.settled(id);
+        self.inner.ack(id).await
+    }
+
+    async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        if self.defect == Defect::AcksManyPartially {
+            for id in ids {
+                self.ack(id).await?;
+            }
+            return Ok(());
+        }
+        pubsub_components::component::ack_each(self, ids, &self.topics).await
+    }
+
+    async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
+        self.inner.ack_cumulative(id).await?;
+        if let (Defect::AcksCumulativeEverywhere, TopicSelector::List(topics)) =
+            (self.defect, &self.topics)
+        {
+            for position in on_every_topic(id, topics) {
+                let _ = self.inner.ack_cumulative(&position).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn seek_all(&self, position: pubsub_components::StartPosition) -> Result<()> {
+        if self.defect != Defect::SeeksOneTopic {
+            return self.inner.seek_all(position).await;
+        }
+        let Some(first) = self.inner.last_message_ids().await?.into_iter().next() else {
+            return Ok(());
+        };
+        let position = match position {
+            pubsub_components::StartPosition::Earliest => 0,
+            pubsub_components::StartPosition::Latest => first.position + 1,
+        };
+        self.inner.seek(&MessageId { position, ..first }).await
+    }
+
+    async fn seek(&self, id: &MessageId) -> Result<()> {
+        if self.defect == Defect::AcceptsForeignSeeks && id.topic.is_none() {
+            return Ok(());
+        }
+        self.inner.seek(id).await?;
+        if self.defect == Defect::SeeksEverything {
+            for last in self.inner.last_message_ids().await? {
+                if last.owner() != id.owner() {
+                    self.inner
+                        .seek(&MessageId {
+                            position: 0,
+                            ..last
+                        })
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        let ids = self.inner.last_message_ids().await?;
+        if self.defect == Defect::DuplicatesLastIds {
+            return Ok(ids.into_iter().flat_map(|id| [id.clone(), id]).collect());
+        }
+        Ok(ids)
+    }
+
+    async fn close(&self) -> Result<()> {
+        {
+            let mut membership = self.membership.lock().unwrap();
+            if let Some(entry) = membership.groups.get_mut(&self.group) {
+                entry.0 = entry.0.saturating_sub(1);
+                if entry.0 == 0 {
+                    entry.1 = Some(SystemTime::now());
+                }
+            }
+        }
+        if self.defect == Defect::LosesUnackedOnLeave {
+            let held: Vec<MessageId> = self.held.lock().unwrap().drain().collect();
+            for id in held {
+                let _ = self.inner.ack(&id).await;
+            }
+        }
+        self.inner.close().await
+    }
+}
