@@ -127,12 +127,7 @@ fn compare_cell(
     if after.passes_unexpectedly() {
         detail.push_str(", a stale expected failure");
     } else if now_failing {
-        if let Some(why) = after
-            .evidence
-            .findings
-            .first()
-            .or(after.evidence.notes.first())
-        {
+        if let Some(why) = after.evidence.first_reason() {
             detail.push_str(": ");
             detail.push_str(why);
         }

@@ -168,6 +168,16 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in the order tables show them as columns.
+    pub const ALL: [Status; 6] = [
+        Status::Pass,
+        Status::Fail,
+        Status::Unsupported,
+        Status::NotProvisioned,
+        Status::Error,
+        Status::Flaky,
+    ];
+
     /// The symbol shown next to the label, readable without colour.
     pub fn symbol(self) -> &'static str {
         match self {
@@ -288,6 +298,17 @@ pub struct Evidence {
     /// Faults, publishes and deliveries over time, for cases that inject faults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
+}
+
+impl Evidence {
+    /// The first finding, else the first note: the one line that says why a cell has
+    /// its verdict.
+    pub fn first_reason(&self) -> Option<&str> {
+        self.findings
+            .first()
+            .or(self.notes.first())
+            .map(String::as_str)
+    }
 }
 
 /// What happened during a fault case, over time (drawn as a small SVG in the HTML).

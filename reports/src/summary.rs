@@ -3,15 +3,6 @@
 use crate::{RunReport, Status};
 use std::fmt::Write;
 
-const COLUMNS: [Status; 6] = [
-    Status::Pass,
-    Status::Fail,
-    Status::Unsupported,
-    Status::NotProvisioned,
-    Status::Error,
-    Status::Flaky,
-];
-
 /// One row per component with its count of each verdict, then one line per cell that
 /// needs attention (FAIL, ERROR, FLAKY) with its first finding, and one line per
 /// reason a component's cells were NOT PROVISIONED (a broker that is not installed
@@ -26,13 +17,13 @@ pub fn summary_table(report: &RunReport) -> String {
         .max(9);
     let mut out = String::new();
     let _ = write!(out, "{:<width$}", "component");
-    for status in COLUMNS {
+    for status in Status::ALL {
         let _ = write!(out, "  {:>6}", short(status));
     }
     let _ = writeln!(out, "  {:>9}", "emulated");
     for component in &report.components {
         let _ = write!(out, "{:<width$}", component.name);
-        for status in COLUMNS {
+        for status in Status::ALL {
             let _ = write!(out, "  {:>6}", component.count(status));
         }
         let emulated = component
@@ -69,13 +60,7 @@ pub fn summary_table(report: &RunReport) -> String {
                 );
                 continue;
             }
-            let why = case
-                .evidence
-                .findings
-                .first()
-                .or(case.evidence.notes.first())
-                .map(String::as_str)
-                .unwrap_or("");
+            let why = case.evidence.first_reason().unwrap_or("");
             if case.status == Status::NotProvisioned {
                 match not_provisioned
                     .iter_mut()

@@ -70,6 +70,23 @@ impl Compatibility<'_> {
             })
             .collect()
     }
+
+    /// The versions it is certified on, fails on and is not supported on, each list
+    /// as one text (`none` when empty), in that order.
+    pub fn verdict_lists(&self) -> [String; 3] {
+        [
+            self.listed(|v| matches!(v, VersionVerdict::Certified { .. })),
+            self.listed(|v| matches!(v, VersionVerdict::Fails { .. })),
+            self.listed(|v| matches!(v, VersionVerdict::NotSupported { .. })),
+        ]
+        .map(|list| {
+            if list.is_empty() {
+                "none".to_string()
+            } else {
+                list.join("; ")
+            }
+        })
+    }
 }
 
 fn verdict(row: &ComponentReport) -> VersionVerdict {
@@ -93,11 +110,9 @@ fn verdict(row: &ComponentReport) -> VersionVerdict {
             first_case: first.id.clone(),
             why: first
                 .evidence
-                .findings
-                .first()
-                .or(first.evidence.notes.first())
-                .cloned()
-                .unwrap_or_default(),
+                .first_reason()
+                .unwrap_or_default()
+                .to_string(),
         },
     }
 }

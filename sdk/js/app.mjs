@@ -6,7 +6,7 @@
 // sidecar/src/sdk_app.rs; prints {"started": true} once the server runs.
 //
 // argv[2]: {"pubsub", "topic", "deadLetterTopic"?, "metadata"?, "relay": URL}
-import { DaprServer, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { httpServer } from "./dapr.mjs";
 
 const config = JSON.parse(process.argv[2]);
 
@@ -42,13 +42,7 @@ const handler = async (data, headers) => {
   return said.status;
 };
 
-const server = new DaprServer({
-  serverHost: "127.0.0.1",
-  serverPort: process.env.APP_PORT,
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  clientOptions: { daprHost: "127.0.0.1", daprPort: process.env.DAPR_HTTP_PORT },
-  logger: { level: LogLevel.Error },
-});
+const server = httpServer(process.env.APP_PORT, process.env.DAPR_HTTP_PORT);
 await server.pubsub.subscribeWithOptions(config.pubsub, config.topic, {
   callback: handler,
   deadLetterTopic: config.deadLetterTopic ?? undefined,

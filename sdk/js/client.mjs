@@ -2,17 +2,10 @@
 // argv[2] through DaprClient (HTTP) against the sidecar at DAPR_HTTP_PORT, and prints
 // one JSON line per step with what the SDK answered. Driven by
 // sidecar/tests/sdk_js.rs; each step is what an app author writes.
-import { DaprClient, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { errorText, httpClient } from "./dapr.mjs";
 
 const steps = JSON.parse(process.argv[2]);
-const client = new DaprClient({
-  daprHost: "127.0.0.1",
-  daprPort: process.env.DAPR_HTTP_PORT,
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  logger: { level: LogLevel.Error },
-});
-
-const errorText = (error) => (error === undefined || error === null ? null : String(error.message ?? error));
+const client = httpClient(process.env.DAPR_HTTP_PORT);
 
 for (const step of steps) {
   if (step.op === "publish") {

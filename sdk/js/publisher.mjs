@@ -12,17 +12,11 @@
 // A payload is handed to the SDK as an app author holds it: a JSON-typed payload
 // as the JS value its text parses to (the SDK serializes it), any other as a
 // Buffer; a bulk entry's event as the value its API form (`eventText`) parses to.
-import { DaprClient, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { errorText, httpClient } from "./dapr.mjs";
 import { createInterface } from "node:readline";
 
-const client = new DaprClient({
-  daprHost: "127.0.0.1",
-  daprPort: process.env.DAPR_HTTP_PORT,
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  logger: { level: LogLevel.Error },
-});
+const client = httpClient(process.env.DAPR_HTTP_PORT);
 
-const errorText = (error) => (error === undefined || error === null ? null : String(error.message ?? error));
 const answer = (line) => process.stdout.write(JSON.stringify(line) + "\n");
 
 const run = async (request) => {

@@ -6,16 +6,11 @@
 // Each subscription: {"topic", "answer", "bulk"?, "deadLetterTopic"?, "metadata"?}
 // where answer is "success", "retry-once" (RETRY the first time a data value is
 // seen, then SUCCESS), "drop" or "throw" (the handler throws).
-import { DaprServer, CommunicationProtocolEnum, DaprPubSubStatusEnum, LogLevel } from "@dapr/dapr";
+import { DaprPubSubStatusEnum } from "@dapr/dapr";
+import { httpServer } from "./dapr.mjs";
 
 const config = JSON.parse(process.argv[2]);
-const server = new DaprServer({
-  serverHost: "127.0.0.1",
-  serverPort: process.env.APP_PORT,
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  clientOptions: { daprHost: "127.0.0.1", daprPort: process.env.DAPR_HTTP_PORT },
-  logger: { level: LogLevel.Error },
-});
+const server = httpServer(process.env.APP_PORT, process.env.DAPR_HTTP_PORT);
 
 const seen = new Set();
 const handlerFor = (subscription) => async (data) => {

@@ -513,14 +513,25 @@ async fn publish_without_topic(Path(pubsub): Path<String>) -> Response {
     error_response(ApiError::topic_empty(&pubsub))
 }
 
-/// The pub/sub and topic a publish path names, and its body, or the documented
-/// error: a path that is not UTF-8 once decoded is malformed (400
-/// `ERR_MALFORMED_REQUEST`), a body over the limit 413 `ERR_BODY_TOO_LARGE`.
-fn read_publish(
-    state: &ApiState,
+/// A publish or bulk publish request, read.
+struct ReadPublish<'a> {
+    pubsub: String,
+    topic: String,
+    served: &'a ServedComponent,
+    metadata: Metadata,
+    body: Bytes,
+}
+
+/// The pub/sub and topic a publish path names, the component it names, the
+/// request's metadata and its body, or the documented error: a path that is not
+/// UTF-8 once decoded is malformed (400 `ERR_MALFORMED_REQUEST`), a body over the
+/// limit 413 `ERR_BODY_TOO_LARGE`, then the errors of [`request_target`].
+fn read_publish<'a>(
+    state: &'a ApiState,
     path: Result<Path<(String, String)>, PathRejection>,
+    query: Option<&str>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<(String, String, Bytes), ApiError> {
+) -> Result<ReadPublish<'a>, ApiError> {
     let Path((pubsub, topic)) = path.map_err(|e| ApiError::malformed(e.body_text()))?;
     let body = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -529,7 +540,14 @@ fn read_publish(
             ApiError::malformed(e.body_text())
         }
     })?;
-    Ok((pubsub, topic, body))
+    let (served, metadata) = request_target(state, &pubsub, query)?;
+    Ok(ReadPublish {
+        pubsub,
+        topic,
+        served,
+        metadata,
+        body,
+    })
 }
 
 async fn publish(
@@ -539,12 +557,8 @@ async fn publish(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let (pubsub, topic, body) = match read_publish(&state, path, body) {
+    let read = match read_publish(&state, path, query.as_deref(), body) {
         Ok(read) => read,
-        Err(e) => return error_response(e),
-    };
-    let (served, metadata) = match request_target(&state, &pubsub, query.as_deref()) {
-        Ok(target) => target,
         Err(e) => return error_response(e),
     };
     // Unless specified, Dapr assumes text/plain (the API reference).
@@ -554,18 +568,18 @@ async fn publish(
         .filter(|v| !v.is_empty())
         .unwrap_or("text/plain")
         .to_string();
-    let mut request =
-        PublishRequest::new(topic.clone(), body.to_vec()).with_content_type(&content_type);
-    request.metadata = metadata;
+    let mut request = PublishRequest::new(read.topic.clone(), read.body.to_vec())
+        .with_content_type(&content_type);
+    request.metadata = read.metadata;
     if let Some(traceparent) = headers.get("traceparent").and_then(|v| v.to_str().ok()) {
         request
             .metadata
             .entry("traceparent".to_string())
             .or_insert_with(|| traceparent.to_string());
     }
-    match served.runtime.publish(request).await {
+    match read.served.runtime.publish(request).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => error_response(publish_error(&pubsub, &topic, e)),
+        Err(e) => error_response(publish_error(&read.pubsub, &read.topic, e)),
     }
 }
 
@@ -575,17 +589,13 @@ async fn bulk_publish(
     RawQuery(query): RawQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let (pubsub, topic, body) = match read_publish(&state, path, body) {
+    let read = match read_publish(&state, path, query.as_deref(), body) {
         Ok(read) => read,
         Err(e) => return error_response(e),
     };
-    let (served, metadata) = match request_target(&state, &pubsub, query.as_deref()) {
-        Ok(target) => target,
-        Err(e) => return error_response(e),
-    };
-    let wire_entries: Vec<wire::BulkPublishEntry> = match serde_json::from_slice(&body) {
+    let wire_entries: Vec<wire::BulkPublishEntry> = match serde_json::from_slice(&read.body) {
         Ok(entries) => entries,
-        Err(e) => return error_response(ApiError::unmarshal_events(&pubsub, &topic, e)),
+        Err(e) => return error_response(ApiError::unmarshal_events(&read.pubsub, &read.topic, e)),
     };
     // Every entry is checked before anything is published: a bad one refuses the
     // whole request, and nothing is half-published.
@@ -594,8 +604,8 @@ async fn bulk_publish(
     for (index, entry) in wire_entries.into_iter().enumerate() {
         if entry.entry_id.is_empty() || !seen.insert(entry.entry_id.clone()) {
             return error_response(ApiError::marshal_events(
-                &pubsub,
-                &topic,
+                &read.pubsub,
+                &read.topic,
                 format!(
                     "entryId is duplicated or not present for the entry at index {index} ('{}')",
                     entry.entry_id
@@ -606,8 +616,8 @@ async fn bulk_publish(
             Ok(bytes) => bytes,
             Err(why) => {
                 return error_response(ApiError::marshal_events(
-                    &pubsub,
-                    &topic,
+                    &read.pubsub,
+                    &read.topic,
                     format!("entry '{}': {why}", entry.entry_id),
                 ))
             }
@@ -620,11 +630,11 @@ async fn bulk_publish(
         });
     }
     let request = BulkPublishRequest {
-        topic: topic.clone(),
+        topic: read.topic.clone(),
         entries,
-        metadata,
+        metadata: read.metadata,
     };
-    match served.runtime.bulk_publish(request).await {
+    match read.served.runtime.bulk_publish(request).await {
         Ok(response) if response.failed_entries.is_empty() => {
             StatusCode::NO_CONTENT.into_response()
         }
@@ -642,7 +652,7 @@ async fn bulk_publish(
             };
             (StatusCode::INTERNAL_SERVER_ERROR, Json(failure)).into_response()
         }
-        Err(e) => error_response(publish_error(&pubsub, &topic, e)),
+        Err(e) => error_response(publish_error(&read.pubsub, &read.topic, e)),
     }
 }
 

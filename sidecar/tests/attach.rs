@@ -19,6 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 
+mod common;
+use common::{free_port, served_in_memory};
+
 /// Records the data of what it is handed.
 #[derive(Default)]
 struct Recorder {
@@ -53,14 +56,6 @@ impl Recorder {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The sidecar's `GET /v1.0/metadata` answer.
 async fn metadata(http_port: u16) -> serde_json::Value {
     reqwest::get(format!("http://127.0.0.1:{http_port}/v1.0/metadata"))
@@ -73,13 +68,7 @@ async fn metadata(http_port: u16) -> serde_json::Value {
 
 /// The in-memory component, served as pub/sub `ps`.
 fn served_memory() -> BTreeMap<String, ServedComponent> {
-    BTreeMap::from([(
-        "ps".to_string(),
-        ServedComponent {
-            runtime: Runtime::new("ps", Arc::new(MemoryComponent::default())),
-            component_type: "pubsub.in-memory".into(),
-        },
-    )])
+    served_in_memory(Runtime::new("ps", Arc::new(MemoryComponent::default())))
 }
 
 /// `serve` on `http_port` with hot reload of `resources`, delivering to the app
@@ -251,15 +240,7 @@ async fn a_running_sidecar_takes_up_the_suites_subscriptions_as_resources() {
 #[tokio::test]
 async fn attaching_to_a_sidecar_without_the_pubsub_names_what_it_serves() {
     let resources = tempfile::tempdir().unwrap();
-    let mut components = BTreeMap::new();
-    components.insert(
-        "ps".to_string(),
-        ServedComponent {
-            runtime: Runtime::new("ps", Arc::new(MemoryComponent::default())),
-            component_type: "pubsub.in-memory".into(),
-        },
-    );
-    let sidecar = Sidecar::start(components, ServeOptions::default())
+    let sidecar = Sidecar::start(served_memory(), ServeOptions::default())
         .await
         .unwrap();
     let error = SidecarTarget::attach(AttachOptions {

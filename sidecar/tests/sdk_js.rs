@@ -7,12 +7,14 @@
 
 use pubsub_components::memory::{MemoryComponent, MemoryConfig};
 use pubsub_components::runtime::{Event, Handler, MessageHandler, Runtime, Status, Subscription};
-use pubsub_sidecar::{ServeOptions, ServedComponent, Sidecar};
+use pubsub_sidecar::{ServeOptions, Sidecar};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+mod common;
+use common::{free_port, served_in_memory};
 
 /// The biggest event the served component takes (so that one entry of a bulk
 /// request can fail alone).
@@ -108,15 +110,7 @@ async fn serve_with_subscriber(
         )
         .await
         .unwrap();
-    let mut components = BTreeMap::new();
-    components.insert(
-        "pubsub".to_string(),
-        ServedComponent {
-            runtime,
-            component_type: "pubsub.in-memory".into(),
-        },
-    );
-    let sidecar = Sidecar::start(components, ServeOptions::default())
+    let sidecar = Sidecar::start(served_in_memory(runtime), ServeOptions::default())
         .await
         .unwrap();
     (sidecar, received, handle)
@@ -268,14 +262,6 @@ impl SdkApp {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `serve` delivering to the SDK's DaprServer app, which subscribes as `config`
 /// says; the runtime behind it, to publish and to watch dead-letter topics.
 async fn serve_the_sdk_app(config: &Value) -> (Sidecar, SdkApp, Runtime) {
@@ -299,20 +285,12 @@ async fn serve_to_app(
     dapr_port: u16,
     app_id: &str,
 ) -> anyhow::Result<Sidecar> {
-    let mut components = BTreeMap::new();
-    components.insert(
-        runtime.name().to_string(),
-        ServedComponent {
-            runtime: runtime.clone(),
-            component_type: "pubsub.in-memory".into(),
-        },
-    );
     let channel = pubsub_sidecar::AppChannel::new(
         format!("http://127.0.0.1:{app_port}"),
         Duration::from_secs(10),
     )?;
     Sidecar::start(
-        components,
+        served_in_memory(runtime.clone()),
         ServeOptions {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], dapr_port)),
             app: Some(channel),
@@ -430,10 +408,7 @@ async fn run_repro(program: &str, dapr_port: u16) -> (Option<i32>, String) {
             .arg(format!("repro/{program}"))
             .current_dir(sdk_dir())
             .env("DAPR_HTTP_PORT", dapr_port.to_string())
-            .env(
-                "APP_PORT",
-                pubsub_sidecar::launch::free_port().unwrap().to_string(),
-            )
+            .env("APP_PORT", free_port().to_string())
             .kill_on_drop(true)
             .output(),
     )
@@ -456,18 +431,11 @@ async fn run_repro(program: &str, dapr_port: u16) -> (Option<i32>, String) {
 /// falsy-data.mjs, are asserted by `the_sdk_server_findings_hold`.)
 #[tokio::test]
 async fn every_sdk_client_reproduction_still_shows_its_finding() {
-    let mut components = BTreeMap::new();
-    components.insert(
-        "memory".to_string(),
-        ServedComponent {
-            runtime: Runtime::new(
-                "memory",
-                Arc::new(MemoryComponent::new(MemoryConfig::default())),
-            ),
-            component_type: "pubsub.in-memory".into(),
-        },
+    let runtime = Runtime::new(
+        "memory",
+        Arc::new(MemoryComponent::new(MemoryConfig::default())),
     );
-    let sidecar = Sidecar::start(components, ServeOptions::default())
+    let sidecar = Sidecar::start(served_in_memory(runtime), ServeOptions::default())
         .await
         .unwrap();
     let port = sidecar.address().port();

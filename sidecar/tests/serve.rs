@@ -10,12 +10,14 @@ use axum::{Json, Router};
 use pubsub_components::memory::MemoryComponent;
 use pubsub_components::runtime::{Runtime, RuntimeOptions};
 use pubsub_sidecar::wire::AppSubscription;
-use pubsub_sidecar::{AppChannel, ServeOptions, ServedComponent, Sidecar};
+use pubsub_sidecar::{AppChannel, ServeOptions, Sidecar};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
+
+mod common;
+use common::served_in_memory;
 
 /// What the test app received, per route.
 #[derive(Default)]
@@ -109,13 +111,7 @@ async fn start_sidecar(app: Option<&TestApp>, token: Option<&str>) -> Sidecar {
             ..Default::default()
         },
     );
-    let components = BTreeMap::from([(
-        "mem".to_string(),
-        ServedComponent {
-            runtime,
-            component_type: "pubsub.in-memory".into(),
-        },
-    )]);
+    let components = served_in_memory(runtime);
     let options = ServeOptions {
         app: app.map(|a| AppChannel::new(&a.base, Duration::from_secs(5)).unwrap()),
         app_id: "test-app".into(),
@@ -540,13 +536,7 @@ async fn an_app_that_closes_hangs_or_answers_garbage_is_read_as_daprd_reads_it()
     )
     .await;
     let runtime = Runtime::new("mem", Arc::new(MemoryComponent::default()));
-    let components = BTreeMap::from([(
-        "mem".to_string(),
-        ServedComponent {
-            runtime,
-            component_type: "pubsub.in-memory".into(),
-        },
-    )]);
+    let components = served_in_memory(runtime);
     let app_timeout = Duration::from_millis(500);
     let sidecar = Sidecar::start(
         components,

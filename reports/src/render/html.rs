@@ -213,17 +213,7 @@ pub fn html(report: &RunReport) -> String {
         .values()
         .flat_map(|c| c.values().map(|c| c.level.clone()))
         .collect();
-    let statuses: Vec<String> = [
-        Status::Pass,
-        Status::Fail,
-        Status::Unsupported,
-        Status::NotProvisioned,
-        Status::Error,
-        Status::Flaky,
-    ]
-    .iter()
-    .map(|s| s.label().to_string())
-    .collect();
+    let statuses: Vec<String> = Status::ALL.iter().map(|s| s.label().to_string()).collect();
     versions_section(&mut out, report);
     paths_section(&mut out, report);
     out.push_str("<section id=\"matrix-section\"><h2>Matrix</h2><div id=\"filters\">");
@@ -477,25 +467,12 @@ fn versions_section(out: &mut String, report: &RunReport) {
     out.push_str("<section id=\"versions\"><h2>Broker versions</h2>");
     for axis in &axes {
         let _ = write!(out, "<h3>{}</h3><ul>", esc(&axis.component));
-        for (title, lines) in [
-            (
-                "certified on",
-                axis.listed(|v| matches!(v, crate::VersionVerdict::Certified { .. })),
-            ),
-            (
-                "fails on",
-                axis.listed(|v| matches!(v, crate::VersionVerdict::Fails { .. })),
-            ),
-            (
-                "not supported on",
-                axis.listed(|v| matches!(v, crate::VersionVerdict::NotSupported { .. })),
-            ),
+        let [certified, fails, unsupported] = axis.verdict_lists();
+        for (title, text) in [
+            ("certified on", certified),
+            ("fails on", fails),
+            ("not supported on", unsupported),
         ] {
-            let text = if lines.is_empty() {
-                "none".to_string()
-            } else {
-                lines.join("; ")
-            };
             let _ = write!(out, "<li><strong>{title}</strong>: {}</li>", esc(&text));
         }
         out.push_str("</ul><table class=\"versions\"><thead><tr><th></th>");

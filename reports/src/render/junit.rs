@@ -46,13 +46,7 @@ pub fn junit(report: &RunReport) -> String {
         );
         for case in &component.cases {
             let evidence = xml(&crate::render::evidence_text(&component.name, case));
-            let first = xml(case
-                .evidence
-                .findings
-                .first()
-                .or(case.evidence.notes.first())
-                .map(String::as_str)
-                .unwrap_or(""));
+            let first = xml(case.evidence.first_reason().unwrap_or(""));
             let _ = write!(
                 out,
                 "    <testcase name=\"{}\" classname=\"{}.{}\" time=\"{:.3}\"",

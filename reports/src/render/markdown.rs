@@ -92,13 +92,7 @@ pub fn markdown(report: &RunReport) -> String {
                 .iter()
                 .filter(|c| !matches!(c.status, Status::Pass | Status::Unsupported))
                 .map(move |case| {
-                    let why = case
-                        .evidence
-                        .findings
-                        .first()
-                        .or(case.evidence.notes.first())
-                        .cloned()
-                        .unwrap_or_default();
+                    let why = case.evidence.first_reason().unwrap_or_default();
                     let runs = case
                         .runs
                         .map(|r| format!(" ({}/{} runs passed)", r.passes, r.runs))
@@ -174,22 +168,13 @@ fn broker_versions(report: &RunReport, out: &mut String) {
     out.push_str("\n## Broker versions\n");
     for axis in &axes {
         let _ = writeln!(out, "\n### {}\n", axis.component);
-        let certified = axis.listed(|v| matches!(v, crate::VersionVerdict::Certified { .. }));
-        let fails = axis.listed(|v| matches!(v, crate::VersionVerdict::Fails { .. }));
-        let unsupported = axis.listed(|v| matches!(v, crate::VersionVerdict::NotSupported { .. }));
-        let none = |list: Vec<String>| {
-            if list.is_empty() {
-                "none".to_string()
-            } else {
-                list.join("; ")
-            }
-        };
-        let _ = writeln!(out, "- certified on: {}", none(certified));
-        let _ = writeln!(out, "- fails on: {}", none(fails).replace('|', "\\|"));
+        let [certified, fails, unsupported] = axis.verdict_lists();
+        let _ = writeln!(out, "- certified on: {certified}");
+        let _ = writeln!(out, "- fails on: {}", fails.replace('|', "\\|"));
         let _ = writeln!(
             out,
             "- not supported on: {}\n",
-            none(unsupported).replace('|', "\\|")
+            unsupported.replace('|', "\\|")
         );
         let header: Vec<&str> = axis.versions.iter().map(|v| v.version.as_str()).collect();
         let _ = writeln!(out, "| | {} |", header.join(" | "));

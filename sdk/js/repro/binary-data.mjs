@@ -7,29 +7,17 @@
 // Against serve, as in handler-throws.mjs:
 //   (cd sdk/js && DAPR_HTTP_PORT=3500 APP_PORT=3000 node repro/binary-data.mjs)
 // Exits 1 while the defect is there.
-import { DaprServer, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { appServer, firstCall, publishWithHttpApi } from "./common.mjs";
 
-const server = new DaprServer({
-  serverHost: "127.0.0.1",
-  serverPort: process.env.APP_PORT ?? "3000",
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  clientOptions: { daprHost: "127.0.0.1", daprPort: process.env.DAPR_HTTP_PORT ?? "3500" },
-  logger: { level: LogLevel.Error },
-});
-let deliver;
-const delivered = new Promise((resolve) => (deliver = resolve));
-await server.pubsub.subscribe("memory", "repro-binary", async (data) => deliver(data));
+const server = appServer();
+const call = firstCall();
+await server.pubsub.subscribe("memory", "repro-binary", async (data) => call.deliver(data));
 await server.start();
 // Published with the HTTP API itself: the SDK's own publish changes a Buffer before
 // it leaves (repro/buffer-payload.mjs).
-const dapr = `http://127.0.0.1:${process.env.DAPR_HTTP_PORT ?? "3500"}`;
-await fetch(`${dapr}/v1.0/publish/memory/repro-binary`, {
-  method: "POST",
-  headers: { "Content-Type": "application/octet-stream" },
-  body: new Uint8Array([0xff, 0x00, 0x80]),
-});
+await publishWithHttpApi("repro-binary", "application/octet-stream", new Uint8Array([0xff, 0x00, 0x80]));
 // The handler's call, or nothing after 5 s.
-const received = await Promise.race([delivered, new Promise((resolve) => setTimeout(resolve, 5000))]);
+const received = await call.within(5000);
 const bytes = Buffer.isBuffer(received) ? received : Buffer.from(String(received ?? ""));
 console.log(`handler got ${typeof received} ${JSON.stringify(received)}: bytes ${bytes.toString("hex")} (documented: ff0080)`);
 await server.stop();

@@ -8,26 +8,10 @@
 // A stand-in sidecar prints the bytes it receives (against serve:
 // `certify --component memory --js-sdk --case publish.fidelity`). Exits 1 while the
 // defect is there.
-import http from "node:http";
-import { DaprClient, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { standInSidecar } from "./common.mjs";
 
 const seen = [];
-const sidecar = http.createServer((req, res) => {
-  const chunks = [];
-  req.on("data", (chunk) => chunks.push(chunk));
-  req.on("end", () => {
-    if (req.url.startsWith("/v1.0/publish/")) seen.push(Buffer.concat(chunks));
-    res.statusCode = req.url.startsWith("/v1.0/publish/") ? 204 : 200;
-    res.end(req.url.startsWith("/v1.0/metadata") ? "{}" : undefined);
-  });
-});
-await new Promise((resolve) => sidecar.listen(0, "127.0.0.1", resolve));
-const client = new DaprClient({
-  daprHost: "127.0.0.1",
-  daprPort: String(sidecar.address().port),
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  logger: { level: LogLevel.Error },
-});
+const { sidecar, client } = await standInSidecar((_req, body) => seen.push(body));
 const bytes = Buffer.from([0x68, 0x69, 0xff, 0x00, 0xfe]);
 await client.pubsub.publish("memory", "repro-buffer", bytes, { contentType: "text/plain" });
 await client.pubsub.publish("memory", "repro-buffer", Buffer.from('{"a":1}'), {

@@ -11,14 +11,9 @@
 //   cargo run --release -- serve --components fixtures --http-port 3500 &
 //   (cd sdk/js && DAPR_HTTP_PORT=3500 node repro/bulk-failed-entries.mjs)
 // The memory component refuses events above its maxMessageBytes (65536).
-import { DaprClient, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { sidecarClient } from "./common.mjs";
 
-const client = new DaprClient({
-  daprHost: "127.0.0.1",
-  daprPort: process.env.DAPR_HTTP_PORT ?? "3500",
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  logger: { level: LogLevel.Error },
-});
+const client = sidecarClient();
 const answer = await client.pubsub.publishBulk("memory", "repro-bulk", [
   { entryID: "fits", event: "small", contentType: "text/plain" },
   { entryID: "too-big", event: "x".repeat(70000), contentType: "text/plain" },

@@ -7,15 +7,9 @@
 // Against serve, as in handler-throws.mjs:
 //   (cd sdk/js && DAPR_HTTP_PORT=3500 APP_PORT=3000 node repro/falsy-data.mjs)
 // Exits 1 while the defect is there.
-import { DaprServer, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { appServer, publishWithHttpApi, sleep } from "./common.mjs";
 
-const server = new DaprServer({
-  serverHost: "127.0.0.1",
-  serverPort: process.env.APP_PORT ?? "3000",
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  clientOptions: { daprHost: "127.0.0.1", daprPort: process.env.DAPR_HTTP_PORT ?? "3500" },
-  logger: { level: LogLevel.Error },
-});
+const server = appServer();
 let received;
 await server.pubsub.subscribe("memory", "repro-falsy", async (data) => {
   received = data;
@@ -23,13 +17,8 @@ await server.pubsub.subscribe("memory", "repro-falsy", async (data) => {
 await server.start();
 // Published with the HTTP API itself: the SDK's own publish loses a falsy payload
 // before it leaves (repro/falsy-publish.mjs).
-const dapr = `http://127.0.0.1:${process.env.DAPR_HTTP_PORT ?? "3500"}`;
-await fetch(`${dapr}/v1.0/publish/memory/repro-falsy`, {
-  method: "POST",
-  headers: { "Content-Type": "application/json" },
-  body: "0",
-});
-await new Promise((resolve) => setTimeout(resolve, 1000));
+await publishWithHttpApi("repro-falsy", "application/json", "0");
+await sleep(1000);
 console.log(`handler got: ${JSON.stringify(received)} (documented: 0)`);
 await server.stop();
 process.exit(received === 0 ? 0 : 1);

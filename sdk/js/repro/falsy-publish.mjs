@@ -5,25 +5,11 @@
 // Against serve, as in handler-throws.mjs (an in-process subscriber shows what was
 // published: sidecar/tests/sdk_js.rs); here the SDK's own request is shown by a
 // stand-in sidecar that prints what it receives. Exits 1 while the defect is there.
-import http from "node:http";
-import { DaprClient, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { standInSidecar } from "./common.mjs";
 
 let seen;
-const sidecar = http.createServer((req, res) => {
-  let body = "";
-  req.on("data", (chunk) => (body += chunk));
-  req.on("end", () => {
-    if (req.url.startsWith("/v1.0/publish/")) seen = { contentType: req.headers["content-type"], body };
-    res.statusCode = req.url.startsWith("/v1.0/publish/") ? 204 : 200;
-    res.end(req.url.startsWith("/v1.0/metadata") ? "{}" : undefined);
-  });
-});
-await new Promise((resolve) => sidecar.listen(0, "127.0.0.1", resolve));
-const client = new DaprClient({
-  daprHost: "127.0.0.1",
-  daprPort: String(sidecar.address().port),
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  logger: { level: LogLevel.Error },
+const { sidecar, client } = await standInSidecar((req, body) => {
+  seen = { contentType: req.headers["content-type"], body: body.toString() };
 });
 await client.pubsub.publish("memory", "repro-falsy", 0);
 console.log(`the sidecar got: ${JSON.stringify(seen)} (documented: body "0")`);

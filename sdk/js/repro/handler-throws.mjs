@@ -9,15 +9,9 @@
 //   (cd sdk/js && DAPR_HTTP_PORT=3500 APP_PORT=3000 node repro/handler-throws.mjs)
 // where fixtures/memory-only holds a copy of fixtures/memory.yaml. Exits 1 while the
 // defect is there.
-import { DaprServer, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { appServer, sleep } from "./common.mjs";
 
-const server = new DaprServer({
-  serverHost: "127.0.0.1",
-  serverPort: process.env.APP_PORT ?? "3000",
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  clientOptions: { daprHost: "127.0.0.1", daprPort: process.env.DAPR_HTTP_PORT ?? "3500" },
-  logger: { level: LogLevel.Error },
-});
+const server = appServer();
 let calls = 0;
 await server.pubsub.subscribe("memory", "repro-throws", async () => {
   calls += 1;
@@ -25,7 +19,7 @@ await server.pubsub.subscribe("memory", "repro-throws", async () => {
 });
 await server.start();
 await server.client.pubsub.publish("memory", "repro-throws", { order: 1 });
-await new Promise((resolve) => setTimeout(resolve, 2000));
+await sleep(2000);
 console.log(`handler calls in 2 s: ${calls} (documented: more than 1, the message is retried)`);
 await server.stop();
 process.exit(calls > 1 ? 0 : 1);

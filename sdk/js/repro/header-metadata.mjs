@@ -8,27 +8,15 @@
 // Against serve, as in handler-throws.mjs:
 //   (cd sdk/js && DAPR_HTTP_PORT=3500 APP_PORT=3000 node repro/header-metadata.mjs)
 // Exits 1 while the defect is there.
-import { DaprServer, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { appServer, firstCall, publishWithHttpApi } from "./common.mjs";
 
-const server = new DaprServer({
-  serverHost: "127.0.0.1",
-  serverPort: process.env.APP_PORT ?? "3000",
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  clientOptions: { daprHost: "127.0.0.1", daprPort: process.env.DAPR_HTTP_PORT ?? "3500" },
-  logger: { level: LogLevel.Error },
-});
-let deliver;
-const delivered = new Promise((resolve) => (deliver = resolve));
-await server.pubsub.subscribe("memory", "repro-header", async (_data, headers) => deliver(headers["app-label"]));
+const server = appServer();
+const call = firstCall();
+await server.pubsub.subscribe("memory", "repro-header", async (_data, headers) => call.deliver(headers["app-label"]));
 await server.start();
-const dapr = `http://127.0.0.1:${process.env.DAPR_HTTP_PORT ?? "3500"}`;
-await fetch(`${dapr}/v1.0/publish/memory/repro-header?metadata.app-label=${encodeURIComponent("✓")}`, {
-  method: "POST",
-  headers: { "Content-Type": "text/plain" },
-  body: "hello",
-});
+await publishWithHttpApi("repro-header", "text/plain", "hello", { "app-label": "✓" });
 // The handler's call, or nothing after 5 s.
-const received = await Promise.race([delivered, new Promise((resolve) => setTimeout(resolve, 5000))]);
+const received = await call.within(5000);
 const codes = [...(received ?? "")].map((c) => c.codePointAt(0).toString(16)).join(" ");
 console.log(`handler got app-label of code points ${codes} (documented: "✓", code point 2713)`);
 await server.stop();

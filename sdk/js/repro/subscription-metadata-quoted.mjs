@@ -10,16 +10,10 @@
 // Needs no sidecar: it reads the app's own answer (APP_PORT, default 3000).
 //   (cd sdk/js && node repro/subscription-metadata-quoted.mjs)
 // Exits 1 while the defect is there.
-import { DaprServer, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { appServer, sleep } from "./common.mjs";
 
 const port = process.env.APP_PORT ?? "3000";
-const server = new DaprServer({
-  serverHost: "127.0.0.1",
-  serverPort: port,
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  clientOptions: { daprHost: "127.0.0.1", daprPort: process.env.DAPR_HTTP_PORT ?? "3500" },
-  logger: { level: LogLevel.Error },
-});
+const server = appServer();
 await server.pubsub.subscribeWithOptions("memory", "orders", {
   callback: async () => {},
   metadata: { retryDelay: "250ms" },
@@ -32,7 +26,7 @@ for (let tries = 0; tries < 100 && declared === undefined; tries++) {
   try {
     declared = await (await fetch(`http://127.0.0.1:${port}/dapr/subscribe`)).json();
   } catch {
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await sleep(100);
   }
 }
 const value = declared?.[0]?.metadata?.retryDelay;

@@ -8,25 +8,10 @@
 // A stand-in sidecar prints the path it receives (against serve the message lands on
 // the wrong topic: `certify --component memory --js-sdk --case publish.invalid-requests`).
 // Exits 1 while the defect is there.
-import http from "node:http";
-import { DaprClient, CommunicationProtocolEnum, LogLevel } from "@dapr/dapr";
+import { standInSidecar } from "./common.mjs";
 
 let seen;
-const sidecar = http.createServer((req, res) => {
-  req.resume();
-  req.on("end", () => {
-    if (req.url.startsWith("/v1.0/publish/")) seen = req.url;
-    res.statusCode = req.url.startsWith("/v1.0/publish/") ? 204 : 200;
-    res.end(req.url.startsWith("/v1.0/metadata") ? "{}" : undefined);
-  });
-});
-await new Promise((resolve) => sidecar.listen(0, "127.0.0.1", resolve));
-const client = new DaprClient({
-  daprHost: "127.0.0.1",
-  daprPort: String(sidecar.address().port),
-  communicationProtocol: CommunicationProtocolEnum.HTTP,
-  logger: { level: LogLevel.Error },
-});
+const { sidecar, client } = await standInSidecar((req) => (seen = req.url));
 await client.pubsub.publish("memory", "orders#1", { order: 1 });
 const documented = "/v1.0/publish/memory/orders%231";
 console.log(`the sidecar got path ${seen} (documented: ${documented})`);
