@@ -99,7 +99,12 @@ fn machine_paths(text: &str) -> Vec<String> {
 fn no_machine_path_is_committed() {
     let mut found = Vec::new();
     for (mode, path) in tracked() {
-        if mode == "120000" || path.ends_with(".lock") || path.ends_with("package-lock.json") {
+        // Lock files hold no paths; this file names the folders it looks for.
+        if mode == "120000"
+            || path.ends_with(".lock")
+            || path.ends_with("package-lock.json")
+            || path == "suite/tests/repository.rs"
+        {
             continue;
         }
         let Ok(text) = std::fs::read_to_string(format!("{}/{path}", root())) else {
