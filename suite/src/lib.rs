@@ -9,6 +9,7 @@
 //! [`harness::run_catalogue`].
 
 pub mod bench;
+mod brokers;
 pub mod cases;
 pub mod catalogue;
 pub mod certify;

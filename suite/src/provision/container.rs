@@ -4,7 +4,7 @@
 //! are removed on shutdown and on drop.
 
 use super::broker::Broker;
-use super::health::{Health, HealthSender, HealthWatch};
+use super::health::{Health, HealthSender, HealthWatch, Start};
 use super::spec::{BrokerSpec, ContainerImage, ContainerSpec};
 use async_trait::async_trait;
 use std::time::Duration;
@@ -204,29 +204,23 @@ impl BrokerContainer {
     }
 
     async fn wait_ready(&self) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now() + self.ready_within;
-        loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_ok()
-            {
-                self.health.set(Health::Up);
-                return Ok(());
-            }
-            if let Some(reason) = self.health.watch().down_reason() {
-                return Err(reason);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!(
-                    "{} in container {} did not accept connections on port {} within {:?}: {}",
-                    self.name,
-                    short(&self.id),
-                    self.port,
-                    self.ready_within,
-                    self.log_tail()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let gone = || self.health.watch().down_reason();
+        let every = Duration::from_millis(50);
+        match self
+            .health
+            .wait_up(self.port, self.ready_within, every, gone)
+            .await
+        {
+            Start::Up => Ok(()),
+            Start::Gone(reason) => Err(reason),
+            Start::TooSlow => Err(format!(
+                "{} in container {} did not accept connections on port {} within {:?}: {}",
+                self.name,
+                short(&self.id),
+                self.port,
+                self.ready_within,
+                self.log_tail()
+            )),
         }
     }
 

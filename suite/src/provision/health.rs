@@ -18,6 +18,17 @@ pub enum Health {
     Down(String),
 }
 
+/// How waiting for a starting broker to accept connections ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Start {
+    /// It accepts them, and its health says it is up.
+    Up,
+    /// It never will: why (e.g. how it exited).
+    Gone(String),
+    /// Not within the time it was given.
+    TooSlow,
+}
+
 /// Publishes a broker's health; the provisioner keeps it.
 #[derive(Debug, Clone)]
 pub struct HealthSender {
@@ -31,6 +42,35 @@ impl HealthSender {
         HealthSender {
             sender: watch::Sender::new(Health::Up),
             since: Instant::now(),
+        }
+    }
+
+    /// Waits until the broker accepts connections on loopback `port` (its health is
+    /// then up), trying every `every` for at most `within`; `gone` says why it never
+    /// will (it exited) and ends the wait.
+    pub(super) async fn wait_up(
+        &self,
+        port: u16,
+        within: Duration,
+        every: Duration,
+        gone: impl Fn() -> Option<String>,
+    ) -> Start {
+        let deadline = Instant::now() + within;
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                self.set(Health::Up);
+                return Start::Up;
+            }
+            if let Some(reason) = gone() {
+                return Start::Gone(reason);
+            }
+            if Instant::now() >= deadline {
+                return Start::TooSlow;
+            }
+            tokio::time::sleep(every).await;
         }
     }
 

@@ -132,6 +132,8 @@ fn not(kind: ProvisionKind, reason: impl Into<String>, hint: impl Into<String>) 
 /// serves them: "the database system is starting up").
 const STARTING_UP: Duration = Duration::from_secs(15);
 
+/// Builds the component on what `kind` obtained; a broker this run started is shut
+/// down when the component cannot be built on it.
 async fn build(
     kind: ProvisionKind,
     definition: &ComponentDefinition,
@@ -169,27 +171,53 @@ async fn build(
     }
 }
 
-/// Builds components that need no broker at all.
-pub struct InProcess;
+/// What a kind obtains for a definition: the broker (none in process), or why there is
+/// none and how to get one.
+type Obtained = Result<Option<Arc<dyn Broker>>, (String, String)>;
+
+/// One kind's way of obtaining the broker for a definition: each [`Provisioner`] but
+/// the component's build, which is the same for all.
+#[async_trait]
+trait Obtain: Send + Sync {
+    const KIND: ProvisionKind;
+
+    async fn obtain(&self, definition: &ComponentDefinition) -> Obtained;
+}
 
 #[async_trait]
-impl Provisioner for InProcess {
+impl<T: Obtain> Provisioner for T {
     fn kind(&self) -> ProvisionKind {
-        ProvisionKind::InProcess
+        T::KIND
     }
 
     async fn provision(
         &self,
         definition: &ComponentDefinition,
     ) -> Result<Provisioned, NotProvisioned> {
+        let broker = match self.obtain(definition).await {
+            Ok(broker) => broker,
+            Err((reason, hint)) => return Err(not(T::KIND, reason, hint)),
+        };
+        let endpoint = broker.as_ref().map(|broker| broker.endpoint());
+        build(T::KIND, definition, broker, endpoint).await
+    }
+}
+
+/// Builds components that need no broker at all.
+pub struct InProcess;
+
+#[async_trait]
+impl Obtain for InProcess {
+    const KIND: ProvisionKind = ProvisionKind::InProcess;
+
+    async fn obtain(&self, definition: &ComponentDefinition) -> Obtained {
         if needs_broker(&definition.component_type) {
-            return Err(not(
-                self.kind(),
+            return Err((
                 format!("type pubsub.{} needs a broker", definition.component_type),
-                "use another provisioning kind",
+                "use another provisioning kind".into(),
             ));
         }
-        build(self.kind(), definition, None, None).await
+        Ok(None)
     }
 }
 
@@ -202,20 +230,14 @@ pub struct LocalProcess {
 }
 
 #[async_trait]
-impl Provisioner for LocalProcess {
-    fn kind(&self) -> ProvisionKind {
-        ProvisionKind::LocalProcess
-    }
+impl Obtain for LocalProcess {
+    const KIND: ProvisionKind = ProvisionKind::LocalProcess;
 
-    async fn provision(
-        &self,
-        definition: &ComponentDefinition,
-    ) -> Result<Provisioned, NotProvisioned> {
+    async fn obtain(&self, definition: &ComponentDefinition) -> Obtained {
         let spec = broker_spec(&definition.component_type).ok_or_else(|| {
-            not(
-                self.kind(),
-                "no broker to spawn for this type",
-                "use in-process",
+            (
+                "no broker to spawn for this type".to_string(),
+                "use in-process".to_string(),
             )
         })?;
         let spec = if self.faulted {
@@ -225,15 +247,8 @@ impl Provisioner for LocalProcess {
         };
         let process = BrokerProcess::spawn(&spec)
             .await
-            .map_err(|e| not(self.kind(), e, spec.install_hint()))?;
-        let endpoint = process.endpoint();
-        build(
-            self.kind(),
-            definition,
-            Some(Arc::new(process)),
-            Some(endpoint),
-        )
-        .await
+            .map_err(|e| (e, spec.install_hint()))?;
+        Ok(Some(Arc::new(process)))
     }
 }
 
@@ -246,15 +261,10 @@ pub fn endpoint_variable(name: &str) -> String {
 pub struct External;
 
 #[async_trait]
-impl Provisioner for External {
-    fn kind(&self) -> ProvisionKind {
-        ProvisionKind::External
-    }
+impl Obtain for External {
+    const KIND: ProvisionKind = ProvisionKind::External;
 
-    async fn provision(
-        &self,
-        definition: &ComponentDefinition,
-    ) -> Result<Provisioned, NotProvisioned> {
+    async fn obtain(&self, definition: &ComponentDefinition) -> Obtained {
         let variable = endpoint_variable(&definition.name);
         let endpoint = match std::env::var(&variable) {
             Ok(endpoint) => endpoint,
@@ -262,33 +272,30 @@ impl Provisioner for External {
                 .ok()
                 .and_then(|checked| checked.endpoint)
                 .ok_or_else(|| {
-                    not(
-                        self.kind(),
-                        "no endpoint named",
+                    (
+                        "no endpoint named".to_string(),
                         format!("set {variable}=host:port"),
                     )
                 })?,
         };
-        let reachable = tokio::time::timeout(
-            Duration::from_secs(3),
-            tokio::net::TcpStream::connect(&endpoint),
-        )
-        .await;
-        if !matches!(reachable, Ok(Ok(_))) {
-            return Err(not(
-                self.kind(),
+        if probe(&endpoint, Duration::from_secs(3)).await.is_err() {
+            return Err((
                 format!("nothing answers at {endpoint}"),
                 format!("start the broker (scripts/services.sh) or set {variable}"),
             ));
         }
         let broker = ExternalBroker::watch(&definition.component_type, &endpoint);
-        build(
-            self.kind(),
-            definition,
-            Some(Arc::new(broker)),
-            Some(endpoint),
-        )
-        .await
+        Ok(Some(Arc::new(broker)))
+    }
+}
+
+/// Connects to `endpoint` once, within `within`: how it failed (`failed: <error>` or
+/// `timed out`).
+async fn probe(endpoint: &str, within: Duration) -> Result<(), String> {
+    match tokio::time::timeout(within, tokio::net::TcpStream::connect(endpoint)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("failed: {e}")),
+        Err(_) => Err("timed out".to_string()),
     }
 }
 
@@ -315,28 +322,14 @@ impl ExternalBroker {
                 let mut failures = 0;
                 loop {
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    let answered = tokio::time::timeout(
-                        Duration::from_secs(1),
-                        tokio::net::TcpStream::connect(&endpoint),
-                    )
-                    .await;
-                    match answered {
-                        Ok(Ok(_)) => failures = 0,
-                        Ok(Err(e)) => {
+                    match probe(&endpoint, Duration::from_secs(1)).await {
+                        Ok(()) => failures = 0,
+                        Err(how) => {
                             failures += 1;
                             if failures >= EXTERNAL_PROBES {
                                 health.down(
                                     format!("the external broker at {endpoint} stopped answering"),
-                                    format!("{failures} probes 1 s apart failed: {e}"),
-                                );
-                            }
-                        }
-                        Err(_) => {
-                            failures += 1;
-                            if failures >= EXTERNAL_PROBES {
-                                health.down(
-                                    format!("the external broker at {endpoint} stopped answering"),
-                                    format!("{failures} probes 1 s apart timed out"),
+                                    format!("{failures} probes 1 s apart {how}"),
                                 );
                             }
                         }
@@ -418,71 +411,41 @@ pub struct Container {
 }
 
 #[async_trait]
-impl Provisioner for Container {
-    fn kind(&self) -> ProvisionKind {
-        ProvisionKind::Container
-    }
+impl Obtain for Container {
+    const KIND: ProvisionKind = ProvisionKind::Container;
 
-    async fn provision(
-        &self,
-        definition: &ComponentDefinition,
-    ) -> Result<Provisioned, NotProvisioned> {
+    async fn obtain(&self, definition: &ComponentDefinition) -> Obtained {
         if let Some(problem) = container::engine_problem(self.docker_host.as_deref()).await {
-            return Err(not(
-                self.kind(),
+            return Err((
                 problem,
-                "start one (scripts/install.sh starts dockerd), or use the local-process or external kind",
+                "start one (scripts/install.sh starts dockerd), or use the local-process or external kind".into(),
             ));
         }
         let spec = broker_spec(&definition.component_type).ok_or_else(|| {
-            not(
-                self.kind(),
+            (
                 format!(
                     "no container image is known for pubsub.{}",
                     definition.component_type
                 ),
-                "use another provisioning kind",
+                "use another provisioning kind".to_string(),
             )
         })?;
-        let image = container::choose_image(
-            &spec.container,
-            spec.name,
-            definition
-                .annotations
-                .get(CONTAINER_IMAGE_ANNOTATION)
-                .map(String::as_str),
-        )
-        .await
-        .map_err(|reason| {
-            not(
-                self.kind(),
-                reason,
-                format!(
-                    "build it: scripts/images.sh {}",
-                    spec.container.local.name.trim_start_matches("pcs/")
-                ),
-            )
-        })?;
+        // What scripts/images.sh calls the broker's image.
+        let local = spec.container.local.name.trim_start_matches("pcs/");
+        let annotated = definition.annotations.get(CONTAINER_IMAGE_ANNOTATION);
+        let image =
+            container::choose_image(&spec.container, spec.name, annotated.map(String::as_str))
+                .await
+                .map_err(|reason| (reason, format!("build it: scripts/images.sh {local}")))?;
         let broker = BrokerContainer::start(&spec, &image)
             .await
             .map_err(|reason| {
-                not(
-                    self.kind(),
+                (
                     reason,
-                    format!(
-                        "rebuild the image: scripts/images.sh --rebuild {}",
-                        spec.container.local.name.trim_start_matches("pcs/")
-                    ),
+                    format!("rebuild the image: scripts/images.sh --rebuild {local}"),
                 )
             })?;
-        let endpoint = broker.endpoint();
-        build(
-            self.kind(),
-            definition,
-            Some(Arc::new(broker)),
-            Some(endpoint),
-        )
-        .await
+        Ok(Some(Arc::new(broker)))
     }
 }
 
@@ -637,22 +600,21 @@ mod tests {
         ComponentDefinition::parse(&text, Path::new("x.yaml")).unwrap()
     }
 
+    /// Provisions a component of `component_type` in the auto order.
+    async fn provision_auto(component_type: &str) -> Result<Provisioned, Vec<NotProvisioned>> {
+        provision(&definition(component_type), &auto_order(component_type)).await
+    }
+
     #[tokio::test]
     async fn in_process_serves_the_memory_component() {
-        let provisioned = provision(&definition("in-memory"), &auto_order("in-memory"))
-            .await
-            .ok()
-            .unwrap();
+        let provisioned = provision_auto("in-memory").await.ok().unwrap();
         assert_eq!(provisioned.kind, ProvisionKind::InProcess);
         assert_eq!(provisioned.component.kind(), "in-memory");
     }
 
     #[tokio::test]
     async fn unknown_types_are_not_provisioned_with_a_reason() {
-        let reasons = provision(&definition("carrier-pigeon"), &auto_order("carrier-pigeon"))
-            .await
-            .err()
-            .unwrap();
+        let reasons = provision_auto("carrier-pigeon").await.err().unwrap();
         assert!(reasons[0].reason.contains("carrier-pigeon"), "{reasons:?}");
         let in_process = InProcess
             .provision(&definition("redis-streams"))

@@ -4,7 +4,7 @@
 //! wrapper scripts and the processes they start go together.
 
 use super::broker::Broker;
-use super::health::{Health, HealthSender, HealthWatch};
+use super::health::{Health, HealthSender, HealthWatch, Start};
 use super::BrokerSpec;
 use async_trait::async_trait;
 use std::os::unix::fs::MetadataExt;
@@ -122,7 +122,7 @@ impl BrokerProcess {
         process.prepare().await?;
         process.start().await?;
         for step in spec.after_start {
-            process.run_step(step).await?;
+            process.run_after_start(step).await?;
         }
         Ok(process)
     }
@@ -165,6 +165,20 @@ impl BrokerProcess {
             .current_dir(self.data_dir.path())
             .envs(self.spec.env.iter().map(|(k, v)| (*k, self.fill(v))));
         Ok(command)
+    }
+
+    /// Runs a step that talks to the started broker, again while it fails within the
+    /// spec's readiness bound: a broker that accepts connections may still refuse
+    /// requests while it starts up (PostgreSQL's "the database system is starting up").
+    async fn run_after_start(&self, argv: &[&str]) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + self.spec.ready_within;
+        loop {
+            match self.run_step(argv).await {
+                Ok(()) => return Ok(()),
+                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
     }
 
     async fn run_step(&self, argv: &[&str]) -> Result<(), String> {
@@ -272,33 +286,31 @@ impl BrokerProcess {
             expected,
         });
         let ready_within = self.spec.ready_within;
-        let deadline = tokio::time::Instant::now() + ready_within;
-        loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_ok()
-            {
-                self.health.set(Health::Up);
-                return Ok(());
-            }
-            if let Some(status) = exited.borrow().clone() {
+        let every = Duration::from_millis(25);
+        let gone = || exited.borrow().clone();
+        match self
+            .health
+            .wait_up(self.port, ready_within, every, gone)
+            .await
+        {
+            Start::Up => Ok(()),
+            Start::Gone(status) => {
                 self.running.lock().unwrap().take();
-                return Err(format!(
+                Err(format!(
                     "{} exited at start ({status}): {}",
                     self.spec.program,
                     self.log_tail()
-                ));
+                ))
             }
-            if tokio::time::Instant::now() >= deadline {
+            Start::TooSlow => {
                 self.stop_incarnation().await;
-                return Err(format!(
+                Err(format!(
                     "{} did not accept connections on port {} within {ready_within:?}: {}",
                     self.spec.program,
                     self.port,
                     self.log_tail()
-                ));
+                ))
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
 

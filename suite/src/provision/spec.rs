@@ -1,5 +1,6 @@
-//! What the suite knows about running each broker type: the installed binary and
-//! its arguments for the local-process kind, and the images for the container kind.
+//! How the suite runs a broker: the installed binary and its arguments for the
+//! local-process kind, and the images for the container kind. Each broker's own
+//! [`BrokerSpec`] is in its module in `crate::brokers`.
 
 use crate::fault_proxy::Wire;
 use std::time::Duration;
@@ -54,6 +55,39 @@ pub enum Source {
 }
 
 impl BrokerSpec {
+    /// A broker run as `program` without arguments, environment or files of its own,
+    /// ready within 15 s, spawned before a definition's endpoint is tried, relaying
+    /// an opaque protocol through a fault proxy, telling its version to clients, and
+    /// keeping its data across a kill; as a container, `upstream`, or the image
+    /// `scripts/images.sh` builds for `name`. A broker's module sets what differs.
+    pub fn new(
+        name: &'static str,
+        program: &'static str,
+        source: Source,
+        upstream: ContainerImage,
+    ) -> BrokerSpec {
+        BrokerSpec {
+            name,
+            program,
+            source,
+            args: &[],
+            env: NO_ENV,
+            files: &[],
+            init: &[],
+            after_start: &[],
+            run_as: None,
+            ready_within: Duration::from_secs(15),
+            prefer_external: false,
+            container: ContainerSpec {
+                upstream,
+                local: ContainerImage::local(name),
+            },
+            proxy_wire: Wire::Opaque,
+            version_args: &[],
+            durable_args: None,
+        }
+    }
+
     /// The spec for a broker the fault cases kill and restart: its data kept.
     pub fn keeping_data(mut self) -> BrokerSpec {
         if let Some(args) = self.durable_args {
@@ -79,257 +113,15 @@ pub fn needs_broker(component_type: &str) -> bool {
     pubsub_components::registry::broker_type(component_type) != "in-memory"
 }
 
-/// tansu's arguments: a broker listening on (and advertising) the suite's port,
-/// with the given storage engine.
-macro_rules! tansu_args {
-    ($storage:literal) => {
-        &[
-            "broker",
-            "--listener-url",
-            "tcp://127.0.0.1:{port}",
-            "--advertised-listener-url",
-            "tcp://127.0.0.1:{port}",
-            "--storage-engine",
-            $storage,
-        ]
-    };
-}
-
-const NO_FILES: &[(&str, &str)] = &[];
-const NO_ENV: &[(&str, &str)] = &[];
-const NO_COMMANDS: &[CommandLine] = &[];
-const POSTGRES_BIN: &str = "/usr/lib/postgresql/*/bin/postgres";
+/// No environment variables.
+pub(crate) const NO_ENV: &[(&str, &str)] = &[];
 
 /// How to spawn the broker a component type needs, where this suite knows how (a
-/// registered type: the broker of the built-in type it names).
+/// registered type: the broker of the built-in type it names): its module in
+/// `crate::brokers`.
 pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
-    let quick = Duration::from_secs(15);
-    match pubsub_components::registry::broker_type(component_type) {
-        "redis-streams" => Some(BrokerSpec {
-            name: "redis",
-            program: "redis-server",
-            source: Source::Debian("redis-server"),
-            args: &[
-                "--port",
-                "{port}",
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                // Kept across a kill: the append-only file is written before replies go
-                // out (fsync is left to the OS: a crash of the process loses nothing).
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "no",
-                // No background rewrite of that file: the suite's brokers live for one
-                // run, and a rewrite forks a child that compresses the whole dataset,
-                // which on a small machine takes a core from the run (in `bench`, a
-                // third of the samples went to it, and to no measured path).
-                "--auto-aof-rewrite-percentage",
-                "0",
-                "--dir",
-                "{dir}",
-            ],
-            env: NO_ENV,
-            files: NO_FILES,
-            init: NO_COMMANDS,
-            after_start: NO_COMMANDS,
-            run_as: None,
-            ready_within: quick,
-            prefer_external: false,
-            container: ContainerSpec {
-                upstream: ContainerImage::new("redis", "7.2.4-alpine", &["redis-server", "--bind", "127.0.0.1", "--port", "{port}", "--appendonly", "yes"], NO_ENV),
-                local: ContainerImage::local("redis"),
-            },
-            proxy_wire: Wire::Opaque,
-            version_args: &[],
-            durable_args: None,
-        }),
-        "nats-jetstream" => Some(BrokerSpec {
-            name: "nats",
-            program: "nats-server",
-            source: Source::Debian("nats-server"),
-            args: &["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "{dir}"],
-            env: NO_ENV,
-            files: NO_FILES,
-            init: NO_COMMANDS,
-            after_start: NO_COMMANDS,
-            run_as: None,
-            ready_within: quick,
-            prefer_external: false,
-            container: ContainerSpec {
-                upstream: ContainerImage::new("nats", "2.10.22-alpine", &["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "/data"], NO_ENV),
-                local: ContainerImage::local("nats"),
-            },
-            proxy_wire: Wire::Opaque,
-            version_args: &[],
-            durable_args: None,
-        }),
-        // Kafka's protocol, served by tansu (no JVM Kafka can be had here): built from
-        // crates.io by scripts/install.sh.
-        "kafka" => Some(BrokerSpec {
-            name: "tansu",
-            program: "tansu",
-            source: Source::Built(
-                "build tansu, the Kafka-protocol broker (scripts/install.sh --broker kafka; about 15 minutes once, then cached)",
-            ),
-            // In memory: tansu 0.6.0's SQLite storage stalls under load (README,
-            // "Kafka"); the fault cases' broker keeps its data (durable_args).
-            args: tansu_args!("memory://tansu/"),
-            env: &[("NO_COLOR", "1")],
-            files: NO_FILES,
-            init: NO_COMMANDS,
-            after_start: NO_COMMANDS,
-            run_as: None,
-            ready_within: quick,
-            prefer_external: false,
-            container: ContainerSpec {
-                upstream: ContainerImage::new(
-                    "ghcr.io/tansu-io/tansu",
-                    "0.6.0",
-                    tansu_args!("memory://tansu/"),
-                    NO_ENV,
-                ),
-                local: ContainerImage::local("tansu"),
-            },
-            proxy_wire: Wire::Kafka,
-            version_args: &["--version"],
-            // SQLite storage keeps what tansu acknowledged across a kill; it stalls
-            // under load (hence memory for every other case), and with in-memory
-            // storage a restarted tansu hands librdkafka Fetch replies that crash it
-            // (leader-change tags with a zero topic id: a NULL topic name
-            // dereferenced in rd_kafka_metadata_update_op).
-            // The data directory is the working directory: tansu takes an absolute
-            // path as relative too.
-            durable_args: Some(tansu_args!("sqlite://tansu.db")),
-        }),
-        "mqtt5" => Some(BrokerSpec {
-            name: "mosquitto",
-            program: "mosquitto",
-            source: Source::Debian("mosquitto"),
-            args: &["-c", "{dir}/mosquitto.conf"],
-            env: NO_ENV,
-            files: &[(
-                "mosquitto.conf",
-                "listener {port} 127.0.0.1\nallow_anonymous true\n\
-                 max_queued_messages 0\nset_tcp_nodelay true\npersistence true\npersistence_location {dir}/\n",
-            )],
-            init: NO_COMMANDS,
-            after_start: NO_COMMANDS,
-            run_as: None,
-            ready_within: quick,
-            prefer_external: false,
-            container: ContainerSpec {
-                upstream: ContainerImage::new("eclipse-mosquitto", "2.0.18", &[
-                    "sh",
-                    "-c",
-                    "printf 'listener {port} 127.0.0.1\\nallow_anonymous true\\npersistence true\\npersistence_location /mosquitto/data/\\n' > /tmp/m.conf && exec mosquitto -c /tmp/m.conf",
-                ], NO_ENV),
-                local: ContainerImage::local("mosquitto"),
-            },
-            proxy_wire: Wire::Opaque,
-            version_args: &[],
-            durable_args: None,
-        }),
-        "rabbitmq" => Some(BrokerSpec {
-            name: "rabbitmq",
-            // The Debian wrapper in /usr/sbin switches user and ignores the environment.
-            program: "/usr/lib/rabbitmq/bin/rabbitmq-server",
-            source: Source::Debian("rabbitmq-server"),
-            args: &[],
-            env: &[
-                ("RABBITMQ_NODENAME", "pcs-{port}@localhost"),
-                ("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1"),
-                ("RABBITMQ_NODE_PORT", "{port}"),
-                ("RABBITMQ_DIST_PORT", "{aux_port}"),
-                ("RABBITMQ_MNESIA_BASE", "{dir}/mnesia"),
-                ("RABBITMQ_LOG_BASE", "{dir}/log"),
-                ("RABBITMQ_CONFIG_FILE", "{dir}/rabbitmq.conf"),
-                ("RABBITMQ_CONF_ENV_FILE", "{dir}/rabbitmq-env.conf"),
-                ("RABBITMQ_ENABLED_PLUGINS_FILE", "{dir}/enabled_plugins"),
-            ],
-            files: &[
-                (
-                    "rabbitmq.conf",
-                    "listeners.tcp.1 = 127.0.0.1:{port}\nloopback_users = none\n",
-                ),
-                ("rabbitmq-env.conf", ""),
-                ("enabled_plugins", "[].\n"),
-            ],
-            init: NO_COMMANDS,
-            after_start: NO_COMMANDS,
-            run_as: None,
-            ready_within: Duration::from_secs(60),
-            prefer_external: true,
-            container: ContainerSpec {
-                upstream: ContainerImage::new("rabbitmq", "3.13.7-alpine", &[], &[
-                    ("RABBITMQ_NODENAME", "pcs-c{port}@localhost"),
-                    ("RABBITMQ_NODE_PORT", "{port}"),
-                    ("RABBITMQ_DIST_PORT", "{aux_port}"),
-                ]),
-                local: ContainerImage::local("rabbitmq"),
-            },
-            proxy_wire: Wire::Opaque,
-            version_args: &[],
-            durable_args: None,
-        }),
-        "postgres" => Some(BrokerSpec {
-            name: "postgres",
-            program: POSTGRES_BIN,
-            source: Source::Debian("postgresql"),
-            args: &[
-                "-D",
-                "{dir}/data",
-                "-p",
-                "{port}",
-                "-k",
-                "{dir}",
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "fsync=off",
-            ],
-            env: NO_ENV,
-            files: NO_FILES,
-            init: &[&[
-                "/usr/lib/postgresql/*/bin/initdb",
-                "-D",
-                "{dir}/data",
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-            ]],
-            after_start: &[&[
-                "/usr/lib/postgresql/*/bin/createdb",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                "{port}",
-                "-U",
-                "postgres",
-                "test",
-            ]],
-            // PostgreSQL refuses to run as root.
-            run_as: Some("postgres"),
-            ready_within: Duration::from_secs(60),
-            prefer_external: true,
-            container: ContainerSpec {
-                upstream: ContainerImage::new("postgres", "16.4-alpine", &["postgres", "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"], &[
-                    ("POSTGRES_HOST_AUTH_METHOD", "trust"),
-                    ("POSTGRES_DB", "test"),
-                    ("PGPORT", "{port}"),
-                ]),
-                local: ContainerImage::local("postgres"),
-            },
-            proxy_wire: Wire::Opaque,
-            version_args: &[],
-            durable_args: None,
-        }),
-        _ => None,
-    }
+    crate::brokers::of(pubsub_components::registry::broker_type(component_type))
+        .map(|broker| (broker.spec)())
 }
 
 /// The images a broker can run from, for the container kind.

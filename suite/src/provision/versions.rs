@@ -2,7 +2,7 @@
 //! one container image each, built by `scripts/images.sh` from the Debian release
 //! that carries the version. A component row per version is the component's
 //! definition with its container image set to that version's (`<component> on
-//! <broker> <version>`).
+//! <broker> <version>`). Each broker's points are in its module in `crate::brokers`.
 
 use super::container::image_present;
 use pubsub_components::config::{ComponentDefinition, CONTAINER_IMAGE_ANNOTATION};
@@ -28,79 +28,25 @@ impl AxisPoint {
     }
 }
 
-const fn point(
-    broker: &'static str,
-    release: &'static str,
-    known_version: &'static str,
-) -> AxisPoint {
-    AxisPoint {
-        broker,
-        release,
-        known_version,
-    }
+/// A versions axis as a broker's module writes it: each broker (as `scripts/images.sh`
+/// names it) with its points, oldest first, as the Debian release and the version it
+/// carried, e.g. `"redis": bullseye "6.0.16", bookworm "7.0.15"; "valkey": trixie "8.1.1"`.
+macro_rules! points {
+    ($($broker:literal: $($release:ident $version:literal),+);+ $(;)?) => {
+        &[$($($crate::provision::versions::AxisPoint {
+            broker: $broker,
+            release: stringify!($release),
+            known_version: $version,
+        }),+),+]
+    };
 }
-
-/// Every axis: the broker spec's name (`provision::broker_spec`) and its points,
-/// oldest first.
-const AXES: &[(&str, &[AxisPoint])] = &[
-    (
-        "redis",
-        &[
-            point("redis", "bullseye", "6.0.16"),
-            point("redis", "bookworm", "7.0.15"),
-            point("redis", "trixie", "8.0.2"),
-            point("redis", "forky", "8.0.6"),
-            // A Redis fork users move to; the Redis Streams component serves it.
-            point("valkey", "trixie", "8.1.1"),
-            point("valkey", "forky", "9.1.2"),
-        ],
-    ),
-    (
-        "rabbitmq",
-        &[
-            point("rabbitmq", "bullseye", "3.8.9"),
-            point("rabbitmq", "bookworm", "3.10.8"),
-            point("rabbitmq", "trixie", "4.0.5"),
-            point("rabbitmq", "forky", "4.3.6"),
-        ],
-    ),
-    (
-        "nats",
-        &[
-            point("nats", "bookworm", "2.9.10"),
-            point("nats", "trixie", "2.10.27"),
-            point("nats", "forky", "2.15.1"),
-        ],
-    ),
-    (
-        "mosquitto",
-        &[
-            point("mosquitto", "bullseye", "2.0.11"),
-            point("mosquitto", "bookworm", "2.0.11"),
-            point("mosquitto", "trixie", "2.0.21"),
-            point("mosquitto", "forky", "2.1.2"),
-        ],
-    ),
-    (
-        "postgres",
-        &[
-            point("postgres", "bullseye", "13"),
-            point("postgres", "bookworm", "15"),
-            point("postgres", "trixie", "17"),
-            point("postgres", "forky", "18"),
-        ],
-    ),
-];
+pub(crate) use points;
 
 /// Every version of the broker behind `component_type` that Debian's releases carry,
 /// oldest first; empty for components without a versioned broker image.
 pub fn axis(component_type: &str) -> Vec<AxisPoint> {
-    let Some(spec) = super::broker_spec(component_type) else {
-        return Vec::new();
-    };
-    AXES.iter()
-        .find(|(name, _)| *name == spec.name)
-        .map_or_else(Vec::new, |(_, points)| points.to_vec())
+    crate::brokers::of(pubsub_components::registry::broker_type(component_type))
+        .map_or_else(Vec::new, |broker| broker.versions.to_vec())
 }
 
 /// Which versions `--broker-versions` asks for.
@@ -193,8 +139,9 @@ fn names_point(name: &str, point: &AxisPoint) -> bool {
 
 /// Whether `name` is a broker of some axis.
 fn is_broker(name: &str) -> bool {
-    AXES.iter()
-        .flat_map(|(_, points)| points.iter())
+    crate::brokers::ALL
+        .iter()
+        .flat_map(|broker| broker.versions)
         .any(|point| point.broker == name)
 }
 
