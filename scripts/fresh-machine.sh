@@ -36,12 +36,13 @@ run() {
 common=(-v "$toolchain:/opt/rust:ro" -v "$volume:/fresh" -e PATH=/opt/rust/bin:/usr/sbin:/usr/bin:/sbin:/bin
     -e CARGO_HOME=/fresh/cargo-home -w /fresh/suite)
 
-# The build reaches crates.io as this machine does: its network and its trust store
+# The checkout may belong to another user than the container's root: git is told to
+# trust it for the clone. The build reaches crates.io as this machine does: its network and its trust store
 # (a registry proxy may sign with a local authority).
 echo "fresh-machine.sh: cloning and building in $image (with network, for crates.io)"
 run --network host -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
     -v "$repo:/src:ro" "${common[@]}" -w /fresh "$image" sh -c \
-    'git clone -q /src /fresh/suite && cd /fresh/suite && cargo build --release --locked'
+    'git -c safe.directory="*" clone -q /src /fresh/suite && cd /fresh/suite && cargo build --release --locked'
 
 echo "fresh-machine.sh: cloned and built in $SECONDS s"
 echo "fresh-machine.sh: the README's certify command, with no network and no brokers"

@@ -9,7 +9,7 @@ use pubsub_components::runtime::{
     BulkPublishRequest, BulkPublishResponse, Handler, PublishRequest, Runtime, Subscription,
     SubscriptionHandle,
 };
-use pubsub_components::{Capabilities, ConsumerSpec, MessageId, PubSubError};
+use pubsub_components::{Capabilities, Consumer, ConsumerSpec, MessageId, PubSubError};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
@@ -199,6 +199,25 @@ impl CaseContext {
         self.acknowledged(self.runtime.create_group(subscription))
             .await
             .doing(&what)
+    }
+
+    /// Opens a consumer of the component itself (for cases that drive it directly);
+    /// `what` names the consumer in a refusal.
+    pub async fn open_consumer(
+        &self,
+        spec: ConsumerSpec,
+        what: &str,
+    ) -> Result<Box<dyn Consumer>, CaseError> {
+        self.runtime.component().consumer(spec).await.doing(what)
+    }
+
+    /// Creates a topic of the component with `partitions` partitions.
+    pub async fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), CaseError> {
+        self.runtime
+            .component()
+            .create_topic(topic, partitions)
+            .await
+            .doing(&format!("creating a topic with {partitions} partitions"))
     }
 
     /// Creates a consumer's group (for cases that drive the component directly)

@@ -52,11 +52,8 @@ async fn message_id_round_trip(ctx: CaseContext) -> CaseRun {
     ctx.create_consumer_group(&spec).await?;
     let keys = ctx.publish_numbered(&topic, "m", 5).await?;
     let consumer = ctx
-        .runtime
-        .component()
-        .consumer(spec.clone())
-        .await
-        .doing("opening a consumer")?;
+        .open_consumer(spec.clone(), "opening a consumer")
+        .await?;
     let mut received = Vec::new();
     while received.len() < keys.len() && tokio::time::Instant::now() < ctx.delivery_deadline() {
         let wait = ctx
@@ -92,12 +89,7 @@ async fn message_id_round_trip(ctx: CaseContext) -> CaseRun {
     }
     let _ = consumer.close().await;
     // Acked through round-tripped ids: a new member of the group gets nothing back.
-    let again = ctx
-        .runtime
-        .component()
-        .consumer(spec)
-        .await
-        .doing("reopening the consumer")?;
+    let again = ctx.open_consumer(spec, "reopening the consumer").await?;
     let redelivered = again
         .receive(
             keys.len(),

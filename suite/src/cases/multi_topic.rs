@@ -215,11 +215,8 @@ async fn two_topics(
         }
     }
     let consumer = ctx
-        .runtime
-        .component()
-        .consumer(spec)
-        .await
-        .doing("opening a multi-topic consumer")?;
+        .open_consumer(spec, "opening a multi-topic consumer")
+        .await?;
     Ok((a, b, consumer, published))
 }
 
@@ -602,11 +599,8 @@ async fn ack_owner(ctx: CaseContext) -> CaseRun {
     ctx.publish_numbered(&a, "a", 3).await?;
     ctx.publish_numbered(&b, "b", 3).await?;
     let consumer = ctx
-        .runtime
-        .component()
-        .consumer(spec.clone())
-        .await
-        .doing("opening a multi-topic consumer")?;
+        .open_consumer(spec.clone(), "opening a multi-topic consumer")
+        .await?;
     let first = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;
     let mut acked = BTreeSet::new();
     for message in &first {
@@ -621,12 +615,7 @@ async fn ack_owner(ctx: CaseContext) -> CaseRun {
         }
     }
     consumer.close().await.doing("closing the consumer")?;
-    let again = ctx
-        .runtime
-        .component()
-        .consumer(spec)
-        .await
-        .doing("reopening the consumer")?;
+    let again = ctx.open_consumer(spec, "reopening the consumer").await?;
     let second = receive(
         again.as_ref(),
         3,
@@ -661,11 +650,8 @@ async fn ack_refused(ctx: CaseContext) -> CaseRun {
     ctx.publish_numbered(&a, "a", 1).await?;
     ctx.publish_numbered(&other, "other", 1).await?;
     let consumer = ctx
-        .runtime
-        .component()
-        .consumer(spec)
-        .await
-        .doing("opening a multi-topic consumer")?;
+        .open_consumer(spec, "opening a multi-topic consumer")
+        .await?;
     let received = receive(consumer.as_ref(), 1, ctx.delivery_deadline()).await?;
     let mut outcome = Outcome::new();
     let Some(message) = received.first() else {
@@ -717,11 +703,8 @@ async fn seek(ctx: CaseContext) -> CaseRun {
     ctx.publish_numbered(&a, "a", 5).await?;
     ctx.publish_numbered(&b, "b", 5).await?;
     let consumer = ctx
-        .runtime
-        .component()
-        .consumer(spec)
-        .await
-        .doing("opening a multi-topic consumer")?;
+        .open_consumer(spec, "opening a multi-topic consumer")
+        .await?;
     let first = receive(consumer.as_ref(), 10, ctx.delivery_deadline()).await?;
     let mut outcome = Outcome::new();
     outcome.expect(first.len() == 10, || {
@@ -792,11 +775,8 @@ async fn last_message_ids(ctx: CaseContext) -> CaseRun {
         last.extend(id);
     }
     let consumer = ctx
-        .runtime
-        .component()
-        .consumer(spec)
-        .await
-        .doing("opening a multi-topic consumer")?;
+        .open_consumer(spec, "opening a multi-topic consumer")
+        .await?;
     let ids = consumer
         .last_message_ids()
         .await

@@ -70,11 +70,7 @@ fn odd_keys() -> Vec<String> {
 async fn ordering(ctx: CaseContext, with_retry: bool, key_space: Keys) -> CaseRun {
     let topic = ctx.topic("t");
     if ctx.caps.partitions.is_some() {
-        ctx.runtime
-            .component()
-            .create_topic(&topic, 4)
-            .await
-            .doing("creating a topic with 4 partitions")?;
+        ctx.create_topic(&topic, 4).await?;
     }
     let subscription = Subscription::new(&topic, ctx.group("g"));
     ctx.create_group(&subscription).await?;

@@ -122,11 +122,7 @@ fn partitions_of(history: &crate::history::History) -> BTreeMap<String, BTreeSet
 
 async fn key_routing(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
-    ctx.runtime
-        .component()
-        .create_topic(&topic, 4)
-        .await
-        .doing("creating a topic with 4 partitions")?;
+    ctx.create_topic(&topic, 4).await?;
     let handle = ctx.subscribe_recorded(&topic).await?;
     let mut keys = Vec::new();
     for i in 0..80 {

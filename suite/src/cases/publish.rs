@@ -158,21 +158,37 @@ async fn invalid_requests(ctx: CaseContext) -> CaseRun {
     // Each bad metadata value is refused naming the field (the control character's
     // refusal names what is wrong with it).
     let values = [
-        ("x-rt-envelope", "forged", "x-rt-envelope"),
-        ("ttlInSeconds", "soon", "ttlInSeconds"),
-        ("deliverAt", "tomorrow", "deliverAt"),
-        ("deliverAfter", "5 parsecs", "deliverAfter"),
-        ("rawPayload", "maybe", "rawPayload"),
-        ("traceparent", "00-xyz", "traceparent"),
-        ("app-note", "a\u{7}b", "control character"),
+        (
+            "reserved metadata key",
+            "x-rt-envelope",
+            "forged",
+            "x-rt-envelope",
+        ),
+        ("ttlInSeconds=soon", "ttlInSeconds", "soon", "ttlInSeconds"),
+        ("deliverAt=tomorrow", "deliverAt", "tomorrow", "deliverAt"),
+        (
+            "deliverAfter=5 parsecs",
+            "deliverAfter",
+            "5 parsecs",
+            "deliverAfter",
+        ),
+        ("rawPayload=maybe", "rawPayload", "maybe", "rawPayload"),
+        (
+            "malformed traceparent",
+            "traceparent",
+            "00-xyz",
+            "traceparent",
+        ),
+        (
+            "control character in metadata",
+            "app-note",
+            "a\u{7}b",
+            "control character",
+        ),
     ];
-    for (n, (field, value, named)) in values.into_iter().enumerate() {
+    for (n, (what, field, value, named)) in values.into_iter().enumerate() {
         let key = format!("bad-{}", n + 2);
-        attempts.push((
-            format!("{field}={value:?}"),
-            bad(&key).with_metadata(field, value),
-            named,
-        ));
+        attempts.push((what.into(), bad(&key).with_metadata(field, value), named));
     }
     let mut outcome = Outcome::new();
     for (what, request, named) in attempts {

@@ -196,11 +196,8 @@ async fn consumer_crash(ctx: CaseContext) -> CaseRun {
     // The crash: its connections die with a reset and stay dead; it never acks or closes.
     faults.network(&proxy, NetworkFault::Cut);
     let survivor = ctx
-        .runtime
-        .component()
-        .consumer(spec)
-        .await
-        .doing("opening the surviving member")?;
+        .open_consumer(spec, "opening the surviving member")
+        .await?;
     let mut done = BTreeSet::new();
     let deadline =
         ctx.within(ctx.caps.lease + ctx.caps.redelivery_bound * 2 + ctx.caps.delivery_bound);
