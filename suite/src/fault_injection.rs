@@ -122,7 +122,7 @@ impl<'a> Faults<'a> {
 #[cfg(all(test, feature = "kafka"))]
 mod tests {
     use super::*;
-    use crate::provision::spec::broker_spec;
+    use crate::provision::broker_spec;
     use crate::provision::BrokerProcess;
     use pubsub_components::config::ComponentDefinition;
     use pubsub_components::OutgoingMessage;

@@ -66,8 +66,7 @@ pub(super) async fn bulk(
                     ];
                     let raw = match endpoint {
                         Some(endpoint) => {
-                            raw::raw_publish(kind, endpoint, 100, &sized, &shapes, &mut beside)
-                                .await?
+                            raw_publish(kind, endpoint, 100, &sized, &shapes, &mut beside).await?
                         }
                         None => None,
                     };
@@ -153,7 +152,7 @@ pub(super) async fn single(
     let mut raw_1_runs = Vec::new();
     for _ in 0..options.repeats.max(1) {
         raw_1_runs.extend(
-            raw::raw_publish(
+            raw_publish(
                 kind,
                 endpoint,
                 1,
@@ -186,4 +185,27 @@ fn against_raw(raw: &Measurement, component: &Measurement, label: &str) -> Measu
         baseline: Some(format!("{label} (component time / raw time)")),
         ..raw.clone()
     }
+}
+
+/// The same publishing work done with the broker's client library directly, for each
+/// of `shapes` in turn batch by batch: the measurement's label and the raw client's
+/// time per shape (its batches only, not `beside`'s), or `None` for types without a
+/// raw client here.
+async fn raw_publish(
+    component_type: &str,
+    endpoint: &str,
+    batch: usize,
+    options: &BenchOptions,
+    shapes: &[raw::Shape<'_>],
+    beside: &mut raw::Beside<'_>,
+) -> anyhow::Result<Option<(String, Vec<Duration>)>> {
+    let Some(publish) = crate::brokers::raw_client(component_type) else {
+        return Ok(None);
+    };
+    let run = raw::RawRun {
+        endpoint,
+        batch,
+        options,
+    };
+    Ok(Some(publish(run, shapes, beside).await?))
 }

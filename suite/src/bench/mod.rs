@@ -8,6 +8,7 @@ mod counter;
 mod latency;
 mod publish;
 pub(crate) mod raw;
+use raw::run_id;
 mod sizing;
 mod table;
 #[cfg(feature = "sidecar")]
@@ -64,11 +65,6 @@ impl Default for BenchOptions {
             through_serve: false,
         }
     }
-}
-
-/// A short id that keeps one run's topics, groups and tables apart from another's.
-pub(crate) fn run_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
 }
 
 /// Benchmarks one component; every ratio compares measurements of this run. With an

@@ -2,7 +2,7 @@
 //! doing the publishing work a component does, batch by batch on the same messages,
 //! so that a run compares the component with the raw client side by side. Each
 //! broker's client ([`RawClient`]) is in its module under `crate::brokers`, behind its
-//! broker's cargo feature; this module finds it through [`crate::brokers::raw_client`].
+//! broker's cargo feature; the comparison (`against_raw`) finds it through `crate::brokers::raw_client`.
 
 // Built without any broker's feature, no raw client is there to drive.
 #![cfg_attr(
@@ -227,29 +227,6 @@ async fn measure<C: RawClient>(
     Ok((format!("raw client: {label}"), elapsed))
 }
 
-/// The same publishing work done with the broker's client library directly, for each
-/// of `shapes` in turn batch by batch: the measurement's label and the raw client's
-/// time per shape (its batches only, not `beside`'s), or `None` for types without a
-/// raw client here.
-pub(super) async fn raw_publish(
-    component_type: &str,
-    endpoint: &str,
-    batch: usize,
-    options: &BenchOptions,
-    shapes: &[Shape<'_>],
-    beside: &mut Beside<'_>,
-) -> anyhow::Result<Option<(String, Vec<Duration>)>> {
-    let Some(publish) = crate::brokers::raw_client(component_type) else {
-        return Ok(None);
-    };
-    let run = RawRun {
-        endpoint,
-        batch,
-        options,
-    };
-    Ok(Some(publish(run, shapes, beside).await?))
-}
-
 /// The message ids of a measurement, in batches.
 fn batches(options: &BenchOptions, batch: usize) -> Vec<Vec<usize>> {
     (0..options.messages)
@@ -257,4 +234,9 @@ fn batches(options: &BenchOptions, batch: usize) -> Vec<Vec<usize>> {
         .chunks(batch)
         .map(<[usize]>::to_vec)
         .collect()
+}
+
+/// A short id that keeps one run's topics, groups and tables apart from another's.
+pub(crate) fn run_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
 }

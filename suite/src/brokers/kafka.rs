@@ -3,8 +3,8 @@
 //! librdkafka's producer for the bench's raw comparison.
 
 use crate::fault_proxy::Wire;
+use crate::provision::axis::AxisPoint;
 use crate::provision::spec::{BrokerSpec, ContainerImage, Source, NO_ENV};
-use crate::provision::versions::AxisPoint;
 
 /// tansu's arguments: a broker listening on (and advertising) the suite's port,
 /// with the given storage engine.
@@ -59,8 +59,8 @@ pub(super) const VERSIONS: &[AxisPoint] = &[];
 /// work without the component.
 #[cfg(feature = "kafka")]
 pub(super) mod raw {
+    use crate::bench::raw::run_id;
     use crate::bench::raw::{Labels, RawBatch, RawClient, RawRun};
-    use crate::bench::run_id;
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     use rdkafka::message::{Header, OwnedHeaders};

@@ -13,8 +13,8 @@ mod rabbitmq;
 mod redis;
 
 use crate::bench::raw::RawPublish;
+use crate::provision::axis::AxisPoint;
 use crate::provision::spec::BrokerSpec;
-use crate::provision::versions::AxisPoint;
 
 /// What the suite knows about one broker.
 pub(crate) struct BuiltIn {

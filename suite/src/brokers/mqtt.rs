@@ -2,8 +2,8 @@
 //! Mosquitto from Debian's releases for the versions axis, and QoS 1 publishes
 //! awaiting their PUBACKs for the bench's raw comparison.
 
+use crate::provision::axis::{points, AxisPoint};
 use crate::provision::spec::{BrokerSpec, ContainerImage, Source, NO_ENV};
-use crate::provision::versions::{points, AxisPoint};
 
 /// How to run Mosquitto.
 pub(super) fn spec() -> BrokerSpec {
@@ -38,8 +38,8 @@ pub(super) const VERSIONS: &[AxisPoint] = points! {
 /// the component.
 #[cfg(feature = "mqtt")]
 pub(super) mod raw {
+    use crate::bench::raw::run_id;
     use crate::bench::raw::{Labels, RawBatch, RawClient, RawRun};
-    use crate::bench::run_id;
     use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
     use rumqttc::v5::mqttbytes::QoS;
     use rumqttc::v5::{AsyncClient, Event, MqttOptions};

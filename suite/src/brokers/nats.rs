@@ -2,8 +2,8 @@
 //! from Debian's releases for the versions axis, and async publishes awaiting their
 //! acks for the bench's raw comparison.
 
+use crate::provision::axis::{points, AxisPoint};
 use crate::provision::spec::{BrokerSpec, ContainerImage, Source, NO_ENV};
-use crate::provision::versions::{points, AxisPoint};
 
 /// How to run NATS.
 pub(super) fn spec() -> BrokerSpec {
@@ -28,8 +28,8 @@ pub(super) const VERSIONS: &[AxisPoint] = points! {
 /// component.
 #[cfg(feature = "nats")]
 pub(super) mod raw {
+    use crate::bench::raw::run_id;
     use crate::bench::raw::{Labels, RawBatch, RawClient, RawRun};
-    use crate::bench::run_id;
 
     /// A JetStream context, and the stream the messages go to.
     pub struct Client {

@@ -3,8 +3,8 @@
 //! versions axis, and multi-row INSERTs into a queue-shaped table for the bench's raw
 //! comparison.
 
+use crate::provision::axis::{points, AxisPoint};
 use crate::provision::spec::{BrokerSpec, ContainerImage, Source};
-use crate::provision::versions::{points, AxisPoint};
 use std::time::Duration;
 
 /// How to run PostgreSQL.
@@ -76,8 +76,8 @@ pub(super) const VERSIONS: &[AxisPoint] = points! {
 /// without the component.
 #[cfg(feature = "postgres")]
 pub(super) mod raw {
+    use crate::bench::raw::run_id;
     use crate::bench::raw::{Labels, RawBatch, RawClient, RawRun};
-    use crate::bench::run_id;
 
     /// A connection, and the table the messages go to.
     pub struct Client {

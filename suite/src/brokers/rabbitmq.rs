@@ -3,8 +3,8 @@
 //! releases for the versions axis, and confirmed publishes for the bench's raw
 //! comparison.
 
+use crate::provision::axis::{points, AxisPoint};
 use crate::provision::spec::{BrokerSpec, ContainerImage, Source};
-use crate::provision::versions::{points, AxisPoint};
 use std::time::Duration;
 
 /// How to run RabbitMQ.
@@ -54,8 +54,8 @@ pub(super) const VERSIONS: &[AxisPoint] = points! {
 /// The bench's raw client: confirmed publishes, the same work without the component.
 #[cfg(feature = "rabbitmq")]
 pub(super) mod raw {
+    use crate::bench::raw::run_id;
     use crate::bench::raw::{Labels, RawBatch, RawClient, RawRun};
-    use crate::bench::run_id;
     use lapin::types::{AMQPValue, FieldTable};
 
     /// A connection, its channel in confirm mode, the exchange the messages go to,

@@ -2,8 +2,8 @@
 //! in an append-only file, Redis and Valkey from Debian's releases for the versions
 //! axis, and pipelined XADDs for the bench's raw comparison.
 
+use crate::provision::axis::{points, AxisPoint};
 use crate::provision::spec::{BrokerSpec, ContainerImage, Source, NO_ENV};
-use crate::provision::versions::{points, AxisPoint};
 
 /// How to run Redis.
 pub(super) fn spec() -> BrokerSpec {
@@ -58,8 +58,8 @@ pub(super) const VERSIONS: &[AxisPoint] = points! {
 /// The bench's raw client: pipelined XADDs, the same work without the component.
 #[cfg(feature = "redis")]
 pub(super) mod raw {
+    use crate::bench::raw::run_id;
     use crate::bench::raw::{Labels, RawBatch, RawClient, RawRun};
-    use crate::bench::run_id;
 
     /// A connection, and the stream the messages go to.
     pub struct Client {

@@ -5,6 +5,7 @@
 //! hangs. What is provisioned comes with a [`Broker`] handle: its health, watched by
 //! the runner, and the faults the certification level injects.
 
+pub mod axis;
 pub mod broker;
 pub mod container;
 pub mod health;
@@ -17,7 +18,15 @@ pub use broker::Broker;
 pub use container::BrokerContainer;
 pub use health::{Health, HealthSender, HealthWatch};
 pub use process::BrokerProcess;
-pub use spec::{broker_spec, needs_broker, BrokerSpec, CommandLine, ContainerImage, ContainerSpec};
+pub use spec::{needs_broker, BrokerSpec, CommandLine, ContainerImage, ContainerSpec};
+
+/// How to spawn the broker a component type needs, where this suite knows how (a
+/// registered type: the broker of the built-in type it names): its module in
+/// `crate::brokers`.
+pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
+    crate::brokers::of(pubsub_components::registry::broker_type(component_type))
+        .map(|broker| (broker.spec)())
+}
 
 use async_trait::async_trait;
 use pubsub_components::config::{ComponentDefinition, CONTAINER_IMAGE_ANNOTATION};

@@ -116,14 +116,6 @@ pub fn needs_broker(component_type: &str) -> bool {
 /// No environment variables.
 pub(crate) const NO_ENV: &[(&str, &str)] = &[];
 
-/// How to spawn the broker a component type needs, where this suite knows how (a
-/// registered type: the broker of the built-in type it names): its module in
-/// `crate::brokers`.
-pub fn broker_spec(component_type: &str) -> Option<BrokerSpec> {
-    crate::brokers::of(pubsub_components::registry::broker_type(component_type))
-        .map(|broker| (broker.spec)())
-}
-
 /// The images a broker can run from, for the container kind.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerSpec {
@@ -191,7 +183,7 @@ impl ContainerImage {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::provision::broker_spec;
 
     #[test]
     fn a_broker_the_fault_cases_kill_keeps_its_data() {
