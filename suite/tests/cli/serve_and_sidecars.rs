@@ -43,7 +43,7 @@ fn through_serve_certifies_a_second_row_over_http() {
     assert_eq!(restart, "NOT PROVISIONED");
     assert!(why.contains("no broker to fault"), "{why}");
     assert!(
-        out.join("histories/memory via serve/publish.delivery.jsonl")
+        out.join("histories/memory-via-serve/publish.delivery.jsonl")
             .exists(),
         "the row keeps its own histories"
     );
@@ -69,7 +69,7 @@ fn fault_cases_run_through_serve() {
         assert_eq!(verdict.0, "PASS", "{id} through serve: {verdict:?}");
     }
     let cut = std::fs::read_to_string(
-        out.join("histories/redis via serve/certification.network-cut.jsonl"),
+        out.join("histories/redis-via-serve/certification.network-cut.jsonl"),
     )
     .unwrap();
     assert!(
