@@ -75,17 +75,19 @@ pub fn factory_for(component: &Resolved) -> ComponentFactory {
     })
 }
 
-/// The factory that builds `definition`'s component against an endpoint.
+/// The factory that builds `definition`'s component against an endpoint (a type
+/// this build does not know gives its error at each build).
 pub fn factory_of(definition: &ComponentDefinition) -> ComponentFactory {
-    let definition = Arc::new(definition.clone());
-    Arc::new(move |endpoint: String| {
-        let definition = definition.clone();
-        Box::pin(async move {
-            pubsub_components::registry::build(&definition, Some(&endpoint))
-                .await
-                .map_err(|e| e.to_string())
-        })
-    })
+    match pubsub_components::registry::resolve(definition) {
+        Ok(component) => factory_for(&component),
+        Err(e) => {
+            let refusal = e.to_string();
+            Arc::new(move |_| {
+                let refusal = refusal.clone();
+                Box::pin(async move { Err(refusal) })
+            })
+        }
+    }
 }
 
 /// `component` as a runtime through `wrap`, or in process.

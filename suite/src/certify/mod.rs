@@ -264,8 +264,20 @@ async fn certify_component(
     let component = match pubsub_components::registry::resolve(definition) {
         Ok(component) => component,
         Err(e) => {
-            let report = not_provisioned(definition, cases, &[]);
             progress(name, &format!("{name}: {e}"));
+            let report = uniform_report(
+                definition,
+                cases,
+                Status::Error,
+                Provisioning {
+                    kind: provisioned.kind.to_string(),
+                    endpoint: provisioned.endpoint.clone(),
+                    broker_version: None,
+                    problem: None,
+                    unsupported_broker: None,
+                },
+                format!("not run: the component's type could not be looked up again: {e}"),
+            );
             return (vec![report], shut_down(&provisioned).await);
         }
     };
