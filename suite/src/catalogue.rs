@@ -2,7 +2,8 @@
 //! MUST statement, capability, level, lane, time bound) read alike by the runner,
 //! `list`, the test harness and reports.
 
-pub use crate::cases::case::{Bound, Case, CaseFn, Injects, Lane, Level};
+pub use crate::cases::bound::Bound;
+pub use crate::cases::case::{Case, CaseFn, Injects, Lane, Level};
 
 use crate::cases;
 use std::sync::LazyLock;

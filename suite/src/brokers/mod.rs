@@ -15,6 +15,8 @@ mod redis;
 use crate::bench::raw::RawPublish;
 use crate::provision::axis::AxisPoint;
 use crate::provision::spec::BrokerSpec;
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 /// What the suite knows about one broker.
 pub(crate) struct BuiltIn {
@@ -22,8 +24,6 @@ pub(crate) struct BuiltIn {
     pub component_type: &'static str,
     /// How to run it.
     pub spec: fn() -> BrokerSpec,
-    /// Its versions axis, oldest first (empty: none).
-    pub versions: &'static [AxisPoint],
     /// Its raw client for the bench (`None`: built without its cargo feature).
     pub raw: Option<RawPublish>,
 }
@@ -34,7 +34,6 @@ macro_rules! built_in {
         BuiltIn {
             component_type: $component_type,
             spec: $broker::spec,
-            versions: $broker::VERSIONS,
             raw: {
                 #[cfg(feature = $feature)]
                 let raw = Some(crate::bench::raw::publish::<$broker::raw::Client> as RawPublish);
@@ -56,6 +55,37 @@ pub(crate) const ALL: &[BuiltIn] = &[
     built_in!(postgres, "postgres", "postgres"),
 ];
 
+impl BuiltIn {
+    /// Its versions axis, oldest first (empty: none), from `versions.yaml`.
+    pub fn versions(&self) -> &'static [AxisPoint] {
+        VERSIONS.get(self.component_type).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// `versions.yaml` as written: each component type's points, as text.
+static VERSIONS_TEXT: LazyLock<BTreeMap<String, Vec<String>>> = LazyLock::new(|| {
+    serde_yaml::from_str(include_str!("versions.yaml"))
+        .unwrap_or_else(|e| panic!("suite/src/brokers/versions.yaml: {e}"))
+});
+
+/// `versions.yaml`: each component type's axis.
+static VERSIONS: LazyLock<BTreeMap<&'static str, Vec<AxisPoint>>> = LazyLock::new(|| {
+    VERSIONS_TEXT
+        .iter()
+        .map(|(component_type, points)| {
+            let points = points
+                .iter()
+                .map(|point| {
+                    AxisPoint::parse(point).unwrap_or_else(|| {
+                        panic!("suite/src/brokers/versions.yaml: {component_type}: `{point}` is not `broker release version`")
+                    })
+                })
+                .collect();
+            (component_type.as_str(), points)
+        })
+        .collect()
+});
+
 /// The broker serving the built-in component type `component_type`.
 pub(crate) fn of(component_type: &str) -> Option<&'static BuiltIn> {
     ALL.iter().find(|b| b.component_type == component_type)
@@ -69,7 +99,6 @@ pub(crate) fn raw_client(component_type: &str) -> Option<RawPublish> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     #[test]
     fn each_broker_serves_a_type_of_its_own_under_a_name_of_its_own() {
@@ -102,7 +131,7 @@ mod tests {
             .map(|(broker, releases)| (broker, releases.trim_matches('"').split(' ').collect()))
             .collect();
         let mut axes: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for point in ALL.iter().flat_map(|broker| broker.versions) {
+        for point in ALL.iter().flat_map(|broker| broker.versions()) {
             axes.entry(point.broker).or_default().push(point.release);
         }
         assert_eq!(axes, built);

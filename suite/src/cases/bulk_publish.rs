@@ -1,110 +1,12 @@
 //! Bulk publish: per-entry status, partial failures, entry ids, metadata merge,
 //! `batchPublishKeepOrder`, size limits.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::{generate, keyed_entry};
 use crate::context::CaseContext;
 use crate::history::KEY;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest};
-use pubsub_components::{ErrorKind, Feature};
-
-const FEATURE: &[Feature] = &[Feature::BulkPublish];
-
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "bulk-publish.all-success",
-            must: "A bulk publish whose entries all succeed MUST answer with no failed entries (HTTP 204), and every entry MUST be delivered.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(all_success(ctx)),
-        },
-        Case {
-            id: "bulk-publish.fidelity",
-            must: "Payload bytes, content type and metadata MUST survive bulk publish -> delivery unchanged, with and without the envelope.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(super::publish::fidelity(ctx, true)),
-        },
-        Case {
-            id: "bulk-publish.partial-failure",
-            must: "When some entries fail (here: over the declared maximum message size) the response MUST list them (HTTP 500) and MUST NOT report a failed entry as successful: every entry reported successful is delivered.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(partial_failure(ctx)),
-        },
-        Case {
-            id: "bulk-publish.status-mapping",
-            must: "For random bulk requests with random failing entries, in parallel and ordered mode, every entry reported successful MUST be delivered.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
-            run: |ctx| Box::pin(status_mapping(ctx)),
-        },
-        Case {
-            id: "bulk-publish.entry-ids",
-            must: "A bulk request with a missing, empty or duplicate entryId MUST be rejected whole with an error naming the entry, publishing nothing; an empty entry list MUST succeed as a no-op.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("delivery bound + redelivery bound", |c| c.delivery_bound + c.redelivery_bound),
-            run: |ctx| Box::pin(entry_ids(ctx)),
-        },
-        Case {
-            id: "bulk-publish.entry-id-space",
-            must: "Entry ids are the app's own: ids that differ only in case or in punctuation (. _ - / :), non-ASCII, long (200 characters), one character, with spaces inside, and reserved-looking words (null, 0, true) MUST each be accepted, and the failed entries MUST be reported under exactly their own ids.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(entry_id_space(ctx)),
-        },
-        Case {
-            id: "bulk-publish.metadata-merge",
-            must: "Request metadata MUST apply to every entry, and an entry's own metadata MUST override it key by key.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(metadata_merge(ctx)),
-        },
-        Case {
-            id: "bulk-publish.keep-order",
-            must: "With batchPublishKeepOrder=true entries MUST be delivered in request order, and after the first failed entry no later entry may be published; all of them MUST be reported failed.",
-            requires: &[Feature::Ordering],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
-            run: |ctx| Box::pin(keep_order(ctx)),
-        },
-        Case {
-            id: "bulk-publish.size-limit",
-            must: "A bulk request over maxBulkPubBytes MUST be rejected with a clear error or split, never silently truncated: every entry is either delivered or reported failed.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("delivery bound + redelivery bound", |c| c.delivery_bound + c.redelivery_bound),
-            run: |ctx| Box::pin(size_limit(ctx)),
-        },
-    ]
-}
+use pubsub_components::ErrorKind;
 
 /// An entry the broker must refuse: a raw payload one byte over the declared maximum.
 fn oversize(ctx: &CaseContext, key: &str) -> Result<BulkPublishEntry, CaseError> {
@@ -120,7 +22,7 @@ fn oversize(ctx: &CaseContext, key: &str) -> Result<BulkPublishEntry, CaseError>
     Ok(entry)
 }
 
-async fn all_success(ctx: CaseContext) -> CaseRun {
+pub(super) async fn all_success(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx.subscribe_recorded(&topic).await?;
     let keys: Vec<String> = (0..100).map(|i| format!("e-{i}")).collect();
@@ -148,7 +50,7 @@ async fn all_success(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn partial_failure(ctx: CaseContext) -> CaseRun {
+pub(super) async fn partial_failure(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let mut entries = Vec::new();
     for i in 0..20 {
@@ -193,7 +95,7 @@ async fn partial_failure(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn status_mapping(ctx: CaseContext) -> CaseRun {
+pub(super) async fn status_mapping(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx.subscribe_recorded(&topic).await?;
     let strategy = (
@@ -239,7 +141,7 @@ async fn status_mapping(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn entry_ids(ctx: CaseContext) -> CaseRun {
+pub(super) async fn entry_ids(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx.subscribe_recorded(&topic).await?;
     let mut blank = keyed_entry("bad-1");
@@ -348,7 +250,7 @@ fn entry_ids_across_their_space() -> Vec<(String, bool)> {
     ]
 }
 
-async fn entry_id_space(ctx: CaseContext) -> CaseRun {
+pub(super) async fn entry_id_space(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let failing_possible = ctx.caps.max_message_bytes.is_some();
     let mut entries = Vec::new();
@@ -427,7 +329,7 @@ async fn entry_id_space(ctx: CaseContext) -> CaseRun {
     Ok(outcome.merge(ctx.check(&ctx.criteria())))
 }
 
-async fn metadata_merge(ctx: CaseContext) -> CaseRun {
+pub(super) async fn metadata_merge(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx.subscribe_recorded(&topic).await?;
     let mut overriding = keyed_entry("e-1");
@@ -474,7 +376,7 @@ async fn metadata_merge(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn keep_order(ctx: CaseContext) -> CaseRun {
+pub(super) async fn keep_order(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     const FAILING: usize = 12;
     let mut entries = Vec::new();
@@ -524,7 +426,7 @@ async fn keep_order(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn size_limit(ctx: CaseContext) -> CaseRun {
+pub(super) async fn size_limit(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx.subscribe_recorded(&topic).await?;
     let entries: Vec<BulkPublishEntry> = (0..10)

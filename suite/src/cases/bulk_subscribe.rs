@@ -1,6 +1,5 @@
 //! Bulk subscribe: batch size and wait limits, per-entry SUCCESS/RETRY/DROP, handler errors.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::{generate, key_of};
 use crate::context::{CaseContext, SUBSCRIBED_MARKER};
 use crate::history::{Record, Recorder};
@@ -15,75 +14,8 @@ use std::time::{Duration, SystemTime};
 /// Between the messages of a trickle.
 const TRICKLE_GAP: Duration = Duration::from_millis(40);
 
-const FEATURE: &[Feature] = &[Feature::BulkSubscribe];
-
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "bulk-subscribe.max-messages",
-            must: "A delivered batch MUST hold at least one and at most maxMessagesCount entries, all of one topic, and every message MUST be delivered.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
-            run: |ctx| Box::pin(max_messages(ctx)),
-        },
-        Case {
-            id: "bulk-subscribe.max-await",
-            must: "A partial batch MUST be handed over once maxAwaitDurationMs has passed since its first entry arrived (within the declared precision), not held for more entries, and not before (within the clock tolerance); checked with a trickle.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(max_await(ctx)),
-        },
-        Case {
-            id: "bulk-subscribe.statuses",
-            must: "Per entry, SUCCESS MUST ack it, RETRY MUST redeliver that entry only, DROP MUST ack it (and dead-letter it when a dead-letter topic is set), and a missing status MUST count as RETRY.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound + 2 x redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound * 2),
-            run: |ctx| Box::pin(statuses(ctx)),
-        },
-        Case {
-            id: "bulk-subscribe.handler-error",
-            must: "When the bulk handler fails, every entry of that batch MUST be redelivered.",
-            requires: FEATURE,
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
-            run: |ctx| Box::pin(handler_error(ctx)),
-        },
-        Case {
-            id: "bulk-subscribe.expired-entries",
-            must: "Entries whose TTL passed before delivery MUST be removed from a batch before it is handed over (never an empty batch), and dead-lettered with reason expired when a dead-letter topic is set; live entries of the same batch MUST be delivered.",
-            requires: &[Feature::BulkSubscribe, Feature::Ttl],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound: Bound::new("1 s TTL + clock tolerance + 2 x delivery bound + redelivery bound", |c| Duration::from_secs(1) + c.clock_tolerance + c.delivery_bound * 2 + c.redelivery_bound),
-            run: |ctx| Box::pin(expired_entries(ctx)),
-        },
-        Case {
-            id: "bulk-subscribe.exhausted-dead-lettered",
-            must: "An entry answered RETRY in every batch until maxDeliveries MUST end in the dead-letter topic with reason maxDeliveries, as a single message does, and never be delivered again.",
-            requires: &[Feature::BulkSubscribe, Feature::DeadLetter],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound + 4 x redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound * 4),
-            run: |ctx| Box::pin(exhausted_dead_lettered(ctx)),
-        },
-    ]
-}
-
 /// Expired and live entries published together, read in one batch after the TTL.
-async fn expired_entries(ctx: CaseContext) -> CaseRun {
+pub(super) async fn expired_entries(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let dlq_topic = ctx.topic("dlq");
     let dead_letters = ctx.caps.dead_letter.is_available();
@@ -176,7 +108,7 @@ async fn expired_entries(ctx: CaseContext) -> CaseRun {
 }
 
 /// One poison entry among healthy ones, always answered RETRY in its batch.
-async fn exhausted_dead_lettered(ctx: CaseContext) -> CaseRun {
+pub(super) async fn exhausted_dead_lettered(ctx: CaseContext) -> CaseRun {
     const MAX: u32 = 3;
     let topic = ctx.topic("t");
     let dlq_topic = ctx.topic("dlq");
@@ -249,7 +181,7 @@ fn bulk(max_messages_count: usize, max_await_ms: u64) -> Option<BulkSubscribeOpt
     })
 }
 
-async fn max_messages(ctx: CaseContext) -> CaseRun {
+pub(super) async fn max_messages(ctx: CaseContext) -> CaseRun {
     let mut outcome = Outcome::new();
     let runs = generate((1usize..120, 1usize..40), ctx.seed(), 4);
     for (run, (count, max)) in runs.iter().enumerate() {
@@ -362,7 +294,7 @@ async fn max_messages(ctx: CaseContext) -> CaseRun {
     Ok(outcome.merge(checked))
 }
 
-async fn max_await(ctx: CaseContext) -> CaseRun {
+pub(super) async fn max_await(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let max_await = Duration::from_millis(500);
     let max_messages = 100;
@@ -448,7 +380,7 @@ async fn max_await(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn statuses(ctx: CaseContext) -> CaseRun {
+pub(super) async fn statuses(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let dead_letters = ctx.runtime.mode(Feature::DeadLetter) != Support::Unsupported;
     let dlq_topic = ctx.topic("dlq");
@@ -559,7 +491,7 @@ async fn statuses(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn handler_error(ctx: CaseContext) -> CaseRun {
+pub(super) async fn handler_error(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.bulk = bulk(10, 200);

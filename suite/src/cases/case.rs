@@ -2,15 +2,15 @@
 //! faults and time bound, as data that the runner, `list`, the docs and the reports
 //! read alike.
 
+use super::bound::Bound;
 use crate::context::CaseContext;
 use crate::outcome::CaseRun;
 use futures::future::BoxFuture;
-use pubsub_components::{Capabilities, Feature};
-use serde::Serialize;
-use std::time::Duration;
+use pubsub_components::Feature;
+use serde::{Deserialize, Serialize};
 
 /// How demanding a case is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     /// Every component must pass it.
@@ -39,29 +39,9 @@ impl Level {
     }
 }
 
-/// A case's time bound, derived from what the component declares.
-#[derive(Clone, Copy)]
-pub struct Bound {
-    /// How it is derived, for `list` and the report.
-    pub rule: &'static str,
-    pub compute: fn(&Capabilities) -> Duration,
-}
-
-impl Bound {
-    /// A bound computed from the capabilities.
-    pub const fn new(rule: &'static str, compute: fn(&Capabilities) -> Duration) -> Self {
-        Bound { rule, compute }
-    }
-
-    /// The bound for a component.
-    pub fn for_caps(&self, caps: &Capabilities) -> Duration {
-        (self.compute)(caps)
-    }
-}
-
 /// A fault a case injects; its broker must be able to take it, or the cell is NOT
 /// PROVISIONED with the reason (an in-process or external broker cannot be faulted).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Injects {
     /// Kills the broker (SIGKILL) and starts it again on the same data.
@@ -106,7 +86,7 @@ pub struct Case {
 }
 
 /// Where `certify` runs a case among the others of its component.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Lane {
     /// With other cases of the component, on their own topics and groups.

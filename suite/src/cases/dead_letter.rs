@@ -1,39 +1,12 @@
 //! dead-letter.*: exhausted and dropped messages go to the dead-letter topic, once.
 
-use super::case::{Bound, Case, Lane, Level};
-use super::retry::{check_dead_letter, exhausted};
+use super::retry::check_dead_letter;
 use crate::context::CaseContext;
 use crate::history::Recorder;
 use crate::outcome::{CaseRun, Context};
 use pubsub_components::runtime::{PublishRequest, Status, Subscription};
-use pubsub_components::Feature;
 
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "dead-letter.max-deliveries",
-            must: "A message retried maxDeliveries times MUST go to the dead-letter topic with its payload, content type and metadata, plus its original topic and reason maxDeliveries.",
-            requires: &[Feature::DeadLetter],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound + 5 x redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound * 5),
-            run: |ctx| Box::pin(exhausted(ctx, true)),
-        },
-        Case {
-            id: "dead-letter.drop",
-            must: "A message answered with DROP MUST be acknowledged and forwarded to the dead-letter topic with reason dropped, and not redelivered.",
-            requires: &[Feature::DeadLetter],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
-            run: |ctx| Box::pin(drop_to_dead_letter(ctx)),
-        },
-    ]
-}
-
-async fn drop_to_dead_letter(ctx: CaseContext) -> CaseRun {
+pub(super) async fn drop_to_dead_letter(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let dlq_topic = ctx.topic("dlq");
     let dlq = Recorder::new();

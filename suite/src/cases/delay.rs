@@ -1,88 +1,14 @@
 //! Delayed delivery: `deliverAfter`, `deliverAt` and subscription `receiverDelay`.
 
-use super::case::{Bound, Case, Lane, Level};
 use crate::context::CaseContext;
 use crate::criteria::Timing;
 use crate::history::Record;
 use crate::outcome::{CaseRun, Context};
 use pubsub_components::runtime::controls::format_time;
 use pubsub_components::runtime::Subscription;
-use pubsub_components::Feature;
 use std::time::{Duration, SystemTime};
 
 const LONGEST: Duration = Duration::from_millis(1200);
-
-pub fn cases() -> Vec<Case> {
-    let bound = Bound::new("1.2 s delay + delay precision + 2 x delivery bound", |c| {
-        LONGEST + c.delay_precision + c.delivery_bound * 2
-    });
-    vec![
-        Case {
-            id: "delay.deliver-after",
-            must: "A message with deliverAfter MUST NOT be delivered before publish time + delay (beyond the clock tolerance), MUST be delivered by then + the declared precision, and MUST NOT be lost.",
-            requires: &[Feature::DelayedDelivery],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound,
-            run: |ctx| Box::pin(deliver_after(ctx)),
-        },
-        Case {
-            id: "delay.deliver-at",
-            must: "A message with deliverAt (RFC 3339) MUST NOT be delivered before that time (beyond the clock tolerance) and MUST be delivered by it + the declared precision.",
-            requires: &[Feature::DelayedDelivery],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound,
-            run: |ctx| Box::pin(deliver_at(ctx)),
-        },
-        Case {
-            id: "delay.receiver-delay",
-            must: "With a subscription receiverDelay a message MUST NOT be delivered before its publish time + receiverDelay, and MUST be delivered by then + the declared precision.",
-            requires: &[Feature::ReceiverDelay],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound,
-            run: |ctx| Box::pin(receiver_delay(ctx)),
-        },
-        Case {
-            id: "delay.receiver-delay-from-publish",
-            must: "receiverDelay MUST count from publish time: a message already older than the delay when its subscriber starts MUST be delivered at once (within the declared precision), not held for the delay again.",
-            requires: &[Feature::ReceiverDelay],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound: Bound::new("1.5 s delay + delay precision + 2 x delivery bound", |c| {
-                RECEIVER_DELAY + c.delay_precision + c.delivery_bound * 2
-            }),
-            run: |ctx| Box::pin(receiver_delay_from_publish(ctx)),
-        },
-        Case {
-            id: "delay.beyond-lease",
-            must: "A message delayed longer than the broker's lease (ack wait, claim idle time, visibility timeout) MUST be delivered once, not before its due time and by due time + precision; a far-future one MUST NOT be delivered early.",
-            requires: &[Feature::DelayedDelivery],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound: Bound::new("lease + 1 s + delay precision + 2 x delivery bound", |c| {
-                c.lease + Duration::from_secs(1) + c.delay_precision + c.delivery_bound * 2
-            }),
-            run: |ctx| Box::pin(beyond_lease(ctx)),
-        },
-        Case {
-            id: "delay.no-starvation",
-            must: "More delayed messages than the prefetch window (600, due in an hour) MUST NOT starve undelayed messages published after them: those are delivered within the delivery bound.",
-            requires: &[Feature::DelayedDelivery],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
-            run: |ctx| Box::pin(no_starvation(ctx)),
-        },
-    ]
-}
 
 /// The subscription delay of the publish-time case.
 const RECEIVER_DELAY: Duration = Duration::from_millis(1500);
@@ -92,7 +18,7 @@ const CLOCK_READS: Duration = Duration::from_millis(50);
 /// Delayed messages queued ahead of undelayed ones: more than any prefetch window.
 const QUEUED_AHEAD: usize = 600;
 
-async fn receiver_delay_from_publish(ctx: CaseContext) -> CaseRun {
+pub(super) async fn receiver_delay_from_publish(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.receiver_delay = Some(RECEIVER_DELAY);
@@ -145,7 +71,7 @@ async fn receiver_delay_from_publish(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn beyond_lease(ctx: CaseContext) -> CaseRun {
+pub(super) async fn beyond_lease(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;
     ctx.await_subscribed(&topic, Duration::ZERO).await?;
@@ -198,7 +124,7 @@ async fn beyond_lease(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn no_starvation(ctx: CaseContext) -> CaseRun {
+pub(super) async fn no_starvation(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = Subscription::new(&topic, ctx.group("g"));
     ctx.create_group(&subscription).await?;
@@ -297,7 +223,7 @@ async fn finish(
     Ok(ctx.check(&criteria))
 }
 
-async fn deliver_after(ctx: CaseContext) -> CaseRun {
+pub(super) async fn deliver_after(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;
     ctx.await_subscribed(&topic, Duration::ZERO).await?;
@@ -320,7 +246,7 @@ async fn deliver_after(ctx: CaseContext) -> CaseRun {
     finish(ctx, keys, handle).await
 }
 
-async fn deliver_at(ctx: CaseContext) -> CaseRun {
+pub(super) async fn deliver_at(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;
     ctx.await_subscribed(&topic, Duration::ZERO).await?;
@@ -336,7 +262,7 @@ async fn deliver_at(ctx: CaseContext) -> CaseRun {
     finish(ctx, keys, handle).await
 }
 
-async fn receiver_delay(ctx: CaseContext) -> CaseRun {
+pub(super) async fn receiver_delay(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let delay = Duration::from_millis(700);
     let mut subscription = Subscription::new(&topic, ctx.group("g"));

@@ -1,7 +1,6 @@
 //! envelope.*: the CloudEvents envelope around each message, raw payloads without one,
 //! and event ids unique per message.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::key_of;
 use crate::context::CaseContext;
 use crate::history::KEY;
@@ -12,52 +11,7 @@ use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest, PublishRe
 use pubsub_components::Metadata;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "envelope.cloudevents",
-            must: "By default a message MUST be wrapped in a CloudEvents 1.0 envelope with id, source, type, datacontenttype, topic, pubsubname and traceparent; JSON data in `data`, binary in `data_base64`.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(cloudevents(ctx)),
-        },
-        Case {
-            id: "envelope.raw-payload",
-            must: "With metadata rawPayload=true the payload bytes and content type MUST be delivered untouched, without an envelope.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(raw_payload(ctx)),
-        },
-        Case {
-            id: "envelope.unique-ids",
-            must: "No two published messages MUST share a CloudEvent id (per source), through the single and the bulk publish paths; checked over 300 messages.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(unique_ids(ctx)),
-        },
-        Case {
-            id: "envelope.app-cloudevent",
-            must: "A CloudEvent the app publishes (application/cloudevents+json) MUST NOT be wrapped a second time: its id, source, type and data reach the subscriber as sent, completed with topic, pubsubname and traceparent.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(app_cloudevent(ctx)),
-        },
-    ]
-}
-
-async fn cloudevents(ctx: CaseContext) -> CaseRun {
+pub(super) async fn cloudevents(ctx: CaseContext) -> CaseRun {
     super::needs_whole_events(&ctx)?;
     let topic = ctx.topic("t");
     let subscription = ctx.subscribe_recorded(&topic).await?;
@@ -140,7 +94,7 @@ async fn cloudevents(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn raw_payload(ctx: CaseContext) -> CaseRun {
+pub(super) async fn raw_payload(ctx: CaseContext) -> CaseRun {
     if ctx.runtime.is_remote() {
         return Err(CaseError::CannotProvoke(
             "over Dapr's HTTP API a rawPayload message reaches a subscription without rawPayload wrapped in a CloudEvent (data_base64, application/octet-stream), as daprd delivers it: the property needs a subscriber the API does not have; that the bytes arrive is publish.fidelity's".into(),
@@ -182,7 +136,7 @@ async fn raw_payload(ctx: CaseContext) -> CaseRun {
 /// Messages per path: a runtime that repeats 1 id in 100 shows within them.
 const PER_PATH: usize = 150;
 
-async fn unique_ids(ctx: CaseContext) -> CaseRun {
+pub(super) async fn unique_ids(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;
     let mut keys = ctx.publish_numbered(&topic, "single", PER_PATH).await?;
@@ -220,7 +174,7 @@ async fn unique_ids(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn app_cloudevent(ctx: CaseContext) -> CaseRun {
+pub(super) async fn app_cloudevent(ctx: CaseContext) -> CaseRun {
     super::needs_whole_events(&ctx)?;
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;

@@ -1,6 +1,5 @@
 //! groups.*: every character class a group name may hold names its own group.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::topics::{clear_refusal, names, received};
 use crate::context::CaseContext;
 use crate::history::History;
@@ -8,27 +7,10 @@ use crate::outcome::{is_beyond_remote_api, CaseError, CaseRun};
 use pubsub_components::runtime::Subscription;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-        id: "groups.distinct-names",
-        must: "Consumer group names that differ only in case, only in punctuation (. _ - / :), or only in the last character at the longest length (249) MUST be distinct groups: each receives every message of the topic, none shares its deliveries with another; a component whose broker cannot represent a group name MUST refuse it clearly (InvalidRequest or Unsupported naming it) at subscribe, never fold it into another.",
-        requires: &[],
-        level: Level::Core,
-        injects: &[],
-        lane: Lane::Shared,
-        bound: Bound::new("2 x delivery bound + redelivery bound", |c| {
-            c.delivery_bound * 2 + c.redelivery_bound
-        }),
-        run: |ctx| Box::pin(distinct_groups(ctx)),
-    },
-    ]
-}
-
 /// How many messages the group case publishes: a folded pair of groups splits them.
 const GROUP_MESSAGES: usize = 6;
 
-async fn distinct_groups(ctx: CaseContext) -> CaseRun {
+pub(super) async fn distinct_groups(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let base = ctx.group("g");
     let groups = names(&base);

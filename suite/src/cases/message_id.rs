@@ -1,28 +1,12 @@
 //! message-id.*: the id a publish returns is the id its delivery carries.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::generate;
 use crate::context::CaseContext;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::{ConsumerSpec, MessageId, TopicSelector};
 use std::time::Duration;
 
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "message-id.round-trip",
-            must: "A delivered message id MUST name its owner topic, serialise and deserialise with it intact, and be accepted by ack after the round trip.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
-            run: |ctx| Box::pin(message_id_round_trip(ctx)),
-        },
-    ]
-}
-
-async fn message_id_round_trip(ctx: CaseContext) -> CaseRun {
+pub(super) async fn message_id_round_trip(ctx: CaseContext) -> CaseRun {
     let mut outcome = Outcome::new();
     // Arbitrary ids, generated from the case seed.
     let strategy = (

@@ -1,7 +1,10 @@
-//! The case bodies, one module per family, named after it (`bulk-publish.*` in
-//! `bulk_publish.rs`; `certification.*` in a folder, by what each case exercises). Each module's `cases()` lists its cases
-//! as catalogue data; [`all`] gathers them.
+//! The conformance cases: their data in `catalogue.yaml` (id, MUST, capabilities,
+//! level, lane, faults, bound rule), their bodies one module per family, named after
+//! it (`bulk-publish.*` in `bulk_publish.rs`; `certification.*` in a folder, by what
+//! each case exercises), joined by id in `bodies.rs`; [`all`] gathers them.
 
+mod bodies;
+pub mod bound;
 pub mod case;
 
 mod bulk_publish;
@@ -23,34 +26,82 @@ mod tracing;
 mod ttl;
 
 use crate::history::KEY;
-use case::Case;
+use bound::Bound;
+use case::{Case, Injects, Lane, Level};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use pubsub_components::runtime::{BulkPublishEntry, Event};
-use pubsub_components::{Capabilities, Metadata};
+use pubsub_components::{Capabilities, Feature, Metadata};
+use serde::Deserialize;
+use std::sync::LazyLock;
 
-/// Every case of every family.
+/// One entry of `catalogue.yaml`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    id: String,
+    must: String,
+    level: Level,
+    #[serde(default)]
+    requires: Vec<Feature>,
+    #[serde(default = "shared")]
+    lane: Lane,
+    #[serde(default)]
+    injects: Vec<Injects>,
+    bound: String,
+}
+
+fn shared() -> Lane {
+    Lane::Shared
+}
+
+static ENTRIES: LazyLock<Vec<Entry>> = LazyLock::new(|| {
+    serde_yaml::from_str(include_str!("catalogue.yaml"))
+        .unwrap_or_else(|e| panic!("suite/src/cases/catalogue.yaml: {e}"))
+});
+
+/// Every case of `catalogue.yaml`, in its order, each with its body and bound. A
+/// case without a body, a body or custom bound without a case, or a bound rule that
+/// does not parse is a mistake in the suite itself: it stops with the case's id.
 pub fn all() -> Vec<Case> {
-    [
-        publish::cases(),
-        envelope::cases(),
-        subscribe::cases(),
-        message_id::cases(),
-        topics::cases(),
-        groups::cases(),
-        bulk_publish::cases(),
-        bulk_subscribe::cases(),
-        retry::cases(),
-        dead_letter::cases(),
-        ttl::cases(),
-        ordering::cases(),
-        delay::cases(),
-        multi_topic::cases(),
-        partitions::cases(),
-        tracing::cases(),
-        certification::cases(),
-    ]
-    .concat()
+    let listed = |id: &str| ENTRIES.iter().any(|entry| entry.id == id);
+    let strays: Vec<&str> = bodies::BODIES
+        .iter()
+        .map(|(id, _)| *id)
+        .chain(bodies::CUSTOM_BOUNDS.iter().map(|(id, _)| *id))
+        .filter(|id| !listed(id))
+        .collect();
+    assert!(
+        strays.is_empty(),
+        "bodies.rs names cases catalogue.yaml does not list: {strays:?}"
+    );
+    ENTRIES.iter().map(case_of).collect()
+}
+
+fn case_of(entry: &'static Entry) -> Case {
+    let id = entry.id.as_str();
+    let run = bodies::BODIES
+        .iter()
+        .find(|(body, _)| *body == id)
+        .unwrap_or_else(|| panic!("catalogue.yaml lists {id}, but bodies.rs has no body for it"))
+        .1;
+    let bound = match bodies::CUSTOM_BOUNDS
+        .iter()
+        .find(|(custom, _)| *custom == id)
+    {
+        Some((_, compute)) => Bound::custom(&entry.bound, *compute),
+        None => Bound::parse(&entry.bound).unwrap_or_else(|e| panic!("{id}: {e}")),
+    };
+    Case {
+        id,
+        must: &entry.must,
+        requires: &entry.requires,
+        level: entry.level,
+        injects: &entry.injects,
+        lane: entry.lane,
+        bound,
+        run,
+    }
 }
 
 /// `count` values drawn from `strategy` with a generator seeded by `seed`: the same

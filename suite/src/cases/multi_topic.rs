@@ -1,125 +1,18 @@
 //! Multi-topic subscriptions and topic message ids (Pulsar PIP-224): owner topics,
 //! ack and seek on the owner topic only, refusals, `last_message_ids`.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::key_of;
 use crate::context::CaseContext;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use pubsub_components::runtime::Subscription;
 use pubsub_components::{
-    Consumer, ConsumerSpec, ErrorKind, Feature, MessageId, ReceivedMessage, StartPosition,
-    TopicSelector,
+    Consumer, ConsumerSpec, ErrorKind, MessageId, ReceivedMessage, StartPosition, TopicSelector,
 };
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::time::Instant;
 
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "multi-topic.owner-topic",
-            must: "On a subscription over a topic list or pattern, every delivered message id MUST name the topic the message was published to.",
-            requires: &[Feature::MultiTopic, Feature::FanOut],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(owner_topic(ctx)),
-        },
-        Case {
-            id: "multi-topic.ack-owner",
-            must: "ack(id) on a multi-topic consumer MUST acknowledge exactly that message on its owner topic: acked messages never return, unacked ones of every topic do.",
-            requires: &[Feature::MultiTopic],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
-            run: |ctx| Box::pin(ack_owner(ctx)),
-        },
-        Case {
-            id: "multi-topic.ack-refused",
-            must: "On a multi-topic consumer an id without an owner topic, or whose topic is not subscribed, MUST be refused with a NotAllowed error.",
-            requires: &[Feature::MultiTopic],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(ack_refused(ctx)),
-        },
-        Case {
-            id: "multi-topic.seek",
-            must: "seek(id) MUST reposition only the owner topic of id: its messages from id on are delivered again, other topics are untouched, and nothing received before the seek from before id comes back.",
-            requires: &[Feature::MultiTopic, Feature::Seek],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound + redelivery bound", |c| c.delivery_bound * 2 + c.redelivery_bound),
-            run: |ctx| Box::pin(seek(ctx)),
-        },
-        Case {
-            id: "multi-topic.last-message-ids",
-            must: "last_message_ids() MUST return exactly one id per owner topic (and partition), no duplicates, each the last message published there.",
-            requires: &[Feature::MultiTopic, Feature::Seek],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("delivery bound", |c| c.delivery_bound),
-            run: |ctx| Box::pin(last_message_ids(ctx)),
-        },
-        Case {
-            id: "multi-topic.seek-refused",
-            must: "On a multi-topic consumer, seek to an id without an owner topic, or to an id of a topic it does not subscribe, MUST be refused with a NotAllowed error and move nothing.",
-            requires: &[Feature::MultiTopic, Feature::Seek],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(seek_refused(ctx)),
-        },
-        Case {
-            id: "multi-topic.seek-publish-id",
-            must: "An id returned by publish, combined with its topic, MUST be accepted by seek and ack on a multi-topic consumer; the seek repositions its topic only, and messages of other topics, received or not yet, are neither lost nor delivered again.",
-            requires: &[Feature::MultiTopic, Feature::Seek],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
-            run: |ctx| Box::pin(seek_publish_id(ctx)),
-        },
-        Case {
-            id: "multi-topic.seek-earliest-latest",
-            must: "Seeking a multi-topic consumer to earliest MUST deliver every retained message of every topic again, and to latest MUST skip everything published before the seek on every topic.",
-            requires: &[Feature::MultiTopic, Feature::Seek],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
-            run: |ctx| Box::pin(seek_earliest_latest(ctx)),
-        },
-        Case {
-            id: "multi-topic.ack-many",
-            must: "Acknowledging several ids at once on a multi-topic consumer MUST acknowledge each on its owner topic; a call holding one id the consumer may not settle MUST be refused whole (NotAllowed), acknowledging none.",
-            requires: &[Feature::MultiTopic],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("3 x delivery bound + lease + redelivery bound", |c| c.delivery_bound * 3 + c.lease + c.redelivery_bound),
-            run: |ctx| Box::pin(ack_many(ctx)),
-        },
-        Case {
-            id: "multi-topic.ack-cumulative",
-            must: "A cumulative ack on a multi-topic consumer MUST acknowledge everything received up to the id on its owner topic only (later messages and other topics stay unacknowledged), and MUST be refused (NotAllowed) for an id without an owner topic or of a topic not subscribed.",
-            requires: &[Feature::MultiTopic, Feature::Seek],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
-            run: |ctx| Box::pin(ack_cumulative(ctx)),
-        },
-    ]
-}
-
-async fn ack_cumulative(ctx: CaseContext) -> CaseRun {
+pub(super) async fn ack_cumulative(ctx: CaseContext) -> CaseRun {
     let (a, b, consumer, _) = two_topics(&ctx, 5).await?;
     let got = receive(consumer.as_ref(), 10, ctx.delivery_deadline()).await?;
     let mut outcome = Outcome::new();
@@ -244,7 +137,7 @@ fn keys_of(messages: &[ReceivedMessage]) -> Vec<String> {
     messages.iter().map(key).collect()
 }
 
-async fn seek_refused(ctx: CaseContext) -> CaseRun {
+pub(super) async fn seek_refused(ctx: CaseContext) -> CaseRun {
     let (a, _b, consumer, published) = two_topics(&ctx, 3).await?;
     let got = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;
     let mut outcome = Outcome::new();
@@ -299,7 +192,7 @@ async fn seek_refused(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn seek_publish_id(ctx: CaseContext) -> CaseRun {
+pub(super) async fn seek_publish_id(ctx: CaseContext) -> CaseRun {
     let (a, b, consumer, published) = two_topics(&ctx, 5).await?;
     // Some messages of each topic received (unacknowledged), the rest not yet.
     let first = receive(consumer.as_ref(), 4, ctx.delivery_deadline()).await?;
@@ -382,7 +275,7 @@ async fn seek_publish_id(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn seek_earliest_latest(ctx: CaseContext) -> CaseRun {
+pub(super) async fn seek_earliest_latest(ctx: CaseContext) -> CaseRun {
     let (a, b, consumer, _) = two_topics(&ctx, 3).await?;
     let first = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;
     for message in &first {
@@ -440,7 +333,7 @@ async fn seek_earliest_latest(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn ack_many(ctx: CaseContext) -> CaseRun {
+pub(super) async fn ack_many(ctx: CaseContext) -> CaseRun {
     let (a, b, consumer, _) = two_topics(&ctx, 3).await?;
     let got = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;
     let mut outcome = Outcome::new();
@@ -541,7 +434,7 @@ fn key(message: &ReceivedMessage) -> String {
         .unwrap_or_default()
 }
 
-async fn owner_topic(ctx: CaseContext) -> CaseRun {
+pub(super) async fn owner_topic(ctx: CaseContext) -> CaseRun {
     let (a, b) = (ctx.topic("a"), ctx.topic("b"));
     let (p1, p2) = (ctx.topic("p-one"), ctx.topic("p-two"));
     let pattern = ctx.topic("p-*");
@@ -589,7 +482,7 @@ async fn owner_topic(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn ack_owner(ctx: CaseContext) -> CaseRun {
+pub(super) async fn ack_owner(ctx: CaseContext) -> CaseRun {
     let (a, b) = (ctx.topic("a"), ctx.topic("b"));
     let spec = ConsumerSpec::new(
         TopicSelector::List(vec![a.clone(), b.clone()]),
@@ -640,7 +533,7 @@ async fn ack_owner(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn ack_refused(ctx: CaseContext) -> CaseRun {
+pub(super) async fn ack_refused(ctx: CaseContext) -> CaseRun {
     let (a, b, other) = (ctx.topic("a"), ctx.topic("b"), ctx.topic("not-subscribed"));
     let spec = ConsumerSpec::new(
         TopicSelector::List(vec![a.clone(), b.clone()]),
@@ -693,7 +586,7 @@ async fn ack_refused(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn seek(ctx: CaseContext) -> CaseRun {
+pub(super) async fn seek(ctx: CaseContext) -> CaseRun {
     let (a, b) = (ctx.topic("a"), ctx.topic("b"));
     let spec = ConsumerSpec::new(
         TopicSelector::List(vec![a.clone(), b.clone()]),
@@ -755,7 +648,7 @@ async fn seek(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn last_message_ids(ctx: CaseContext) -> CaseRun {
+pub(super) async fn last_message_ids(ctx: CaseContext) -> CaseRun {
     let (a, b) = (ctx.topic("a"), ctx.topic("b"));
     let spec = ConsumerSpec::new(
         TopicSelector::List(vec![a.clone(), b.clone()]),

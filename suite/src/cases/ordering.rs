@@ -1,53 +1,16 @@
 //! Ordering within the declared scope, also after an unrelated RETRY, and with
 //! partition keys across their space.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::key_of;
 use crate::context::CaseContext;
 use crate::outcome::{CaseRun, Context};
 use pubsub_components::runtime::{Status, Subscription};
-use pubsub_components::Feature;
 
 const KEYS: usize = 16;
 
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "ordering.declared-scope",
-            must: "A single subscriber MUST see messages in publish order within the declared scope (topic, partition or partitionKey); checked with 1000 messages over 16 keys.",
-            requires: &[Feature::Ordering],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
-            run: |ctx| Box::pin(ordering(ctx, false, Keys::Plain)),
-        },
-        Case {
-            id: "ordering.key-space",
-            must: "Order within the declared scope MUST hold for partition keys across their space: keys that differ only in case, in punctuation or in surrounding spaces, non-ASCII keys, a one-character key, keys of 1024 characters that differ only in the last, and keys that look like wildcards or reserved words of some broker (> * + # $share null); none may be refused, lost or reordered.",
-            requires: &[Feature::Ordering],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
-            run: |ctx| Box::pin(ordering(ctx, false, Keys::Odd)),
-        },
-        Case {
-            id: "ordering.after-retry",
-            must: "Order within the declared scope MUST hold for all other messages after one message is answered RETRY.",
-            requires: &[Feature::Ordering],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("4 x delivery bound + redelivery bound", |c| c.delivery_bound * 4 + c.redelivery_bound),
-            run: |ctx| Box::pin(ordering(ctx, true, Keys::Plain)),
-        },
-    ]
-}
-
 /// The partition keys a case spreads its messages over.
 #[derive(Clone, Copy)]
-enum Keys {
+pub(super) enum Keys {
     /// `k-00` to `k-15`.
     Plain,
     /// [`odd_keys`].
@@ -67,7 +30,7 @@ fn odd_keys() -> Vec<String> {
     .collect()
 }
 
-async fn ordering(ctx: CaseContext, with_retry: bool, key_space: Keys) -> CaseRun {
+pub(super) async fn ordering(ctx: CaseContext, with_retry: bool, key_space: Keys) -> CaseRun {
     let topic = ctx.topic("t");
     if ctx.caps.partitions.is_some() {
         ctx.create_topic(&topic, 4).await?;

@@ -1,95 +1,17 @@
 //! Partitioned topics: key routing, partition-count updates seen without restart,
 //! versioned watchers, watching unknown topics.
 
-use super::case::{Bound, Case, Injects, Lane, Level};
 use crate::context::CaseContext;
 use crate::fault_injection::Faults;
 use crate::history::Record;
 use crate::outcome::{CaseRun, Context, Outcome};
-use pubsub_components::{Feature, PartitionUpdate};
+use pubsub_components::PartitionUpdate;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 fn discovery(c: &pubsub_components::Capabilities) -> Duration {
     c.partitions.map_or(Duration::ZERO, |p| p.discovery_bound)
-}
-
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "partitions.key-routing",
-            must: "On a partitioned topic every message with the same partitionKey MUST land on the same partition.",
-            requires: &[Feature::Partitions],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(key_routing(ctx)),
-        },
-        Case {
-            id: "partitions.update-seen",
-            must: "When partitions are added while publishers and subscribers run, both MUST use the new partitions within the declared discovery bound, without restart and without loss.",
-            requires: &[Feature::Partitions],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("discovery bound + 3 x delivery bound", |c| discovery(c) + c.delivery_bound * 3),
-            run: |ctx| Box::pin(update_seen(ctx)),
-        },
-        Case {
-            id: "partitions.watch",
-            must: "A partition watcher MUST see the current count and then every update within the discovery bound, each notification carrying the state of its version: versions increase by one per update, merged updates skip versions but never carry a stale count or repeat one.",
-            requires: &[Feature::Partitions],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("4 x discovery bound + delivery bound", |c| discovery(c) * 4 + c.delivery_bound),
-            run: |ctx| Box::pin(watch(ctx)),
-        },
-        Case {
-            id: "partitions.invalid-updates",
-            must: "Watching a topic that does not exist, or lowering a partition count, MUST be refused with an error.",
-            requires: &[Feature::Partitions],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("delivery bound", |c| c.delivery_bound),
-            run: |ctx| Box::pin(invalid_updates(ctx)),
-        },
-        Case {
-            id: "partitions.watch-several",
-            must: "One watcher MAY cover several topics, and then every notification MUST carry the current state of every watched topic: first the counts as they are, then after each update, with versions per topic that never go back and never repeat a state.",
-            requires: &[Feature::Partitions],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("4 x discovery bound + delivery bound", |c| discovery(c) * 4 + c.delivery_bound),
-            run: |ctx| Box::pin(watch_several(ctx)),
-        },
-        Case {
-            id: "partitions.watch-resend",
-            must: "A notification the client takes but rejects (it could not apply it) MUST be sent again, with the current state, within the discovery bound; a rejection of a notification older than one already sent MUST NOT bring a repeat, and an accepted notification MUST NOT be sent again.",
-            requires: &[Feature::Partitions],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("5 x discovery bound + delivery bound", |c| discovery(c) * 5 + c.delivery_bound),
-            run: |ctx| Box::pin(watch_resend(ctx)),
-        },
-        Case {
-            id: "partitions.watch-after-restart",
-            must: "After the broker is killed and restarted, a partition watcher MUST report the current state again, without being recreated, within the recovery bound plus the discovery bound, and MUST then report later updates.",
-            requires: &[Feature::Partitions],
-            level: Level::Certification,
-            injects: &[Injects::BrokerRestart],
-            lane: Lane::Exclusive,
-            bound: Bound::new("60 s restart + 2 x recovery bound + 4 x discovery bound", |c| {
-                Duration::from_secs(60) + c.recovery_bound * 2 + discovery(c) * 4
-            }),
-            run: |ctx| Box::pin(watch_after_restart(ctx)),
-        },
-    ]
 }
 
 fn partitions_of(history: &crate::history::History) -> BTreeMap<String, BTreeSet<u32>> {
@@ -120,7 +42,7 @@ fn partitions_of(history: &crate::history::History) -> BTreeMap<String, BTreeSet
     partitions
 }
 
-async fn key_routing(ctx: CaseContext) -> CaseRun {
+pub(super) async fn key_routing(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     ctx.create_topic(&topic, 4).await?;
     let handle = ctx.subscribe_recorded(&topic).await?;
@@ -151,7 +73,7 @@ async fn key_routing(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn update_seen(ctx: CaseContext) -> CaseRun {
+pub(super) async fn update_seen(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let component = ctx.runtime.component().clone();
     component
@@ -231,7 +153,7 @@ async fn update_seen(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn watch(ctx: CaseContext) -> CaseRun {
+pub(super) async fn watch(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let component = ctx.runtime.component().clone();
     let bound = discovery(&ctx.caps);
@@ -336,7 +258,7 @@ async fn watch(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn invalid_updates(ctx: CaseContext) -> CaseRun {
+pub(super) async fn invalid_updates(ctx: CaseContext) -> CaseRun {
     let component = ctx.runtime.component().clone();
     let mut outcome = Outcome::new();
     let missing = ctx.topic("never-created");
@@ -366,7 +288,7 @@ async fn invalid_updates(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn watch_resend(ctx: CaseContext) -> CaseRun {
+pub(super) async fn watch_resend(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let component = ctx.runtime.component().clone();
     let bound = discovery(&ctx.caps);
@@ -464,7 +386,7 @@ async fn watch_resend(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn watch_several(ctx: CaseContext) -> CaseRun {
+pub(super) async fn watch_several(ctx: CaseContext) -> CaseRun {
     let (one, two) = (ctx.topic("one"), ctx.topic("two"));
     let component = ctx.runtime.component().clone();
     let bound = discovery(&ctx.caps);
@@ -575,7 +497,7 @@ async fn watch_several(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn watch_after_restart(ctx: CaseContext) -> CaseRun {
+pub(super) async fn watch_after_restart(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let component = ctx.runtime.component().clone();
     let bound = discovery(&ctx.caps);

@@ -1,7 +1,6 @@
 //! publish.*: single publishes are delivered, their payload, content type and metadata
 //! unchanged at every size, and bad requests are refused clearly.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::{fidelity_problems, generate, key_of, samples, Crossing, Sample};
 use crate::context::CaseContext;
 use crate::history::KEY;
@@ -11,73 +10,6 @@ use pubsub_components::runtime::{
 };
 use pubsub_components::{ErrorKind, Feature, Metadata, OrderingScope, Support};
 use std::time::Duration;
-
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "publish.delivery",
-            must: "Every acknowledged publish MUST be delivered to a running subscriber, and nothing that was not published may be delivered.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(delivery(ctx)),
-        },
-        Case {
-            id: "publish.fidelity",
-            must: "Payload bytes (binary, empty, unicode, large), content type and metadata MUST survive single publish -> delivery unchanged, with and without the envelope.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(fidelity(ctx, false)),
-        },
-        Case {
-            id: "publish.concurrent-fidelity",
-            must: "Under concurrent single and bulk publishers, each message with its own payload, content type and metadata, every message MUST arrive with its own, never another message's.",
-            requires: &[pubsub_components::Feature::BulkPublish],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(concurrent_fidelity(ctx)),
-        },
-        Case {
-            id: "publish.invalid-requests",
-            must: "A publish with an invalid topic or invalid metadata MUST be refused with an InvalidRequest error naming the problem, and nothing MUST be published.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("delivery bound + redelivery bound", |c| c.delivery_bound + c.redelivery_bound),
-            run: |ctx| Box::pin(invalid_requests(ctx)),
-        },
-        Case {
-            id: "publish.fidelity-after-wait",
-            must: "Payload bytes, content type and metadata MUST survive a stay in the broker: samples published (singly and in bulk) while their group has no receiving member, delivered 3 s later and delivered again after a RETRY, MUST each arrive as published.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("3 s in the broker + 2 x delivery bound + redelivery bound", |c| {
-                IN_BROKER + c.delivery_bound * 2 + c.redelivery_bound
-            }),
-            run: |ctx| Box::pin(fidelity_after_wait(ctx)),
-        },
-        Case {
-            id: "publish.size-boundary",
-            must: "A payload of exactly the declared maximum size (and one byte under) MUST be accepted and delivered intact, singly and in bulk; one byte over MUST be refused (an InvalidRequest error, a failed entry), and never delivered.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(size_boundary(ctx)),
-        },
-    ]
-}
 
 pub(super) async fn delivery(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
@@ -138,7 +70,7 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
     Ok(outcome)
 }
 
-async fn invalid_requests(ctx: CaseContext) -> CaseRun {
+pub(super) async fn invalid_requests(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx.subscribe_recorded(&topic).await?;
     let bad =
@@ -276,7 +208,7 @@ fn concurrent_samples(label: &str, seed: u64) -> Vec<Sample> {
 
 /// Publishers, single and bulk, run at once, each message with its own payload,
 /// content type and metadata: each must arrive with its own, never another's.
-async fn concurrent_fidelity(ctx: CaseContext) -> CaseRun {
+pub(super) async fn concurrent_fidelity(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx.subscribe_recorded(&topic).await?;
     let seed = ctx.seed();
@@ -358,7 +290,7 @@ fn bulk_supported(ctx: &CaseContext) -> bool {
     ctx.caps.support(Feature::BulkPublish) != Support::Unsupported
 }
 
-async fn fidelity_after_wait(ctx: CaseContext) -> CaseRun {
+pub(super) async fn fidelity_after_wait(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let base = samples(&ctx.caps, ctx.seed(), 6);
     let singles: Vec<Sample> = base
@@ -451,7 +383,7 @@ fn sized_entry(key: &str, size: usize) -> BulkPublishEntry {
     }
 }
 
-async fn size_boundary(ctx: CaseContext) -> CaseRun {
+pub(super) async fn size_boundary(ctx: CaseContext) -> CaseRun {
     let max = ctx.caps.max_message_bytes.ok_or_else(|| {
         CaseError::CannotProvoke(
             "the case sends payloads of exactly the declared maximum message size and one byte over it, and the component declares none (no limit)".into(),

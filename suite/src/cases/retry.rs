@@ -1,7 +1,6 @@
 //! retry.*: a RETRY or an error redelivers, with the declared delay, up to
 //! maxDeliveries.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::key_of;
 use crate::context::CaseContext;
 use crate::history::{Record, Recorder, KEY};
@@ -9,43 +8,6 @@ use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{PublishRequest, Status, Subscription};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
-
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "retry.redelivery",
-            must: "A message answered with RETRY MUST be redelivered, with an increasing attempt number, until it is answered SUCCESS.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("delivery bound + 2 x redelivery bound", |c| c.delivery_bound + c.redelivery_bound * 2),
-            run: |ctx| Box::pin(redelivery(ctx)),
-        },
-        Case {
-            id: "retry.exhausted-without-dead-letter",
-            must: "Without a dead-letter topic, a message retried maxDeliveries times MUST be dropped: delivered exactly maxDeliveries times, never again, without blocking other messages.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("delivery bound + 5 x redelivery bound", |c| c.delivery_bound + c.redelivery_bound * 5),
-            run: |ctx| Box::pin(exhausted(ctx, false)),
-        },
-        Case {
-            id: "retry.delay",
-            must: "A message answered RETRY MUST come back no earlier than the subscription's retry delay (less the clock tolerance) and no later than the delay plus the redelivery bound, for short delays and for delays longer than the broker's lease.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Timed,
-            bound: Bound::new("delivery bound + 2 x (lease + 1 s + redelivery bound)", |c| {
-                c.delivery_bound + (c.lease + Duration::from_secs(1) + c.redelivery_bound) * 2
-            }),
-            run: |ctx| Box::pin(retry_delay(ctx)),
-        },
-    ]
-}
 
 pub(super) const MAX_DELIVERIES: u32 = 3;
 

@@ -2,7 +2,6 @@
 //! every message; acknowledged messages stay acknowledged; a cancelled receive loses
 //! nothing.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::generate;
 use crate::context::CaseContext;
 use crate::history::{Record, KEY};
@@ -13,78 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::time::Instant;
 
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "subscribe.competing-consumers",
-            must: "Members of one consumer group MUST share the messages: each message is first delivered to exactly one member, and all are delivered.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(competing_consumers(ctx)),
-        },
-        Case {
-            id: "subscribe.fan-out",
-            must: "Every consumer group MUST receive every message published to the topic.",
-            requires: &[pubsub_components::Feature::FanOut],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(fan_out(ctx)),
-        },
-        Case {
-        id: "subscribe.cancelled-receive",
-        must: "A receive or batch receive whose future is dropped at any point (before messages are ready, as they become ready, mid-batch) MUST lose and strand nothing: without a close, the same member and another member of its group receive every message within the delivery bound (or the lease, where the component declares that unsettled messages return only then).",
-        requires: &[],
-        level: Level::Core,
-        injects: &[],
-        lane: Lane::Shared,
-        bound: Bound::new("3 x delivery bound + redelivery bound + lease", |c| {
-            c.delivery_bound * 3 + c.redelivery_bound + c.lease
-        }),
-        run: |ctx| Box::pin(cancelled_receive(ctx)),
-    },
-        Case {
-            id: "subscribe.group-without-members",
-            must: "A group MUST keep its messages while it has no connected member: what is published to a group that exists is delivered when a member returns.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("3 x delivery bound", |c| c.delivery_bound * 3),
-            run: |ctx| Box::pin(group_without_members(ctx)),
-        },
-        Case {
-            id: "subscribe.acked-not-redelivered",
-            must: "Without a fault, a message whose acknowledgement succeeded MUST never be delivered again in its group, for as long as the component's redelivery window (lease + redelivery bound); checked over 300 messages.",
-            requires: &[],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound + lease + 2 x redelivery bound", |c| {
-                c.delivery_bound * 2 + c.lease + c.redelivery_bound * 2
-            }),
-            run: |ctx| Box::pin(acked_not_redelivered(ctx)),
-        },
-        Case {
-            id: "subscribe.group-isolation",
-            must: "What one group of a topic answers (RETRY until maxDeliveries, RETRY once, DROP) MUST NOT change what another group receives: there each message is delivered exactly once, as attempt 1; and attempts MUST be counted per group (the retrying group's first delivery is attempt 1, its last maxDeliveries).",
-            requires: &[pubsub_components::Feature::FanOut],
-            level: Level::Core,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound + 3 x redelivery bound + lease", |c| {
-                c.delivery_bound * 2 + c.redelivery_bound * 3 + c.lease
-            }),
-            run: |ctx| Box::pin(group_isolation(ctx)),
-        },
-    ]
-}
-
-async fn competing_consumers(ctx: CaseContext) -> CaseRun {
+pub(super) async fn competing_consumers(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let group = ctx.group("shared");
     let first = ctx
@@ -155,7 +83,7 @@ async fn competing_consumers(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn fan_out(ctx: CaseContext) -> CaseRun {
+pub(super) async fn fan_out(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let first = ctx
         .subscribe(
@@ -225,7 +153,7 @@ async fn take_ready(
     Ok(())
 }
 
-async fn cancelled_receive(ctx: CaseContext) -> CaseRun {
+pub(super) async fn cancelled_receive(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
     let component = ctx.runtime.component().clone();
@@ -349,7 +277,7 @@ const SETTLED_MESSAGES: usize = 300;
 
 /// A member consumes, leaves; messages published while the group is empty must reach
 /// the member that returns (the group existed all along).
-async fn group_without_members(ctx: CaseContext) -> CaseRun {
+pub(super) async fn group_without_members(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let group = ctx.group("g");
     let first = ctx
@@ -408,7 +336,7 @@ async fn group_without_members(ctx: CaseContext) -> CaseRun {
 
 /// Hundreds of messages answered SUCCESS; then the case waits out the redelivery
 /// window: nothing may come back.
-async fn acked_not_redelivered(ctx: CaseContext) -> CaseRun {
+pub(super) async fn acked_not_redelivered(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = Subscription::new(&topic, ctx.group("g"));
     let handle = ctx
@@ -499,7 +427,7 @@ impl Role {
 /// DROP, the other SUCCESS, joining once the first is done. The quiet group must get
 /// each message once, as attempt 1; the retrying group must count its own attempts
 /// from 1.
-async fn group_isolation(ctx: CaseContext) -> CaseRun {
+pub(super) async fn group_isolation(ctx: CaseContext) -> CaseRun {
     use crate::history::Record;
     use std::collections::BTreeMap;
     let topic = ctx.topic("t");

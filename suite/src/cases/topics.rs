@@ -1,6 +1,5 @@
 //! topics.*: every character class a topic name may hold names its own topic.
 
-use super::case::{Bound, Case, Lane, Level};
 use crate::context::CaseContext;
 use crate::history::{History, Record};
 use crate::outcome::{is_beyond_remote_api, CaseError, CaseRun};
@@ -8,23 +7,6 @@ use pubsub_components::runtime::controls::MAX_TOPIC_LEN;
 use pubsub_components::runtime::Subscription;
 use pubsub_components::ErrorKind;
 use std::collections::{BTreeMap, BTreeSet};
-
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-        id: "topics.distinct-names",
-        must: "Topic names that differ only in case, only in the punctuation the contract allows (. _ - / :), or only in the last character at the longest length (249) MUST be distinct topics: each subscriber receives exactly what was published to its own topic; a component whose broker cannot represent a name MUST refuse it clearly (InvalidRequest or Unsupported naming it) at subscribe or publish, never fold it into another.",
-        requires: &[],
-        level: Level::Core,
-        injects: &[],
-        lane: Lane::Shared,
-        bound: Bound::new("2 x delivery bound + redelivery bound", |c| {
-            c.delivery_bound * 2 + c.redelivery_bound
-        }),
-        run: |ctx| Box::pin(distinct_names(ctx)),
-    },
-    ]
-}
 
 /// The names of the case: labels and topics, every one distinct from every other
 /// only by what its label says.
@@ -60,7 +42,7 @@ pub(super) fn clear_refusal(error: &pubsub_components::PubSubError, topic: &str)
         && (text.contains(topic) || text.contains(&topic[..topic.len().min(32)]))
 }
 
-async fn distinct_names(ctx: CaseContext) -> CaseRun {
+pub(super) async fn distinct_names(ctx: CaseContext) -> CaseRun {
     let base = ctx.topic("n");
     let names = names(&base);
     let mut subscribed: Vec<(String, String)> = Vec::new();

@@ -1,6 +1,5 @@
 //! tracing.*: trace context crosses bulk publish and bulk subscribe per entry.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::key_of;
 use crate::context::CaseContext;
 use crate::history::Record;
@@ -8,37 +7,12 @@ use crate::outcome::{CaseError, CaseRun, Context};
 use crate::spans::SpanCapture;
 use pubsub_components::runtime::trace::{new_traceparent, trace_id};
 use pubsub_components::runtime::{BulkPublishRequest, BulkSubscribeOptions, Status, Subscription};
-use pubsub_components::{Feature, Metadata};
+use pubsub_components::Metadata;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::instrument::WithSubscriber;
 
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "tracing.bulk-parent",
-            must: "A bulk publish call MUST record its own span, as a child of the caller's traceparent, and one span per entry whose parent is the call's span; an entry without its own traceparent MUST be delivered with one in the call's trace, an entry with its own keeps it.",
-            requires: &[Feature::BulkPublish],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Shared,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(bulk_parent(ctx)),
-        },
-        Case {
-        id: "tracing.per-entry",
-        must: "Every entry of a bulk publish MUST keep its own traceparent through delivery, and the batch delivery MUST record one span per entry linked to that entry's trace, naming the batch.",
-        requires: &[Feature::BulkPublish, Feature::BulkSubscribe],
-        level: Level::Feature,
-        injects: &[],
-        lane: Lane::Shared,
-        bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-        run: |ctx| Box::pin(per_entry(ctx)),
-    },
-    ]
-}
-
-async fn bulk_parent(ctx: CaseContext) -> CaseRun {
+pub(super) async fn bulk_parent(ctx: CaseContext) -> CaseRun {
     if ctx.runtime.is_remote() {
         // The spans are the runtime's own, recorded where it runs.
         return Err(CaseError::CannotProvoke(
@@ -148,7 +122,7 @@ async fn bulk_parent(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn per_entry(ctx: CaseContext) -> CaseRun {
+pub(super) async fn per_entry(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.bulk = Some(BulkSubscribeOptions {

@@ -1,70 +1,22 @@
 //! TTL: expired messages are never handed to the app; live ones are delivered.
 
-use super::case::{Bound, Case, Lane, Level};
 use super::key_of;
 use crate::context::CaseContext;
 use crate::history::Recorder;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest, Subscription};
-use pubsub_components::{Feature, Metadata};
+use pubsub_components::Metadata;
 use std::time::Duration;
-
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "ttl.expired-not-delivered",
-            must: "A message whose ttlInSeconds (per message or per bulk request) has passed before delivery MUST never be handed to the app.",
-            requires: &[Feature::Ttl],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound: Bound::new("1 s TTL + clock tolerance + delivery bound + redelivery bound", |c| Duration::from_secs(1) + c.clock_tolerance + c.delivery_bound + c.redelivery_bound),
-            run: |ctx| Box::pin(expired(ctx, false)),
-        },
-        Case {
-            id: "ttl.expired-dead-lettered",
-            must: "An expired message MUST go to the dead-letter topic, when one is set, with reason expired.",
-            requires: &[Feature::Ttl, Feature::DeadLetter],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound: Bound::new("1 s TTL + clock tolerance + 2 x delivery bound + redelivery bound", |c| Duration::from_secs(1) + c.clock_tolerance + c.delivery_bound * 2 + c.redelivery_bound),
-            run: |ctx| Box::pin(expired(ctx, true)),
-        },
-        Case {
-            id: "ttl.live-delivered",
-            must: "A message still inside its TTL MUST be delivered.",
-            requires: &[Feature::Ttl],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound: Bound::new("2 x delivery bound", |c| c.delivery_bound * 2),
-            run: |ctx| Box::pin(live(ctx)),
-        },
-        Case {
-            id: "ttl.live-late-in-life",
-            must: "A message inside its TTL MUST be delivered even when handed over late in its life (here after two thirds of a ttlInSeconds three delivery bounds long, set per message, per bulk entry and per bulk request, so the subscriber has one delivery bound left to start and deliver).",
-            requires: &[Feature::Ttl],
-            level: Level::Feature,
-            injects: &[],
-            lane: Lane::Timed,
-            bound: Bound::new("3 x delivery bound (the TTL) + delivery bound", |c| {
-                late_ttl(c) + c.delivery_bound
-            }),
-            run: |ctx| Box::pin(late_in_life(ctx)),
-        },
-    ]
-}
 
 /// The TTL of the late-in-life case: three delivery bounds in whole seconds, so that
 /// after waiting two thirds of it a subscriber still has a delivery bound to start
 /// (join its group, as the contract allows) and deliver.
-fn late_ttl(caps: &pubsub_components::Capabilities) -> Duration {
+pub(super) fn late_ttl(caps: &pubsub_components::Capabilities) -> Duration {
     Duration::from_secs((caps.delivery_bound * 3).as_secs_f64().ceil().max(3.0) as u64)
 }
 
 /// Messages wait two thirds of their TTL for their subscriber.
-async fn late_in_life(ctx: CaseContext) -> CaseRun {
+pub(super) async fn late_in_life(ctx: CaseContext) -> CaseRun {
     let ttl = late_ttl(&ctx.caps);
     let ttl_text = ttl.as_secs().to_string();
     let topic = ctx.topic("t");
@@ -150,7 +102,7 @@ async fn late_in_life(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
+pub(super) async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     let topic = ctx.topic("t");
     let dlq_topic = ctx.topic("dlq");
     let dlq_subscription = Subscription::new(&dlq_topic, ctx.group("dlq"));
@@ -253,7 +205,7 @@ async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     Ok(outcome.with_history(&history))
 }
 
-async fn live(ctx: CaseContext) -> CaseRun {
+pub(super) async fn live(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;
     let mut keys = Vec::new();

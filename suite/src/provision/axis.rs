@@ -1,5 +1,4 @@
-//! A point of a broker's version axis (a broker from one Debian release), and the
-//! macro each broker's module writes its axis with.
+//! A point of a broker's version axis: a broker from one Debian release.
 
 /// One point of a broker's version axis: a broker from one Debian release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,22 +13,19 @@ pub struct AxisPoint {
 }
 
 impl AxisPoint {
+    /// `broker release version`, as `brokers/versions.yaml` writes a point.
+    pub fn parse(text: &'static str) -> Option<AxisPoint> {
+        let mut words = text.split_whitespace();
+        let point = AxisPoint {
+            broker: words.next()?,
+            release: words.next()?,
+            known_version: words.next()?,
+        };
+        words.next().is_none().then_some(point)
+    }
+
     /// The image `scripts/images.sh <broker>@<release>` builds.
     pub fn image(&self) -> String {
         format!("pcs/{}:{}", self.broker, self.release)
     }
 }
-
-/// A versions axis as a broker's module writes it: each broker (as `scripts/images.sh`
-/// names it) with its points, oldest first, as the Debian release and the version it
-/// carried, e.g. `"redis": bullseye "6.0.16", bookworm "7.0.15"; "valkey": trixie "8.1.1"`.
-macro_rules! points {
-    ($($broker:literal: $($release:ident $version:literal),+);+ $(;)?) => {
-        &[$($($crate::provision::axis::AxisPoint {
-            broker: $broker,
-            release: stringify!($release),
-            known_version: $version,
-        }),+),+]
-    };
-}
-pub(crate) use points;

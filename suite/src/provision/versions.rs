@@ -15,7 +15,7 @@ pub use super::axis::AxisPoint;
 /// oldest first; empty for components without a versioned broker image.
 pub fn axis(component_type: &str) -> Vec<AxisPoint> {
     crate::brokers::of(pubsub_components::registry::broker_type(component_type))
-        .map_or_else(Vec::new, |broker| broker.versions.to_vec())
+        .map_or_else(Vec::new, |broker| broker.versions().to_vec())
 }
 
 /// Which versions `--broker-versions` asks for.
@@ -110,7 +110,7 @@ fn names_point(name: &str, point: &AxisPoint) -> bool {
 fn is_broker(name: &str) -> bool {
     crate::brokers::ALL
         .iter()
-        .flat_map(|broker| broker.versions)
+        .flat_map(|broker| broker.versions())
         .any(|point| point.broker == name)
 }
 

@@ -2,63 +2,17 @@
 //! and thawed loses nothing acknowledged and brings nothing exhausted back.
 
 use super::{
-    acknowledged, delivered_to, exhausted_stays_dead, listed, numbered, publish_bounded,
-    publish_until_recovered, subscribe_until_recovered, FAULT_LENGTH,
+    acknowledged, delivered_to, listed, numbered, publish_bounded, publish_until_recovered,
+    subscribe_until_recovered, FAULT_LENGTH,
 };
-use crate::cases::case::{Bound, Case, Injects, Lane, Level};
 use crate::context::CaseContext;
 use crate::fault_injection::Faults;
 use crate::outcome::{CaseRun, Outcome};
 use pubsub_components::runtime::Subscription;
-use pubsub_components::Feature;
 use std::time::Duration;
 use tokio::time::Instant;
 
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "certification.broker-restart",
-            must: "After the broker is killed and restarted, publishers and subscribers MUST work again without being recreated within the declared recovery bound, and where durability is declared nothing acknowledged before the crash may be lost.",
-            requires: &[Feature::FanOut],
-            level: Level::Certification,
-            injects: &[Injects::BrokerRestart],
-            lane: Lane::Exclusive,
-            bound: Bound::new("60 s restart + 2 x recovery bound + 3 x delivery bound", |c| {
-                RESTART_ALLOWANCE + c.recovery_bound * 2 + c.delivery_bound * 3
-            }),
-            run: |ctx| Box::pin(broker_restart(ctx)),
-        },
-        Case {
-            id: "certification.broker-pause",
-            must: "While the broker is frozen and after it thaws, every publish reported successful MUST be delivered, and publishing MUST work again within the declared recovery bound.",
-            requires: &[],
-            level: Level::Certification,
-            injects: &[Injects::BrokerPause],
-            lane: Lane::Exclusive,
-            bound: Bound::new("2 s pause + 2 x recovery bound + 3 x delivery bound", |c| {
-                FAULT_LENGTH + c.recovery_bound * 2 + c.delivery_bound * 3
-            }),
-            run: |ctx| Box::pin(broker_pause(ctx)),
-        },
-        Case {
-            id: "certification.exhausted-stays-dead-after-restart",
-            must: "A message whose deliveries are exhausted (no dead-letter topic) MUST NOT come back after the broker is killed and restarted and its group's consumer reconnects.",
-            requires: &[],
-            level: Level::Certification,
-            injects: &[Injects::BrokerRestart],
-            lane: Lane::Exclusive,
-            bound: Bound::new("60 s restart + 3 x redelivery bound + 3 x delivery bound + recovery bound", |c| {
-                RESTART_ALLOWANCE + c.recovery_bound + c.redelivery_bound * 3 + c.delivery_bound * 3
-            }),
-            run: |ctx| Box::pin(exhausted_stays_dead(ctx, true)),
-        },
-    ]
-}
-
-/// What a broker restart may take on top of the declared bounds (RabbitMQ needs ~10 s).
-const RESTART_ALLOWANCE: Duration = Duration::from_secs(60);
-
-async fn broker_restart(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn broker_restart(ctx: CaseContext) -> CaseRun {
     let faults = Faults::of(&ctx)?;
     let topic = ctx.topic("t");
     let backlog = Subscription::new(topic.clone(), ctx.group("backlog"));
@@ -213,7 +167,7 @@ async fn broker_restart(ctx: CaseContext) -> CaseRun {
     Ok(outcome.with_history(&ctx.recorder.history()))
 }
 
-async fn broker_pause(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn broker_pause(ctx: CaseContext) -> CaseRun {
     let faults = Faults::of(&ctx)?;
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;

@@ -1,8 +1,6 @@
 //! certification.* under load: concurrent publishers, long drains, backlogs and slow
 //! handlers.
 
-use super::backlog;
-use crate::cases::case::{Bound, Case, Lane, Level};
 use crate::cases::keyed_entry;
 use crate::context::CaseContext;
 use crate::history::{Record, KEY};
@@ -11,63 +9,11 @@ use async_trait::async_trait;
 use pubsub_components::runtime::{
     BulkPublishEntry, BulkPublishRequest, Event, Handler, MessageHandler, Status, Subscription,
 };
-use pubsub_components::Feature;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "certification.concurrent-publishers",
-            must: "Under concurrent single and bulk publishers every acknowledged message MUST be delivered, and nothing unpublished may appear.",
-            requires: &[],
-            level: Level::Certification,
-            injects: &[],
-            lane: Lane::Exclusive,
-            bound: Bound::new("4 x delivery bound", |c| c.delivery_bound * 4),
-            run: |ctx| Box::pin(concurrent_publishers(ctx)),
-        },
-        Case {
-            id: "certification.long-drain",
-            must: "A group draining a topic of 100000 messages MUST receive every one, and reading MUST NOT cost more as the group advances: the last tenth of the drain takes at most twice as long as the first (plus 250 ms of scheduling noise).",
-            requires: &[Feature::BulkPublish],
-            level: Level::Certification,
-            injects: &[],
-            lane: Lane::Backlog,
-            bound: Bound::new("2 x delivery bound + 240 s", |c| {
-                c.delivery_bound * 2 + Duration::from_secs(240)
-            }),
-            run: |ctx| Box::pin(long_drain(ctx)),
-        },
-        Case {
-            id: "certification.slow-handler",
-            must: "A message whose handler works longer than the broker's lease MUST NOT be handed to another member while the first still works on it, unless the component declares that it may; either way it MUST be handled in the end.",
-            requires: &[],
-            level: Level::Certification,
-            injects: &[],
-            lane: Lane::Exclusive,
-            bound: Bound::new("lease + 1 s handler + 2 x redelivery bound + 2 x delivery bound", |c| {
-                slow_handler_time(c) + c.redelivery_bound * 2 + c.delivery_bound * 2
-            }),
-            run: |ctx| Box::pin(slow_handler(ctx)),
-        },
-        Case {
-            id: "certification.backlog",
-            must: "A backlog of 10000 messages over 10 topics, each read by 2 groups, MUST be drained completely: every message reaches every group (one group per topic where the component declares no fan-out).",
-            requires: &[Feature::BulkPublish],
-            level: Level::Certification,
-            injects: &[],
-            lane: Lane::Backlog,
-            bound: Bound::new("2 x delivery bound + 120 s", |c| {
-                c.delivery_bound * 2 + Duration::from_secs(120)
-            }),
-            run: |ctx| Box::pin(backlog(ctx)),
-        },
-    ]
-}
 
 /// Messages `certification.long-drain` publishes and drains.
 const DRAIN_MESSAGES: usize = 100_000;
@@ -123,7 +69,7 @@ impl MessageHandler for Timeline {
     }
 }
 
-async fn long_drain(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn long_drain(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = Subscription::new(topic.clone(), ctx.group("g"));
     ctx.create_group(&subscription).await?;
@@ -207,7 +153,7 @@ async fn long_drain(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn concurrent_publishers(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn concurrent_publishers(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let handle = ctx.subscribe_recorded(&topic).await?;
     let labels: Vec<String> = (0..4).map(|p| format!("p{p}")).collect();
@@ -249,7 +195,7 @@ async fn concurrent_publishers(ctx: CaseContext) -> CaseRun {
 }
 
 /// How long the slow handler works: past the lease (2 s where there is none).
-fn slow_handler_time(caps: &pubsub_components::Capabilities) -> Duration {
+pub(in crate::cases) fn slow_handler_time(caps: &pubsub_components::Capabilities) -> Duration {
     if caps.lease.is_zero() {
         Duration::from_secs(2)
     } else {
@@ -278,7 +224,7 @@ impl MessageHandler for Slow {
     }
 }
 
-async fn slow_handler(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn slow_handler(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let hold = slow_handler_time(&ctx.caps);
     let subscription = || Subscription::new(topic.clone(), ctx.group("g"));

@@ -1,8 +1,7 @@
 //! certification.* as members come and go: a member that leaves, crashes or closes
 //! hands its messages on, and nothing reaches a closed consumer.
 
-use super::{delivered_to, exhausted_stays_dead, listed};
-use crate::cases::case::{Bound, Case, Injects, Lane, Level};
+use super::{delivered_to, listed};
 use crate::context::CaseContext;
 use crate::fault_injection::Faults;
 use crate::fault_proxy::NetworkFault;
@@ -10,92 +9,15 @@ use crate::history::{History, Record, KEY};
 use crate::outcome::{CaseRun, Context, Outcome};
 use async_trait::async_trait;
 use pubsub_components::runtime::{Event, Handler, MessageHandler, Status, Subscription};
-use pubsub_components::{ConsumerSpec, Feature, TopicSelector};
+use pubsub_components::{ConsumerSpec, TopicSelector};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "certification.consumer-leaves",
-            must: "When a consumer leaves its group with messages received but not acknowledged, those messages MUST be delivered to another member (within the redelivery bound, or the lease where the component declares that a closed member's messages return only then); nothing is lost.",
-            requires: &[],
-            level: Level::Certification,
-            injects: &[],
-            lane: Lane::Exclusive,
-            bound: Bound::new("2 x delivery bound + redelivery bound (+ lease where messages return only after it)", |c| {
-                c.delivery_bound * 2 + c.redelivery_bound + returned_after(c)
-            }),
-            run: |ctx| Box::pin(consumer_leaves(ctx)),
-        },
-        Case {
-            id: "certification.consumer-crash",
-            must: "When a member crashes (its connection dies) holding unacknowledged messages, those messages MUST be delivered to another member of the group.",
-            requires: &[],
-            level: Level::Certification,
-            injects: &[Injects::Network],
-            lane: Lane::Exclusive,
-            bound: Bound::new("lease + 2 x redelivery bound + 3 x delivery bound", |c| {
-                c.lease + c.redelivery_bound * 2 + c.delivery_bound * 3
-            }),
-            run: |ctx| Box::pin(consumer_crash(ctx)),
-        },
-        Case {
-            id: "certification.crash-not-dead-lettered",
-            must: "Messages a crashed member received but never handled MUST NOT be dead-lettered; with a dead-letter topic and a low maxDeliveries they MUST reach another member.",
-            requires: &[Feature::DeadLetter],
-            level: Level::Certification,
-            injects: &[Injects::Network],
-            lane: Lane::Exclusive,
-            bound: Bound::new("lease + 2 x redelivery bound + 3 x delivery bound", |c| {
-                c.lease + c.redelivery_bound * 2 + c.delivery_bound * 3
-            }),
-            run: |ctx| Box::pin(crash_not_dead_lettered(ctx)),
-        },
-        Case {
-            id: "certification.close-stops-delivery",
-            must: "After a subscription stops or a consumer closes, nothing MUST reach its handler or be received through it, and what is published afterwards MUST reach the group's other members.",
-            requires: &[],
-            level: Level::Certification,
-            injects: &[],
-            lane: Lane::Exclusive,
-            bound: Bound::new("3 x delivery bound + redelivery bound", |c| {
-                c.delivery_bound * 3 + c.redelivery_bound
-            }),
-            run: |ctx| Box::pin(close_stops_delivery(ctx)),
-        },
-        Case {
-            id: "certification.exhausted-stays-dead",
-            must: "A message whose deliveries are exhausted (no dead-letter topic) MUST NOT come back when its group's consumer reconnects.",
-            requires: &[],
-            level: Level::Certification,
-            injects: &[],
-            lane: Lane::Exclusive,
-            bound: Bound::new("recovery bound + 3 x redelivery bound + 3 x delivery bound", |c| {
-                c.recovery_bound + c.redelivery_bound * 3 + c.delivery_bound * 3
-            }),
-            run: |ctx| Box::pin(exhausted_stays_dead(ctx, false)),
-        },
-        Case {
-            id: "certification.retry-while-members-change",
-            must: "Messages retried while another member joins and leaves the group MUST all be handled successfully in the end; none is lost.",
-            requires: &[],
-            level: Level::Certification,
-            injects: &[],
-            lane: Lane::Exclusive,
-            bound: Bound::new("3 x redelivery bound + 3 x delivery bound", |c| {
-                c.redelivery_bound * 3 + c.delivery_bound * 3
-            }),
-            run: |ctx| Box::pin(retry_while_members_change(ctx)),
-        },
-    ]
-}
-
 /// How long a closed member's unacknowledged messages may take to return beyond the
 /// redelivery bound: its lease, where the component declares they return only then.
-fn returned_after(caps: &pubsub_components::Capabilities) -> Duration {
+pub(in crate::cases) fn returned_after(caps: &pubsub_components::Capabilities) -> Duration {
     if caps.returns_on_close {
         Duration::ZERO
     } else {
@@ -103,7 +25,7 @@ fn returned_after(caps: &pubsub_components::Capabilities) -> Duration {
     }
 }
 
-async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
     let component = ctx.runtime.component().clone();
@@ -166,7 +88,7 @@ async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
-async fn consumer_crash(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn consumer_crash(ctx: CaseContext) -> CaseRun {
     let faults = Faults::of(&ctx)?;
     let (proxied, proxy) = faults.proxied_runtime().await?;
     let topic = ctx.topic("t");
@@ -251,7 +173,7 @@ impl MessageHandler for Hangs {
     }
 }
 
-async fn crash_not_dead_lettered(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn crash_not_dead_lettered(ctx: CaseContext) -> CaseRun {
     let faults = Faults::of(&ctx)?;
     let (proxied, proxy) = faults.proxied_runtime().await?;
     let topic = ctx.topic("t");
@@ -337,7 +259,7 @@ async fn crash_not_dead_lettered(ctx: CaseContext) -> CaseRun {
     Ok(outcome.with_history(&history))
 }
 
-async fn close_stops_delivery(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn close_stops_delivery(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let group = ctx.group("g");
     let mut outcome = Outcome::new();
@@ -448,7 +370,7 @@ async fn close_stops_delivery(ctx: CaseContext) -> CaseRun {
     Ok(outcome.with_history(&ctx.recorder.history()))
 }
 
-async fn retry_while_members_change(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn retry_while_members_change(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = || {
         let mut s = Subscription::new(topic.clone(), ctx.group("g"));

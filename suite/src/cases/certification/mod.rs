@@ -1,12 +1,11 @@
 //! certification.*: behaviour under faults and load, by what each case exercises;
 //! what several of them share.
 
-mod broker;
-mod load;
-mod members;
-mod network;
+pub(super) mod broker;
+pub(super) mod load;
+pub(super) mod members;
+pub(super) mod network;
 
-use crate::cases::case::Case;
 use crate::cases::keyed_entry;
 use crate::context::CaseContext;
 use crate::fault_injection::Faults;
@@ -139,7 +138,7 @@ fn numbered(label: &str, count: usize) -> Vec<String> {
     (0..count).map(|i| format!("{label}-{i}")).collect()
 }
 
-async fn exhausted_stays_dead(ctx: CaseContext, restart: bool) -> CaseRun {
+pub(super) async fn exhausted_stays_dead(ctx: CaseContext, restart: bool) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = || {
         let mut s = Subscription::new(topic.clone(), ctx.group("g"));
@@ -236,7 +235,7 @@ impl MessageHandler for Tally {
     }
 }
 
-async fn backlog(ctx: CaseContext) -> CaseRun {
+pub(super) async fn backlog(ctx: CaseContext) -> CaseRun {
     const TOPICS: usize = 10;
     const PER_TOPIC: usize = 1000;
     // Two groups per topic, one on a work queue (no fan-out).
@@ -343,15 +342,4 @@ async fn backlog(ctx: CaseContext) -> CaseRun {
         });
     }
     Ok(outcome)
-}
-
-/// Every certification case, by what it exercises.
-pub fn cases() -> Vec<Case> {
-    [
-        broker::cases(),
-        network::cases(),
-        members::cases(),
-        load::cases(),
-    ]
-    .concat()
 }

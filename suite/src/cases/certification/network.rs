@@ -2,71 +2,16 @@
 //! black-holed, slowed.
 
 use super::{acknowledged, numbered, publish_bounded, FAULT_LENGTH};
-use crate::cases::case::{Bound, Case, Injects, Lane, Level};
 use crate::cases::keyed_entry;
 use crate::context::CaseContext;
 use crate::fault_injection::Faults;
 use crate::fault_proxy::NetworkFault;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{BulkPublishRequest, Runtime, Status, Subscription};
-use pubsub_components::Feature;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            id: "certification.network-cut",
-            must: "When the network is cut during bulk publishing, every entry reported SUCCESS MUST be delivered (nothing is reported SUCCESS that was not stored), and publishing MUST work again within the declared recovery bound once the network is back.",
-            requires: &[Feature::BulkPublish],
-            level: Level::Certification,
-            injects: &[Injects::Network],
-            lane: Lane::Exclusive,
-            bound: Bound::new("2 s cut + 2 x recovery bound + 3 x delivery bound", |c| {
-                FAULT_LENGTH + c.recovery_bound * 2 + c.delivery_bound * 3
-            }),
-            run: |ctx| Box::pin(network_fault(ctx, NetworkFault::Cut)),
-        },
-        Case {
-            id: "certification.network-cut-single-publishes",
-            must: "When the network is cut while single publishes stream without pause, every publish that returned success MUST be delivered, including one acknowledged just before the cut (success means the broker has it), and publishing MUST work again within the declared recovery bound once the network is back.",
-            requires: &[],
-            level: Level::Certification,
-            injects: &[Injects::Network],
-            lane: Lane::Exclusive,
-            bound: Bound::new("2 s cut + 2 x recovery bound + 3 x delivery bound", |c| {
-                FAULT_LENGTH + c.recovery_bound * 2 + c.delivery_bound * 3
-            }),
-            run: |ctx| Box::pin(network_cut_single_publishes(ctx)),
-        },
-        Case {
-            id: "certification.network-black-hole",
-            must: "When the network silently drops everything during bulk publishing, every entry reported SUCCESS MUST be delivered, and publishing MUST work again within the declared recovery bound once the network is back.",
-            requires: &[Feature::BulkPublish],
-            level: Level::Certification,
-            injects: &[Injects::Network],
-            lane: Lane::Exclusive,
-            bound: Bound::new("2 s black hole + 2 x recovery bound + 3 x delivery bound", |c| {
-                FAULT_LENGTH + c.recovery_bound * 2 + c.delivery_bound * 3
-            }),
-            run: |ctx| Box::pin(network_fault(ctx, NetworkFault::BlackHole)),
-        },
-        Case {
-            id: "certification.slow-network-bulk-subscribe",
-            must: "Over a slow network (latency with jitter) bulk subscribe MUST keep its batch bounds (at most maxMessagesCount entries) and lose nothing.",
-            requires: &[Feature::BulkSubscribe],
-            level: Level::Certification,
-            injects: &[Injects::Network],
-            lane: Lane::Exclusive,
-            bound: Bound::new("4 x delivery bound + 10 s", |c| {
-                c.delivery_bound * 4 + Duration::from_secs(10)
-            }),
-            run: |ctx| Box::pin(slow_network_bulk_subscribe(ctx)),
-        },
-    ]
-}
 
 /// The shortest time between two single publishes of a stream.
 const PACE: Duration = Duration::from_millis(1);
@@ -111,7 +56,7 @@ async fn bulk_publish_bounded(
     }
 }
 
-async fn network_fault(ctx: CaseContext, fault: NetworkFault) -> CaseRun {
+pub(in crate::cases) async fn network_fault(ctx: CaseContext, fault: NetworkFault) -> CaseRun {
     let faults = Faults::of(&ctx)?;
     let (proxied, proxy) = faults.proxied_runtime().await?;
     let topic = ctx.topic("t");
@@ -189,7 +134,7 @@ async fn network_fault(ctx: CaseContext, fault: NetworkFault) -> CaseRun {
     Ok(outcome.merge(ctx.check(&ctx.criteria())))
 }
 
-async fn network_cut_single_publishes(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn network_cut_single_publishes(ctx: CaseContext) -> CaseRun {
     let faults = Faults::of(&ctx)?;
     let (proxied, proxy) = faults.proxied_runtime().await?;
     let topic = ctx.topic("t");
@@ -285,7 +230,7 @@ async fn network_cut_single_publishes(ctx: CaseContext) -> CaseRun {
     Ok(outcome.merge(ctx.check(&ctx.criteria())))
 }
 
-async fn slow_network_bulk_subscribe(ctx: CaseContext) -> CaseRun {
+pub(in crate::cases) async fn slow_network_bulk_subscribe(ctx: CaseContext) -> CaseRun {
     let faults = Faults::of(&ctx)?;
     let (proxied, proxy) = faults.proxied_runtime().await?;
     let topic = ctx.topic("t");
