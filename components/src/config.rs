@@ -207,6 +207,17 @@ impl ComponentDefinition {
         self.error(&format!("spec.metadata ({name})"), message)
     }
 
+    /// Checks that `value`, the setting `name`, is `host:port` with a port number.
+    pub fn check_host_port(&self, name: &str, value: &str) -> Result<(), ConfigError> {
+        let valid = value
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if valid {
+            return Ok(());
+        }
+        Err(self.field_error(name, format!("expected host:port, got '{value}'")))
+    }
+
     /// A typed metadata value, or `None` when not set.
     pub fn value<T: FromStr>(&self, name: &str, expected: &str) -> Result<Option<T>, ConfigError> {
         self.metadata
@@ -332,5 +343,27 @@ mod tests {
                 .unwrap(),
             None
         );
+    }
+
+    #[rstest]
+    #[case("localhost:6379", true)]
+    #[case("[::1]:6379", true)]
+    #[case("broker:1", true)]
+    #[case("localhost", false)]
+    #[case(":6379", false)]
+    #[case("broker:port", false)]
+    #[case("broker:65536", false)]
+    #[case("", false)]
+    fn host_port_needs_a_host_and_a_port_number(#[case] value: &str, #[case] valid: bool) {
+        let def = ComponentDefinition::parse(GOOD, Path::new("m.yaml")).unwrap();
+        let checked = def.check_host_port("host", value);
+        assert_eq!(checked.is_ok(), valid, "{value}: {checked:?}");
+        if let Err(e) = checked {
+            let text = e.to_string();
+            assert!(
+                text.contains("(host)") && text.contains("expected host:port"),
+                "{text}"
+            );
+        }
     }
 }

@@ -147,6 +147,16 @@ impl CaseContext {
         outcome
     }
 
+    /// Waits up to the delivery deadline for every one of `keys`, stops `subscription`,
+    /// and checks what happened against the case's criteria.
+    pub async fn conclude(&self, keys: &[String], subscription: SubscriptionHandle) -> Outcome {
+        self.recorder
+            .wait_for_keys(keys, self.delivery_deadline())
+            .await;
+        subscription.stop().await;
+        self.check(&self.criteria())
+    }
+
     /// The machine's load so far, where a timing probe runs beside the case.
     pub fn machine_load(&self) -> Option<crate::load::MachineLoad> {
         crate::load::MachineLoad::of(&self.recorder.history())
@@ -241,6 +251,18 @@ impl CaseContext {
             self.recorder.handler("s1"),
         )
         .await
+    }
+
+    /// Subscribes to `topic` in `group` as the member `label`, recording what it gets.
+    pub async fn subscribe_member(
+        &self,
+        topic: &str,
+        group: &str,
+        label: &str,
+    ) -> Result<SubscriptionHandle, CaseError> {
+        let handler = self.recorder.handler(label);
+        self.subscribe(Subscription::new(topic, group), handler)
+            .await
     }
 
     /// Waits until the subscription on `topic` delivers: publishes an undelayed

@@ -1,6 +1,7 @@
 //! What a case returns: findings (FAIL when any), warnings, notes and a history excerpt.
 
 use crate::history::History;
+use pubsub_components::runtime::BulkPublishResponse;
 use pubsub_components::PubSubError;
 
 /// The result of one run of a case body.
@@ -32,6 +33,13 @@ impl Outcome {
             self.findings.push(finding());
         }
         self
+    }
+
+    /// Expects a bulk publish to have reported no failed entry.
+    pub fn expect_no_failed_entries(&mut self, response: &BulkPublishResponse) -> &mut Self {
+        self.expect(response.failed_entries.is_empty(), || {
+            format!("entries failed: {:?}", response.failed_entries)
+        })
     }
 
     /// Records a finding.

@@ -307,14 +307,6 @@ impl KafkaConfig {
 
 #[async_trait]
 impl Component for Kafka {
-    fn kind(&self) -> &str {
-        "kafka"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.config.capabilities()
-    }
-
     async fn broker_version(&self) -> Result<String> {
         let (cluster, brokers) = self.cluster().await?;
         Ok(format!(
@@ -386,6 +378,14 @@ impl Component for Kafka {
 
     async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
         Ok(Box::new(self.open(&spec, true).await?))
+    }
+
+    fn kind(&self) -> &str {
+        "kafka"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.config.capabilities()
     }
 }
 

@@ -456,14 +456,6 @@ impl MqttConfig {
 
 #[async_trait]
 impl Component for Mqtt5 {
-    fn kind(&self) -> &str {
-        "mqtt5"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.config.capabilities()
-    }
-
     async fn broker_version(&self) -> Result<String> {
         let client_id = format!("pcs-probe-{}", uuid::Uuid::new_v4().simple());
         let probe = self
@@ -585,6 +577,14 @@ impl Component for Mqtt5 {
             task,
             done,
         }))
+    }
+
+    fn kind(&self) -> &str {
+        "mqtt5"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.config.capabilities()
     }
 }
 

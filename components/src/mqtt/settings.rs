@@ -52,13 +52,7 @@ impl TypedSettings for MqttConfig {
             .or_else(|| host.strip_prefix("mqtt://"))
             .unwrap_or(&host)
             .to_string();
-        if host
-            .rsplit_once(':')
-            .is_none_or(|(_, port)| port.parse::<u16>().is_err())
-        {
-            let message = format!("expected host:port, got '{host}'");
-            return Err(definition.field_error("host", message));
-        }
+        definition.check_host_port("host", &host)?;
         let topic_prefix = definition.text_or("topicPrefix", defaults.topic_prefix);
         if topic_prefix.contains(['+', '#']) || topic_prefix.starts_with('$') {
             let message = format!("'{topic_prefix}' may not hold '+' or '#' nor start with '$'");

@@ -169,14 +169,6 @@ impl NatsConfig {
 
 #[async_trait]
 impl Component for NatsJetStream {
-    fn kind(&self) -> &str {
-        "nats-jetstream"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.config.capabilities()
-    }
-
     async fn broker_version(&self) -> Result<String> {
         Ok(format!(
             "nats-server {} at {}",
@@ -236,6 +228,14 @@ impl Component for NatsJetStream {
         };
         consumer.refresh().await?;
         Ok(Box::new(consumer))
+    }
+
+    fn kind(&self) -> &str {
+        "nats-jetstream"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.config.capabilities()
     }
 }
 

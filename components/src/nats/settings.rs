@@ -47,10 +47,7 @@ impl TypedSettings for NatsConfig {
         }
         let url = definition.text_or("natsURL", defaults.url);
         let url = url.strip_prefix("nats://").unwrap_or(&url).to_string();
-        if !url.contains(':') {
-            let message = format!("expected host:port, got '{url}'");
-            return Err(definition.field_error("natsURL", message));
-        }
+        definition.check_host_port("natsURL", &url)?;
         Ok(Self {
             url,
             stream,

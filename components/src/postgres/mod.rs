@@ -360,14 +360,6 @@ impl PostgresConfig {
 
 #[async_trait]
 impl Component for Postgres {
-    fn kind(&self) -> &str {
-        "postgres"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.config.capabilities()
-    }
-
     async fn broker_version(&self) -> Result<String> {
         let row = self
             .link
@@ -473,6 +465,14 @@ impl Component for Postgres {
         let consumer = PostgresConsumer::open(&self.config, spec).await?;
         consumer.register_topics().await?;
         Ok(Box::new(consumer))
+    }
+
+    fn kind(&self) -> &str {
+        "postgres"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.config.capabilities()
     }
 }
 

@@ -395,14 +395,6 @@ impl RabbitConfig {
 
 #[async_trait]
 impl Component for RabbitMq {
-    fn kind(&self) -> &str {
-        "rabbitmq"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.config.capabilities()
-    }
-
     async fn broker_version(&self) -> Result<String> {
         let version = Inner::version_at(&self.config.endpoint())
             .await
@@ -464,6 +456,14 @@ impl Component for RabbitMq {
     async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
         let consumer = RabbitConsumer::open(self.inner.clone(), spec).await?;
         Ok(Box::new(consumer))
+    }
+
+    fn kind(&self) -> &str {
+        "rabbitmq"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.config.capabilities()
     }
 }
 

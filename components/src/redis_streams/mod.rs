@@ -204,14 +204,6 @@ impl RedisConfig {
 
 #[async_trait]
 impl Component for RedisStreams {
-    fn kind(&self) -> &str {
-        "redis-streams"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.config.capabilities()
-    }
-
     async fn broker_version(&self) -> Result<String> {
         let version = self
             .server_info("redis_version", "reading the server version")
@@ -336,6 +328,14 @@ impl Component for RedisStreams {
             .map_err(|e| PubSubError::broker("opening a consumer connection", e))?;
         let consumer = RedisConsumer::open(connection, &self.config, spec).await?;
         Ok(Box::new(consumer))
+    }
+
+    fn kind(&self) -> &str {
+        "redis-streams"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.config.capabilities()
     }
 }
 

@@ -37,10 +37,7 @@ impl TypedSettings for RedisConfig {
         definition.check_known(&["redisHost", "keyPrefix", "claimIdleMs", "maxMessageBytes"])?;
         let defaults = Self::default();
         let host = definition.text_or("redisHost", defaults.host);
-        if !host.contains(':') {
-            let message = format!("expected host:port, got '{host}'");
-            return Err(definition.field_error("redisHost", message));
-        }
+        definition.check_host_port("redisHost", &host)?;
         let claim_idle = definition
             .millis_at_least("claimIdleMs", Duration::from_millis(100))?
             .unwrap_or(defaults.claim_idle);

@@ -1,7 +1,7 @@
 //! Bulk publish: per-entry status, partial failures, entry ids, metadata merge,
 //! `batchPublishKeepOrder`, size limits.
 
-use super::{generate, keyed_entry};
+use super::{after_refusals, generate, keyed_entry};
 use crate::context::CaseContext;
 use crate::history::KEY;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
@@ -33,11 +33,7 @@ pub(super) async fn all_success(ctx: CaseContext) -> CaseRun {
         ))
         .await
         .doing("bulk publishing 100 entries")?;
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    subscription.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
+    let mut outcome = ctx.conclude(&keys, subscription).await;
     outcome.expect(
         response.failed_entries.is_empty() && response.http_status() == 204,
         || {
@@ -208,17 +204,8 @@ pub(super) async fn entry_ids(ctx: CaseContext) -> CaseRun {
             ));
         }
     }
-    let sentinel = ctx.publish_numbered(&topic, "ok", 1).await?;
-    ctx.recorder
-        .wait_for_keys(&sentinel, ctx.delivery_deadline())
-        .await;
-    ctx.recorder
-        .wait_until(ctx.quiet_window(), |h| {
-            h.delivered_keys().iter().any(|k| k.starts_with("bad-"))
-        })
-        .await;
-    subscription.stop().await;
-    Ok(outcome.merge(ctx.check(&ctx.criteria())))
+    let checked = after_refusals(&ctx, &topic, subscription, true).await?;
+    Ok(outcome.merge(checked))
 }
 
 /// Entry ids across their space, each with whether the case makes its entry fail: of
@@ -347,14 +334,8 @@ pub(super) async fn metadata_merge(ctx: CaseContext) -> CaseRun {
         .await
         .doing("bulk publishing with request metadata")?;
     let keys: Vec<String> = ["e-1", "e-2", "e-3"].map(String::from).to_vec();
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    subscription.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
-    outcome.expect(response.failed_entries.is_empty(), || {
-        format!("entries failed: {:?}", response.failed_entries)
-    });
+    let mut outcome = ctx.conclude(&keys, subscription).await;
+    outcome.expect_no_failed_entries(&response);
     let expected = [
         ("e-1", "entry-b"),
         ("e-2", "request-b"),

@@ -1,8 +1,9 @@
 //! Bulk subscribe: batch size and wait limits, per-entry SUCCESS/RETRY/DROP, handler errors.
 
+use super::{expect_dead_letter_reasons, outlive_one_second_ttl, record_dead_letters};
 use super::{generate, key_of};
 use crate::context::{CaseContext, SUBSCRIBED_MARKER};
-use crate::history::{Record, Recorder};
+use crate::history::Record;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{BulkSubscribeOptions, Status, Subscription};
 use pubsub_components::{Feature, Support, TopicSelector};
@@ -19,7 +20,6 @@ pub(super) async fn expired_entries(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let dlq_topic = ctx.topic("dlq");
     let dead_letters = ctx.caps.dead_letter.is_available();
-    let dlq = Recorder::new();
     let dlq_subscription = Subscription::new(&dlq_topic, ctx.group("dlq"));
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.bulk = bulk(50, 300);
@@ -43,19 +43,8 @@ pub(super) async fn expired_entries(ctx: CaseContext) -> CaseRun {
             .await
             .doing(&format!("publishing {key}"))?;
     }
-    // Let the TTL pass: waiting for a point in time, not for an event.
-    tokio::time::sleep(
-        Duration::from_secs(1) + ctx.caps.clock_tolerance + Duration::from_millis(50),
-    )
-    .await;
-    let dlq_handle = if dead_letters {
-        Some(
-            ctx.subscribe(dlq_subscription, dlq.handler("dead-letters"))
-                .await?,
-        )
-    } else {
-        None
-    };
+    outlive_one_second_ttl(&ctx).await;
+    let (dlq, dlq_handle) = record_dead_letters(&ctx, dlq_subscription, dead_letters).await?;
     let handle = ctx
         .subscribe(
             subscription,
@@ -89,16 +78,7 @@ pub(super) async fn expired_entries(ctx: CaseContext) -> CaseRun {
         format!("{empty} empty batches were handed over")
     });
     if dead_letters {
-        let dead = dlq.events();
-        for key in &expiring {
-            let reason = dead
-                .iter()
-                .find(|e| key_of(e) == key)
-                .and_then(|e| e.metadata.get("deadLetterReason").cloned());
-            outcome.expect(reason.as_deref() == Some("expired"), || {
-                format!("{key}: dead-letter reason {reason:?}, expected expired")
-            });
-        }
+        expect_dead_letter_reasons(&mut outcome, &dlq, &expiring, "expired");
     } else {
         outcome.note(
             "dead letters are unsupported: expired entries are only checked not to be delivered",
@@ -112,13 +92,8 @@ pub(super) async fn exhausted_dead_lettered(ctx: CaseContext) -> CaseRun {
     const MAX: u32 = 3;
     let topic = ctx.topic("t");
     let dlq_topic = ctx.topic("dlq");
-    let dlq = Recorder::new();
-    let dlq_handle = ctx
-        .subscribe(
-            Subscription::new(&dlq_topic, ctx.group("dlq")),
-            dlq.handler("dead-letters"),
-        )
-        .await?;
+    let dlq_subscription = Subscription::new(&dlq_topic, ctx.group("dlq"));
+    let (dlq, dlq_handle) = record_dead_letters(&ctx, dlq_subscription, true).await?;
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.bulk = bulk(10, 200);
     subscription.max_deliveries = MAX;
@@ -153,7 +128,9 @@ pub(super) async fn exhausted_dead_lettered(ctx: CaseContext) -> CaseRun {
         })
         .await;
     handle.stop().await;
-    dlq_handle.stop().await;
+    if let Some(handle) = dlq_handle {
+        handle.stop().await;
+    }
     let mut outcome = ctx.check(&ctx.criteria());
     let count = ctx.recorder.history().delivery_count("poison-0");
     outcome.expect(count == MAX as usize, || {
@@ -319,11 +296,7 @@ pub(super) async fn max_await(ctx: CaseContext) -> CaseRun {
         }
         keys.extend(ctx.publish_numbered(&topic, &format!("m{i}"), 1).await?);
     }
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    handle.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
+    let mut outcome = ctx.conclude(&keys, handle).await;
     let history = ctx.recorder.history();
     // A message reached the broker between its publish call's start and return: a
     // batch is judged late from the return, early from the start (a publish
@@ -384,18 +357,8 @@ pub(super) async fn statuses(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let dead_letters = ctx.runtime.mode(Feature::DeadLetter) != Support::Unsupported;
     let dlq_topic = ctx.topic("dlq");
-    let dlq = Recorder::new();
-    let dlq_handle = if dead_letters {
-        Some(
-            ctx.subscribe(
-                Subscription::new(&dlq_topic, ctx.group("dlq")),
-                dlq.handler("dead-letters"),
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
+    let dlq_subscription = Subscription::new(&dlq_topic, ctx.group("dlq"));
+    let (dlq, dlq_handle) = record_dead_letters(&ctx, dlq_subscription, dead_letters).await?;
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.bulk = bulk(20, 200);
     subscription.dead_letter_topic = dead_letters.then(|| dlq_topic.clone());

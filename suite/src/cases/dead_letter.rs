@@ -1,21 +1,16 @@
 //! dead-letter.*: exhausted and dropped messages go to the dead-letter topic, once.
 
+use super::record_dead_letters;
 use super::retry::check_dead_letter;
 use crate::context::CaseContext;
-use crate::history::Recorder;
 use crate::outcome::{CaseRun, Context};
 use pubsub_components::runtime::{PublishRequest, Status, Subscription};
 
 pub(super) async fn drop_to_dead_letter(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let dlq_topic = ctx.topic("dlq");
-    let dlq = Recorder::new();
-    let dlq_handle = ctx
-        .subscribe(
-            Subscription::new(&dlq_topic, ctx.group("dlq")),
-            dlq.handler("dead-letters"),
-        )
-        .await?;
+    let dlq_subscription = Subscription::new(&dlq_topic, ctx.group("dlq"));
+    let (dlq, dlq_handle) = record_dead_letters(&ctx, dlq_subscription, true).await?;
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.dead_letter_topic = Some(dlq_topic.clone());
     ctx.create_group(&subscription).await?;
@@ -37,7 +32,9 @@ pub(super) async fn drop_to_dead_letter(ctx: CaseContext) -> CaseRun {
         .wait_until(ctx.quiet_window(), |h| h.delivery_count("dropped") > 1)
         .await;
     handle.stop().await;
-    dlq_handle.stop().await;
+    if let Some(handle) = dlq_handle {
+        handle.stop().await;
+    }
     let mut outcome = ctx.check(&ctx.criteria());
     let count = ctx.recorder.history().delivery_count("dropped");
     outcome.expect(count == 1, || {

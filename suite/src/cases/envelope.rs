@@ -29,11 +29,7 @@ pub(super) async fn cloudevents(ctx: CaseContext) -> CaseRun {
             .doing(&format!("publishing {key}"))?;
     }
     let keys: Vec<String> = payloads.iter().map(|p| p.0.to_string()).collect();
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    subscription.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
+    let mut outcome = ctx.conclude(&keys, subscription).await;
     for event in ctx.recorder.events() {
         let key = key_of(&event).to_string();
         let Some(ce) = &event.cloud_event else {
@@ -150,11 +146,7 @@ pub(super) async fn unique_ids(ctx: CaseContext) -> CaseRun {
             .await
             .doing("bulk publishing")?;
     }
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    handle.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
+    let mut outcome = ctx.conclude(&keys, handle).await;
     let mut ids: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for event in ctx.recorder.events() {
         ids.entry(event.id.clone())
@@ -208,11 +200,7 @@ pub(super) async fn app_cloudevent(ctx: CaseContext) -> CaseRun {
         .doing("bulk publishing an app CloudEvent")?;
         keys.push("bulk".into());
     }
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    handle.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
+    let mut outcome = ctx.conclude(&keys, handle).await;
     for event in ctx.recorder.events() {
         let key = super::key_of(&event).to_string();
         let Some(ce) = &event.cloud_event else {

@@ -25,12 +25,14 @@ mod topics;
 mod tracing;
 mod ttl;
 
-use crate::history::KEY;
+use crate::context::CaseContext;
+use crate::history::{Recorder, KEY};
+use crate::outcome::{CaseError, Outcome};
 use bound::Bound;
 use case::{Case, Injects, Lane, Level};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use pubsub_components::runtime::{BulkPublishEntry, Event};
+use pubsub_components::runtime::{BulkPublishEntry, Event, Subscription, SubscriptionHandle};
 use pubsub_components::{Capabilities, Feature, Metadata};
 use serde::Deserialize;
 use std::sync::LazyLock;
@@ -102,6 +104,74 @@ fn case_of(entry: &'static Entry) -> Case {
         bound,
         run,
     }
+}
+
+/// Subscribes a recorder of its own to `subscription`, a dead-letter topic's, when
+/// `watch`: what reaches it, and the handle that keeps it subscribed.
+pub(super) async fn record_dead_letters(
+    ctx: &CaseContext,
+    subscription: Subscription,
+    watch: bool,
+) -> Result<(Recorder, Option<SubscriptionHandle>), CaseError> {
+    let recorder = Recorder::new();
+    let handle = if watch {
+        let handler = recorder.handler("dead-letters");
+        Some(ctx.subscribe(subscription, handler).await?)
+    } else {
+        None
+    };
+    Ok((recorder, handle))
+}
+
+/// Expects each of `keys` among the dead letters `dlq` recorded, with `reason`.
+pub(super) fn expect_dead_letter_reasons(
+    outcome: &mut Outcome,
+    dlq: &Recorder,
+    keys: &[String],
+    reason: &str,
+) {
+    let dead = dlq.events();
+    for key in keys {
+        let found = dead
+            .iter()
+            .find(|e| key_of(e) == key)
+            .and_then(|e| e.metadata.get("deadLetterReason").cloned());
+        outcome.expect(found.as_deref() == Some(reason), || {
+            format!("{key}: dead-letter reason {found:?}, expected {reason}")
+        });
+    }
+}
+
+/// Concludes a case whose refused messages have keys `bad-*`: publishes a sentinel
+/// after them and waits for it, and, where a refused message that was published anyway
+/// could trail it (`trailing`), waits a quiet window for one; then stops the
+/// subscription and checks what happened.
+pub(super) async fn after_refusals(
+    ctx: &CaseContext,
+    topic: &str,
+    subscription: SubscriptionHandle,
+    trailing: bool,
+) -> Result<Outcome, CaseError> {
+    let sentinel = ctx.publish_numbered(topic, "ok", 1).await?;
+    ctx.recorder
+        .wait_for_keys(&sentinel, ctx.delivery_deadline())
+        .await;
+    if trailing {
+        ctx.recorder
+            .wait_until(ctx.quiet_window(), |h| {
+                h.delivered_keys().iter().any(|k| k.starts_with("bad-"))
+            })
+            .await;
+    }
+    subscription.stop().await;
+    Ok(ctx.check(&ctx.criteria()))
+}
+
+/// Lets a `ttlInSeconds` of 1 pass, by the clock tolerance and a little more: waiting
+/// for a point in time, not for an event.
+pub(super) async fn outlive_one_second_ttl(ctx: &CaseContext) {
+    let margin = ctx.caps.clock_tolerance + std::time::Duration::from_millis(50);
+    tokio::time::sleep(std::time::Duration::from_secs(1) + margin).await;
 }
 
 /// `count` values drawn from `strategy` with a generator seeded by `seed`: the same

@@ -90,12 +90,7 @@ async fn two_topics(
     ctx: &CaseContext,
     per_topic: usize,
 ) -> Result<(String, String, Box<dyn Consumer>, Vec<(String, MessageId)>), CaseError> {
-    let (a, b) = (ctx.topic("a"), ctx.topic("b"));
-    let spec = ConsumerSpec::new(
-        TopicSelector::List(vec![a.clone(), b.clone()]),
-        ctx.group("g"),
-    );
-    ctx.create_consumer_group(&spec).await?;
+    let (a, b, spec) = two_topic_group(ctx).await?;
     let mut published = Vec::new();
     for (label, topic) in [("a", &a), ("b", &b)] {
         for i in 0..per_topic {
@@ -483,12 +478,7 @@ pub(super) async fn owner_topic(ctx: CaseContext) -> CaseRun {
 }
 
 pub(super) async fn ack_owner(ctx: CaseContext) -> CaseRun {
-    let (a, b) = (ctx.topic("a"), ctx.topic("b"));
-    let spec = ConsumerSpec::new(
-        TopicSelector::List(vec![a.clone(), b.clone()]),
-        ctx.group("g"),
-    );
-    ctx.create_consumer_group(&spec).await?;
+    let (a, b, spec) = two_topic_group(&ctx).await?;
     ctx.publish_numbered(&a, "a", 3).await?;
     ctx.publish_numbered(&b, "b", 3).await?;
     let consumer = ctx
@@ -534,12 +524,8 @@ pub(super) async fn ack_owner(ctx: CaseContext) -> CaseRun {
 }
 
 pub(super) async fn ack_refused(ctx: CaseContext) -> CaseRun {
-    let (a, b, other) = (ctx.topic("a"), ctx.topic("b"), ctx.topic("not-subscribed"));
-    let spec = ConsumerSpec::new(
-        TopicSelector::List(vec![a.clone(), b.clone()]),
-        ctx.group("g"),
-    );
-    ctx.create_consumer_group(&spec).await?;
+    let (a, _, spec) = two_topic_group(&ctx).await?;
+    let other = ctx.topic("not-subscribed");
     ctx.publish_numbered(&a, "a", 1).await?;
     ctx.publish_numbered(&other, "other", 1).await?;
     let consumer = ctx
@@ -587,12 +573,7 @@ pub(super) async fn ack_refused(ctx: CaseContext) -> CaseRun {
 }
 
 pub(super) async fn seek(ctx: CaseContext) -> CaseRun {
-    let (a, b) = (ctx.topic("a"), ctx.topic("b"));
-    let spec = ConsumerSpec::new(
-        TopicSelector::List(vec![a.clone(), b.clone()]),
-        ctx.group("g"),
-    );
-    ctx.create_consumer_group(&spec).await?;
+    let (a, b, spec) = two_topic_group(&ctx).await?;
     ctx.publish_numbered(&a, "a", 5).await?;
     ctx.publish_numbered(&b, "b", 5).await?;
     let consumer = ctx
@@ -649,12 +630,7 @@ pub(super) async fn seek(ctx: CaseContext) -> CaseRun {
 }
 
 pub(super) async fn last_message_ids(ctx: CaseContext) -> CaseRun {
-    let (a, b) = (ctx.topic("a"), ctx.topic("b"));
-    let spec = ConsumerSpec::new(
-        TopicSelector::List(vec![a.clone(), b.clone()]),
-        ctx.group("g"),
-    );
-    ctx.create_consumer_group(&spec).await?;
+    let (a, b, spec) = two_topic_group(&ctx).await?;
     let mut last = Vec::new();
     for (topic, label, count) in [(&a, "a", 3), (&b, "b", 2)] {
         let mut id = None;
@@ -690,4 +666,15 @@ pub(super) async fn last_message_ids(ctx: CaseContext) -> CaseRun {
         format!("last_message_ids returned {got:?}; the last publishes were {expected:?}")
     });
     Ok(outcome)
+}
+
+/// Topics `a` and `b`, and the spec of a group reading both, created.
+async fn two_topic_group(ctx: &CaseContext) -> Result<(String, String, ConsumerSpec), CaseError> {
+    let (a, b) = (ctx.topic("a"), ctx.topic("b"));
+    let spec = ConsumerSpec::new(
+        TopicSelector::List(vec![a.clone(), b.clone()]),
+        ctx.group("g"),
+    );
+    ctx.create_consumer_group(&spec).await?;
+    Ok((a, b, spec))
 }

@@ -4,8 +4,8 @@
 use crate::context::CaseContext;
 use crate::fault_injection::Faults;
 use crate::history::Record;
-use crate::outcome::{CaseRun, Context, Outcome};
-use pubsub_components::PartitionUpdate;
+use crate::outcome::{CaseError, CaseRun, Context, Outcome};
+use pubsub_components::{PartitionUpdate, PartitionWatch};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -57,11 +57,7 @@ pub(super) async fn key_routing(ctx: CaseContext) -> CaseRun {
         .doing(&format!("publishing {key}"))?;
         keys.push(key);
     }
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    handle.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
+    let mut outcome = ctx.conclude(&keys, handle).await;
     let partitions = partitions_of(&ctx.recorder.history());
     for (partition_key, seen) in &partitions {
         outcome.expect(seen.len() == 1, || {
@@ -76,14 +72,7 @@ pub(super) async fn key_routing(ctx: CaseContext) -> CaseRun {
 pub(super) async fn update_seen(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let component = ctx.runtime.component().clone();
-    component
-        .create_topic(&topic, 2)
-        .await
-        .doing("creating a topic with 2 partitions")?;
-    let mut watcher = component
-        .watch_partitions(&topic)
-        .await
-        .doing("watching partitions")?;
+    let mut watcher = watched_topic(&ctx, &topic, 2).await?;
     let handle = ctx.subscribe_recorded(&topic).await?;
     let mut keys = ctx.publish_numbered(&topic, "before", 8).await?;
     let bound = discovery(&ctx.caps);
@@ -120,11 +109,7 @@ pub(super) async fn update_seen(ctx: CaseContext) -> CaseRun {
             break;
         }
     }
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    handle.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
+    let mut outcome = ctx.conclude(&keys, handle).await;
     outcome.expect(seen.iter().any(|u| u.partitions == 4), || {
         format!("the watcher never saw the update to 4 partitions; saw {seen:?}")
     });
@@ -157,14 +142,7 @@ pub(super) async fn watch(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let component = ctx.runtime.component().clone();
     let bound = discovery(&ctx.caps);
-    component
-        .create_topic(&topic, 1)
-        .await
-        .doing("creating a topic")?;
-    let mut first = component
-        .watch_partitions(&topic)
-        .await
-        .doing("watching partitions")?;
+    let mut first = watched_topic(&ctx, &topic, 1).await?;
     component
         .update_partitions(&topic, 3)
         .await
@@ -295,14 +273,7 @@ pub(super) async fn watch_resend(ctx: CaseContext) -> CaseRun {
     // Long enough for a component that re-sends on its own to do it, short enough to
     // keep the case quick where the bound is long.
     let quiet = bound.min(Duration::from_millis(400));
-    component
-        .create_topic(&topic, 2)
-        .await
-        .doing("creating a topic with 2 partitions")?;
-    let mut watch = component
-        .watch_partitions(&topic)
-        .await
-        .doing("watching partitions")?;
+    let mut watch = watched_topic(&ctx, &topic, 2).await?;
     let mut outcome = Outcome::new();
     let Some(first) = watch.next_within(bound).await else {
         outcome.fail(format!(
@@ -501,14 +472,7 @@ pub(super) async fn watch_after_restart(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let component = ctx.runtime.component().clone();
     let bound = discovery(&ctx.caps);
-    component
-        .create_topic(&topic, 2)
-        .await
-        .doing("creating a topic")?;
-    let mut watch = component
-        .watch_partitions(&topic)
-        .await
-        .doing("watching partitions")?;
+    let mut watch = watched_topic(&ctx, &topic, 2).await?;
     let mut outcome = Outcome::new();
     let first = watch.next_within(bound).await;
     outcome.expect(first.map(|u| u.partitions) == Some(2), || {
@@ -553,4 +517,21 @@ pub(super) async fn watch_after_restart(ctx: CaseContext) -> CaseRun {
         );
     }
     Ok(outcome.with_history(&ctx.recorder.history()))
+}
+
+/// Creates `topic` with `partitions` partitions and watches its partition count.
+async fn watched_topic(
+    ctx: &CaseContext,
+    topic: &str,
+    partitions: u32,
+) -> Result<PartitionWatch, CaseError> {
+    let component = ctx.runtime.component();
+    component
+        .create_topic(topic, partitions)
+        .await
+        .doing(&format!("creating a topic with {partitions} partitions"))?;
+    component
+        .watch_partitions(topic)
+        .await
+        .doing("watching partitions")
 }

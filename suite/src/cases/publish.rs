@@ -1,12 +1,12 @@
 //! publish.*: single publishes are delivered, their payload, content type and metadata
 //! unchanged at every size, and bad requests are refused clearly.
 
-use super::{fidelity_problems, generate, key_of, samples, Crossing, Sample};
+use super::{after_refusals, fidelity_problems, generate, key_of, samples, Crossing, Sample};
 use crate::context::CaseContext;
 use crate::history::KEY;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use pubsub_components::runtime::{
-    BulkPublishEntry, BulkPublishRequest, PublishRequest, Status, Subscription,
+    BulkPublishEntry, BulkPublishRequest, BulkPublishResponse, PublishRequest, Status, Subscription,
 };
 use pubsub_components::{ErrorKind, Feature, Metadata, OrderingScope, Support};
 use std::time::Duration;
@@ -15,11 +15,7 @@ pub(super) async fn delivery(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let subscription = ctx.subscribe_recorded(&topic).await?;
     let keys = ctx.publish_numbered(&topic, "m", 50).await?;
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    subscription.stop().await;
-    Ok(ctx.check(&ctx.criteria()))
+    Ok(ctx.conclude(&keys, subscription).await)
 }
 
 /// Publishes the samples (singly or in one bulk request) and compares deliveries.
@@ -37,12 +33,7 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
             .bulk_publish(request)
             .await
             .doing("bulk publishing the samples")?;
-        if !response.failed_entries.is_empty() {
-            return Err(CaseError::Component(format!(
-                "bulk publish of valid samples reported failures: {:?}",
-                response.failed_entries
-            )));
-        }
+        all_accepted(&response, "bulk publish of valid samples")?;
     } else {
         for sample in &samples {
             ctx.publish(sample.request(&topic))
@@ -51,11 +42,7 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
         }
     }
     let keys: Vec<String> = samples.iter().map(|s| s.key.clone()).collect();
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    subscription.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
+    let mut outcome = ctx.conclude(&keys, subscription).await;
     let events = ctx.recorder.events();
     let crossing = Crossing::of(&ctx.runtime);
     for sample in &samples {
@@ -142,20 +129,10 @@ pub(super) async fn invalid_requests(ctx: CaseContext) -> CaseRun {
             }
         }
     }
-    let sentinel = ctx.publish_numbered(&topic, "ok", 1).await?;
-    ctx.recorder
-        .wait_for_keys(&sentinel, ctx.delivery_deadline())
-        .await;
-    if ctx.caps.ordering == OrderingScope::None {
-        // Without ordering, a refused-but-published message could trail the sentinel.
-        ctx.recorder
-            .wait_until(ctx.quiet_window(), |h| {
-                h.delivered_keys().iter().any(|k| k.starts_with("bad-"))
-            })
-            .await;
-    }
-    subscription.stop().await;
-    Ok(outcome.merge(ctx.check(&ctx.criteria())))
+    // Without ordering, a refused-but-published message could trail the sentinel.
+    let trailing = ctx.caps.ordering == OrderingScope::None;
+    let checked = after_refusals(&ctx, &topic, subscription, trailing).await?;
+    Ok(outcome.merge(checked))
 }
 
 /// Single publishers and bulk publishers of `publish.concurrent-fidelity`.
@@ -244,20 +221,11 @@ pub(super) async fn concurrent_fidelity(ctx: CaseContext) -> CaseRun {
     }
     for result in bulk_results {
         let response = result.doing("bulk publishing concurrently")?;
-        if !response.failed_entries.is_empty() {
-            return Err(CaseError::Component(format!(
-                "a bulk publish of valid messages reported failures: {:?}",
-                response.failed_entries
-            )));
-        }
+        all_accepted(&response, "a bulk publish of valid messages")?;
     }
     let all: Vec<&Sample> = single.iter().chain(&bulk).flatten().collect();
     let keys: Vec<String> = all.iter().map(|s| s.key.clone()).collect();
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    subscription.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
+    let mut outcome = ctx.conclude(&keys, subscription).await;
     let crossing = Crossing::of(&ctx.runtime);
     for event in ctx.recorder.events() {
         let key = key_of(&event).to_string();
@@ -319,12 +287,7 @@ pub(super) async fn fidelity_after_wait(ctx: CaseContext) -> CaseRun {
             ))
             .await
             .doing("bulk publishing the samples")?;
-        if !response.failed_entries.is_empty() {
-            return Err(CaseError::Component(format!(
-                "bulk publish of valid samples reported failures: {:?}",
-                response.failed_entries
-            )));
-        }
+        all_accepted(&response, "bulk publish of valid samples")?;
     }
     // The stimulus: the messages wait in the broker with nobody receiving.
     tokio::time::sleep(IN_BROKER).await;
@@ -499,4 +462,15 @@ pub(super) async fn size_boundary(ctx: CaseContext) -> CaseRun {
     }
     outcome.note(format!("declared maximum: {max} bytes"));
     Ok(outcome.merge(ctx.check(&ctx.criteria())))
+}
+
+/// Fails the case when a bulk publish of valid entries reported any failed.
+fn all_accepted(response: &BulkPublishResponse, what: &str) -> Result<(), CaseError> {
+    if response.failed_entries.is_empty() {
+        return Ok(());
+    }
+    Err(CaseError::Component(format!(
+        "{what} reported failures: {:?}",
+        response.failed_entries
+    )))
 }

@@ -2,6 +2,7 @@
 //! maxDeliveries.
 
 use super::key_of;
+use super::record_dead_letters;
 use crate::context::CaseContext;
 use crate::history::{Record, Recorder, KEY};
 use crate::outcome::{CaseRun, Context, Outcome};
@@ -244,18 +245,8 @@ pub(super) async fn redelivery(ctx: CaseContext) -> CaseRun {
 pub(super) async fn exhausted(ctx: CaseContext, with_dead_letter: bool) -> CaseRun {
     let topic = ctx.topic("t");
     let dlq_topic = ctx.topic("dlq");
-    let dlq = Recorder::new();
-    let dlq_handle = if with_dead_letter {
-        Some(
-            ctx.subscribe(
-                Subscription::new(&dlq_topic, ctx.group("dlq")),
-                dlq.handler("dead-letters"),
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
+    let dlq_subscription = Subscription::new(&dlq_topic, ctx.group("dlq"));
+    let (dlq, dlq_handle) = record_dead_letters(&ctx, dlq_subscription, with_dead_letter).await?;
     let mut subscription = Subscription::new(&topic, ctx.group("g"));
     subscription.max_deliveries = MAX_DELIVERIES;
     subscription.retry_delay = Duration::from_millis(50);

@@ -15,18 +15,8 @@ use tokio::time::Instant;
 pub(super) async fn competing_consumers(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let group = ctx.group("shared");
-    let first = ctx
-        .subscribe(
-            Subscription::new(&topic, &group),
-            ctx.recorder.handler("member-1"),
-        )
-        .await?;
-    let second = ctx
-        .subscribe(
-            Subscription::new(&topic, &group),
-            ctx.recorder.handler("member-2"),
-        )
-        .await?;
+    let first = ctx.subscribe_member(&topic, &group, "member-1").await?;
+    let second = ctx.subscribe_member(&topic, &group, "member-2").await?;
     let keys = ctx.publish_numbered(&topic, "m", 100).await?;
     ctx.recorder
         .wait_for_keys(&keys, ctx.delivery_deadline())
@@ -86,16 +76,10 @@ pub(super) async fn competing_consumers(ctx: CaseContext) -> CaseRun {
 pub(super) async fn fan_out(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let first = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("a")),
-            ctx.recorder.handler("group-a"),
-        )
+        .subscribe_member(&topic, &ctx.group("a"), "group-a")
         .await?;
     let second = ctx
-        .subscribe(
-            Subscription::new(&topic, ctx.group("b")),
-            ctx.recorder.handler("group-b"),
-        )
+        .subscribe_member(&topic, &ctx.group("b"), "group-b")
         .await?;
     let keys = ctx.publish_numbered(&topic, "m", 30).await?;
     let all: BTreeSet<String> = keys.iter().cloned().collect();
@@ -280,12 +264,7 @@ const SETTLED_MESSAGES: usize = 300;
 pub(super) async fn group_without_members(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let group = ctx.group("g");
-    let first = ctx
-        .subscribe(
-            Subscription::new(&topic, &group),
-            ctx.recorder.handler("member-1"),
-        )
-        .await?;
+    let first = ctx.subscribe_member(&topic, &group, "member-1").await?;
     let before = ctx.publish_numbered(&topic, "before", 5).await?;
     let all_before = ctx
         .recorder
@@ -307,12 +286,7 @@ pub(super) async fn group_without_members(ctx: CaseContext) -> CaseRun {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     while_empty.extend(ctx.publish_numbered(&topic, "burst", 45).await?);
-    let second = ctx
-        .subscribe(
-            Subscription::new(&topic, &group),
-            ctx.recorder.handler("member-2"),
-        )
-        .await?;
+    let second = ctx.subscribe_member(&topic, &group, "member-2").await?;
     ctx.recorder
         .wait_for_keys(&while_empty, ctx.delivery_deadline())
         .await;

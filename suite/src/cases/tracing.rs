@@ -46,14 +46,8 @@ pub(super) async fn bulk_parent(ctx: CaseContext) -> CaseRun {
         .with_subscriber(capture.dispatch())
         .await
         .doing("bulk publishing under a caller's traceparent")?;
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    handle.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
-    outcome.expect(response.failed_entries.is_empty(), || {
-        format!("entries failed: {:?}", response.failed_entries)
-    });
+    let mut outcome = ctx.conclude(&keys, handle).await;
+    outcome.expect_no_failed_entries(&response);
     let trace_of = |tp: &str| trace_id(tp).unwrap_or_default().to_string();
     let calls = capture.named("pubsub.bulk_publish");
     let Some(call) = calls.first() else {
@@ -156,14 +150,8 @@ pub(super) async fn per_entry(ctx: CaseContext) -> CaseRun {
         .with_subscriber(capture.dispatch())
         .await?;
     let keys: Vec<String> = traces.keys().cloned().collect();
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    handle.stop().await;
-    let mut outcome = ctx.check(&ctx.criteria());
-    outcome.expect(response.failed_entries.is_empty(), || {
-        format!("entries failed: {:?}", response.failed_entries)
-    });
+    let mut outcome = ctx.conclude(&keys, handle).await;
+    outcome.expect_no_failed_entries(&response);
     for event in ctx.recorder.events() {
         let key = key_of(&event);
         let expected = traces.get(key);

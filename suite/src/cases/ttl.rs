@@ -1,8 +1,7 @@
 //! TTL: expired messages are never handed to the app; live ones are delivered.
 
-use super::key_of;
+use super::{expect_dead_letter_reasons, outlive_one_second_ttl, record_dead_letters};
 use crate::context::CaseContext;
-use crate::history::Recorder;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::{BulkPublishEntry, BulkPublishRequest, Subscription};
 use pubsub_components::Metadata;
@@ -146,21 +145,9 @@ pub(super) async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun
     outcome.expect(response.failed_entries.is_empty(), || {
         format!("bulk entries failed: {:?}", response.failed_entries)
     });
-    // Let the TTL pass: waiting for a point in time, not for an event.
-    tokio::time::sleep(
-        Duration::from_secs(1) + ctx.caps.clock_tolerance + Duration::from_millis(50),
-    )
-    .await;
+    outlive_one_second_ttl(&ctx).await;
 
-    let dlq = Recorder::new();
-    let dlq_handle = if with_dead_letter {
-        Some(
-            ctx.subscribe(dlq_subscription, dlq.handler("dead-letters"))
-                .await?,
-        )
-    } else {
-        None
-    };
+    let (dlq, dlq_handle) = record_dead_letters(&ctx, dlq_subscription, with_dead_letter).await?;
     let handle = ctx
         .subscribe(subscription, ctx.recorder.handler("s1"))
         .await?;
@@ -191,16 +178,7 @@ pub(super) async fn expired(ctx: CaseContext, with_dead_letter: bool) -> CaseRun
         "the live message published after them was not delivered within the delivery bound".into()
     });
     if with_dead_letter {
-        let dead = dlq.events();
-        for key in &expiring {
-            let reason = dead
-                .iter()
-                .find(|e| key_of(e) == key)
-                .and_then(|e| e.metadata.get("deadLetterReason").cloned());
-            outcome.expect(reason.as_deref() == Some("expired"), || {
-                format!("{key}: dead-letter reason {reason:?}, expected expired")
-            });
-        }
+        expect_dead_letter_reasons(&mut outcome, &dlq, &expiring, "expired");
     }
     Ok(outcome.with_history(&history))
 }
@@ -219,9 +197,5 @@ pub(super) async fn live(ctx: CaseContext) -> CaseRun {
         .doing(&format!("publishing {key}"))?;
         keys.push(key);
     }
-    ctx.recorder
-        .wait_for_keys(&keys, ctx.delivery_deadline())
-        .await;
-    handle.stop().await;
-    Ok(ctx.check(&ctx.criteria()))
+    Ok(ctx.conclude(&keys, handle).await)
 }
