@@ -94,6 +94,11 @@ enum Command {
         /// Seed for generated inputs (default: derived from each case id).
         #[arg(long)]
         seed: Option<u64>,
+        /// Run the cases of per-group operations without their bystander group (by
+        /// default a second group on their topics must get every message as if it
+        /// were alone: docs/catalogue.md#dimensions)
+        #[arg(long)]
+        no_bystander: bool,
         /// Provisioning kinds to try, in order, e.g. 'container,local,external'
         /// (default: each broker's auto order; also PUBSUB_PROVISION).
         #[arg(long, value_name = "ORDER", value_parser = parse_order)]
@@ -347,6 +352,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             #[cfg(feature = "sidecar")]
             js_sdk,
             seed,
+            no_bystander,
             provision,
             broker_versions,
             restart_broker,
@@ -391,6 +397,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     retries,
                     seed,
                     save: None,
+                    bystander: !no_bystander,
                 },
                 provision,
                 restart_broker,

@@ -29,6 +29,8 @@ pub struct CaseContext {
     /// Turns such a component into a runtime of the row under test (through its
     /// sidecars); `None` in process.
     pub wrap: Option<crate::row_runtime::RuntimeWrapper>,
+    /// The bystander group beside the case's own groups, when the case runs with one.
+    pub bystander: Option<std::sync::Arc<crate::bystander::Bystander>>,
     prefix: String,
     deadline: Instant,
     /// How far the deadline has moved for time spent waiting on the broker's
@@ -81,6 +83,7 @@ impl CaseContext {
             broker: None,
             connect: None,
             wrap: None,
+            bystander: None,
             prefix: format!("pcs-{}-{}", &run[..8], case_id.replace('.', "-")),
             deadline: Instant::now() + bound,
             ack_time: AckTime::new(bound),
@@ -184,9 +187,17 @@ impl CaseContext {
     ) -> Result<SubscriptionHandle, CaseError> {
         let what = format!("subscribing to {}", subscription.topics.describe());
         self.recorder.assign_group(&handler, &subscription.group);
-        self.acknowledged(self.runtime.subscribe(subscription, handler))
+        // The bystander's group comes after the case's own, so that a path with one
+        // group per topic refuses the bystander, never the case.
+        let bystander_on = self.bystander.as_ref().map(|_| subscription.clone());
+        let handle = self
+            .acknowledged(self.runtime.subscribe(subscription, handler))
             .await
-            .doing(&what)
+            .doing(&what)?;
+        if let (Some(bystander), Some(subscription)) = (&self.bystander, bystander_on) {
+            bystander.join(&self.runtime, &subscription).await;
+        }
+        Ok(handle)
     }
 
     /// Awaits a publish, subscribe or group-creation call whose duration moves the
@@ -208,7 +219,11 @@ impl CaseContext {
         );
         self.acknowledged(self.runtime.create_group(subscription))
             .await
-            .doing(&what)
+            .doing(&what)?;
+        if let Some(bystander) = &self.bystander {
+            bystander.join(&self.runtime, subscription).await;
+        }
+        Ok(())
     }
 
     /// Opens a consumer of the component itself (for cases that drive it directly);
@@ -308,6 +323,11 @@ impl CaseContext {
             started: Some(SystemTime::now()),
             payload: crate::history::fingerprint(&request.data),
         };
+        if let Some(bystander) = &self.bystander {
+            if request.metadata.contains_key("ttlInSeconds") {
+                bystander.expiring(&publish.key);
+            }
+        }
         let started = Instant::now();
         let result = runtime.publish(request).await;
         self.ack_time.add(started.elapsed());
@@ -381,6 +401,16 @@ impl CaseContext {
                 )
             })
             .collect();
+        if let Some(bystander) = &self.bystander {
+            for entry in &request.entries {
+                if entry.metadata.contains_key("ttlInSeconds")
+                    || request.metadata.contains_key("ttlInSeconds")
+                {
+                    let key = entry.metadata.get(KEY).or(request.metadata.get(KEY));
+                    bystander.expiring(key.map_or("", String::as_str));
+                }
+            }
+        }
         let started = Instant::now();
         let result = runtime.bulk_publish(request).await;
         self.ack_time.add(started.elapsed());

@@ -299,6 +299,13 @@ where
                         } else {
                             RunOptions::default().retries
                         },
+                        // Kept as certify keeps them, so that `check` can judge the
+                        // report's cells again.
+                        save: Some(crate::runner::SaveTo {
+                            dir: report_dir(),
+                            component: name_for_report.clone(),
+                            run: 1,
+                        }),
                         ..RunOptions::default()
                     };
                     let mut result = run_case_in(case, &runtime, &options, &environment).await;

@@ -164,6 +164,15 @@ impl Record {
         }
     }
 
+    /// The case key the record is about, where it has one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Record::Published { key, .. } => Some(key),
+            Record::Delivered { key, .. } | Record::Answered { key, .. } => key.as_deref(),
+            _ => None,
+        }
+    }
+
     /// One line for evidence.
     pub fn line(&self) -> String {
         match self {
@@ -320,6 +329,13 @@ impl History {
     /// The timing probe's records (control messages, lag windows) and the checks are
     /// left out: the evidence's notes carry their figures.
     pub fn excerpt(&self, max: usize) -> Vec<String> {
+        self.excerpt_naming(max, &[])
+    }
+
+    /// Like [`History::excerpt`], and keeping in between, besides faults, up to `max`
+    /// records of the keys that `findings` name: the lines that show what a finding
+    /// says.
+    pub fn excerpt_naming(&self, max: usize, findings: &[String]) -> Vec<String> {
         let records: Vec<&Record> = self.records.iter().filter(|r| !r.is_probe()).collect();
         let lines: Vec<String> = records.iter().map(|r| r.line()).collect();
         if lines.len() <= max {
@@ -328,24 +344,40 @@ impl History {
         let head = max / 2;
         let tail = max - head - 1;
         let mut out = lines[..head].to_vec();
+        let named = |record: &Record| {
+            record
+                .key()
+                .is_some_and(|key| findings.iter().any(|f| names_key(f, key)))
+        };
         // Faults in between are always kept: they explain what follows them.
-        let faults: Vec<String> = records[head..lines.len() - tail]
-            .iter()
-            .filter(|r| matches!(r, Record::Fault { .. }))
-            .map(|r| r.line())
-            .collect();
+        let mut kept: Vec<String> = Vec::new();
+        let mut named_kept = 0;
+        for record in &records[head..lines.len() - tail] {
+            if matches!(record, Record::Fault { .. }) {
+                kept.push(record.line());
+            } else if named_kept < max && named(record) {
+                named_kept += 1;
+                kept.push(record.line());
+            }
+        }
         out.push(format!(
             "... {} records omitted{} ...",
-            lines.len() - head - tail - faults.len(),
-            if faults.is_empty() {
-                ""
-            } else {
-                " (faults kept)"
+            lines.len() - head - tail - kept.len(),
+            match (kept.len() > named_kept, named_kept > 0) {
+                (false, false) => "",
+                (true, false) => " (faults kept)",
+                (false, true) => " (those of keys the findings name kept)",
+                (true, true) => " (faults and those of keys the findings name kept)",
             }
         ));
-        out.extend(faults);
+        out.extend(kept);
         out.extend_from_slice(&lines[lines.len() - tail..]);
         out
+    }
+
+    /// How many records an excerpt chooses from (the probe's left out).
+    pub fn evidence_len(&self) -> usize {
+        self.records.iter().filter(|r| !r.is_probe()).count()
     }
 
     /// Deliveries of `key`.
@@ -748,4 +780,14 @@ impl BulkHandler for RecordingBulkHandler {
         }
         Ok(statuses)
     }
+}
+
+/// Whether `finding` names `key` as a whole word (`m-1` is not named by `m-10`).
+fn names_key(finding: &str, key: &str) -> bool {
+    let boundary =
+        |c: Option<char>| c.is_none_or(|c| !(c.is_alphanumeric() || c == '-' || c == '_'));
+    finding.match_indices(key).any(|(at, _)| {
+        boundary(finding[..at].chars().next_back())
+            && boundary(finding[at + key.len()..].chars().next())
+    })
 }

@@ -10,6 +10,7 @@
 
 pub mod bench;
 mod brokers;
+pub mod bystander;
 pub mod cases;
 pub mod catalogue;
 pub mod certify;

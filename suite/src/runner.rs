@@ -21,6 +21,7 @@ use pubsub_components::{
 };
 use pubsub_reports::{CaseResult, Evidence, Mode, Status};
 use std::panic::AssertUnwindSafe;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::instrument::WithSubscriber;
@@ -35,6 +36,9 @@ pub struct RunOptions {
     /// Where every attempt's history is saved (a report directory), and as which
     /// component and run; `None` saves nothing.
     pub save: Option<SaveTo>,
+    /// Runs the cases of per-group operations beside a bystander group (see
+    /// [`crate::bystander`]).
+    pub bystander: bool,
 }
 
 /// Where a run's histories go (see [`crate::replay`]).
@@ -54,6 +58,17 @@ impl Default for RunOptions {
             retries: 1,
             seed: None,
             save: None,
+            bystander: true,
+        }
+    }
+}
+
+impl RunOptions {
+    /// One attempt, no retry after a FAIL; otherwise the defaults.
+    pub fn once() -> Self {
+        RunOptions {
+            retries: 0,
+            ..RunOptions::default()
         }
     }
 }
@@ -294,7 +309,8 @@ pub async fn run_case_in(
     loop {
         let number = verdicts.len() as u32 + 1;
         result.attempts = number;
-        let (attempt, history) = run_once(case, runtime, bound, seed, environment).await;
+        let (attempt, history) =
+            run_once(case, runtime, bound, seed, environment, options.bystander).await;
         let precision = runtime.capabilities().delay_precision;
         let mut header = AttemptHeader {
             component: runtime.name().to_string(),
@@ -410,7 +426,20 @@ pub async fn run_case_in(
                 Verdict::Error
             }
         };
+        if verdict == Verdict::Fail && !result.evidence.findings.is_empty() {
+            // The excerpt keeps the records of the keys the findings name.
+            result.evidence.history =
+                history.excerpt_naming(EXCERPT_LINES, &result.evidence.findings);
+        }
         if let Some(save) = &options.save {
+            if history.evidence_len() > EXCERPT_LINES {
+                let path = replay::history_path(Path::new(""), &save.component, case.id);
+                result.evidence.notes.push(format!(
+                    "the history excerpt shows {EXCERPT_LINES} of {} records; the whole history is {} in the report directory",
+                    history.evidence_len(),
+                    path.display()
+                ));
+            }
             let saved = SavedAttempt {
                 header: AttemptHeader {
                     component: save.component.clone(),
@@ -451,6 +480,9 @@ pub async fn run_case_in(
     result
 }
 
+/// How many lines of a history a cell's evidence shows.
+const EXCERPT_LINES: usize = 40;
+
 fn evidence(outcome: Outcome) -> Evidence {
     Evidence {
         findings: outcome.findings,
@@ -470,11 +502,16 @@ async fn run_once(
     bound: Duration,
     seed: u64,
     environment: &CaseEnvironment,
+    bystander: bool,
 ) -> (Attempt, crate::history::History) {
     let mut context = CaseContext::new(runtime.clone(), case.id, bound, seed);
     context.broker = environment.broker.clone();
     context.connect = environment.connect.clone();
     context.wrap = environment.wrap.clone();
+    // Only where a topic can have several groups.
+    let bystander = (bystander && case.bystander && runtime.capabilities().fan_out)
+        .then(|| Arc::new(crate::bystander::Bystander::new(context.group("bystander"))));
+    context.bystander = bystander.clone();
     let recorder = context.recorder.clone();
     let ack_time = context.ack_time();
     let probe = if case.lane == Lane::Timed {
@@ -508,6 +545,16 @@ async fn run_once(
     let attempt = match attempt {
         Attempt::Judged(mut o) => {
             o.logs = logs.lines();
+            if let Some(bystander) = bystander {
+                let caps = runtime.capabilities();
+                let within = caps.delivery_bound + caps.redelivery_bound;
+                let seen = bystander
+                    .conclude(runtime, &recorder.history(), caps.delivery, within)
+                    .await;
+                o.findings.extend(seen.findings);
+                o.warnings.extend(seen.warnings);
+                o.notes.extend(seen.notes);
+            }
             Attempt::Judged(o)
         }
         other => other,
@@ -709,16 +756,7 @@ mod tests {
     async fn a_cell_carries_the_logs_of_its_run() {
         let runtime = Runtime::new("memory", Arc::new(MemoryComponent::default()));
         let case = crate::catalogue::find("retry.exhausted-without-dead-letter").unwrap();
-        let result = run_case(
-            case,
-            &runtime,
-            &RunOptions {
-                retries: 0,
-                seed: None,
-                save: None,
-            },
-        )
-        .await;
+        let result = run_case(case, &runtime, &RunOptions::once()).await;
         assert_eq!(result.status, Status::Pass);
         assert!(
             result

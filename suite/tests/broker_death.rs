@@ -345,11 +345,7 @@ async fn a_component_that_errs_while_its_broker_is_healthy_still_fails() {
     let result = run_case_in(
         find("publish.delivery").unwrap(),
         &runtime,
-        &RunOptions {
-            retries: 0,
-            seed: None,
-            save: None,
-        },
+        &RunOptions::once(),
         &environment,
     )
     .await;

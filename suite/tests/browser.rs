@@ -30,18 +30,7 @@ async fn component_report(name: &str, component: Arc<dyn Component>) -> Componen
     let runtime = Runtime::new(name, component.clone());
     let mut cases = Vec::new();
     for id in CASES {
-        cases.push(
-            run_case(
-                find(id).unwrap(),
-                &runtime,
-                &RunOptions {
-                    retries: 0,
-                    seed: None,
-                    save: None,
-                },
-            )
-            .await,
-        );
+        cases.push(run_case(find(id).unwrap(), &runtime, &RunOptions::once()).await);
     }
     ComponentReport {
         name: name.into(),

@@ -34,11 +34,19 @@ fn memory() -> MemoryComponent {
     })
 }
 
+/// One attempt.
 const NO_RETRY: RunOptions = RunOptions {
     retries: 0,
     seed: None,
     save: None,
+    bystander: true,
 };
+
+/// `case` run once against the in-memory component with `defect`.
+async fn run_faulty(defect: Defect, case: &pubsub_conformance::catalogue::Case) -> CaseResult {
+    let faulty = Runtime::new("faulty", Faulty::shared(memory(), defect));
+    run_case(case, &faulty, &NO_RETRY).await
+}
 
 /// Whether one of `lines` (a cell's findings or notes) contains `text`.
 fn mention(lines: &[String], text: &str) -> bool {
@@ -115,6 +123,11 @@ fn assert_fails_saying(result: &CaseResult, broken: &dyn std::fmt::Debug, findin
 #[case::strips_metadata(Defect::StripsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers"], "delivered without its metadata")]
 #[case::borrows_metadata(Defect::BorrowsMetadata, &["subscribe.acked-not-redelivered", "certification.concurrent-publishers", "publish.concurrent-fidelity"], "carries another message's metadata")]
 #[case::counts_attempts_across_groups(Defect::CountsAttemptsAcrossGroups, &["subscribe.group-isolation"], "attempts not counted per group")]
+// Only the bystander dimension sees what these do to a group without members: the
+// group-isolation and fan-out cases, whose groups all have members, pass them
+// (`bystander_defects_pass_where_every_group_has_members`).
+#[case::settles_dead_letters_for_idle_groups(Defect::SettlesDeadLettersForIdleGroups, &["dead-letter.max-deliveries", "dead-letter.drop", "bulk-subscribe.exhausted-dead-lettered"], "bystander group")]
+#[case::counts_delayed_retries_for_idle_groups(Defect::CountsDelayedRetriesForIdleGroups, &["retry.delay"], "attempts are counted across groups")]
 #[case::delivers_late(Defect::DeliversLate, &["delay.deliver-after", "delay.deliver-at"], "late")]
 #[case::pretends_to_extend_lease(Defect::PretendsToExtendLease, &["delay.beyond-lease"], "redelivered after acknowledgement")]
 #[case::forgets_while_empty(Defect::ForgetsWhileEmpty, &["subscribe.group-without-members"], "lost while the group had no member")]
@@ -154,8 +167,7 @@ async fn faulty_component_fails_the_cases_it_breaks(
             describe(&passed)
         );
 
-        let faulty = Runtime::new("faulty", Faulty::shared(memory(), defect));
-        let failed = run_case(case, &faulty, &NO_RETRY).await;
+        let failed = run_faulty(defect, case).await;
         assert_eq!(
             failed.status,
             Status::Fail,
@@ -170,6 +182,29 @@ async fn faulty_component_fails_the_cases_it_breaks(
                 .iter()
                 .any(|f| f.to_lowercase().contains(&evidence.to_lowercase())),
             "{defect:?} failed {id}, but no finding mentions '{evidence}':\n{text}"
+        );
+    }
+}
+
+/// The defects only the bystander dimension catches pass the cases whose groups all
+/// have members: what they break needs a group that exists without one.
+#[rstest]
+#[case::settles_dead_letters_for_idle_groups(Defect::SettlesDeadLettersForIdleGroups)]
+#[case::counts_delayed_retries_for_idle_groups(Defect::CountsDelayedRetriesForIdleGroups)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bystander_defects_pass_where_every_group_has_members(#[case] defect: Defect) {
+    for id in [
+        "subscribe.group-isolation",
+        "subscribe.fan-out",
+        "subscribe.group-without-members",
+    ] {
+        let case = find(id).unwrap_or_else(|| panic!("no case {id} in the catalogue"));
+        let result = run_faulty(defect, case).await;
+        assert_eq!(
+            result.status,
+            Status::Pass,
+            "{defect:?} is meant for the bystander alone, yet fails {id}:\n{}",
+            describe(&result)
         );
     }
 }

@@ -4,6 +4,7 @@
 use super::bound::BoundFn;
 use super::case::CaseFn;
 use super::certification::{self, broker, load, members, network};
+use super::returned_after;
 use super::{
     bulk_publish, bulk_subscribe, dead_letter, delay, envelope, groups, message_id, multi_topic,
     ordering, partitions, publish, retry, subscribe, topics, tracing, ttl,
@@ -113,10 +114,18 @@ pub(super) const BODIES: &[(&str, CaseFn)] = bodies! {
 /// Bounds that depend on a declaration in a way a rule's sum cannot say, by id.
 pub(super) const CUSTOM_BOUNDS: &[(&str, BoundFn)] = &[
     ("certification.consumer-leaves", |c| {
-        c.delivery_bound * 2 + c.redelivery_bound + members::returned_after(c)
+        c.delivery_bound * 2 + c.redelivery_bound + returned_after(c)
     }),
+    ("certification.retry-while-members-change", |c| {
+        c.redelivery_bound * 3 + c.delivery_bound * 3 + returned_after(c)
+    }),
+    // A second member may work the message as long again, where that is declared.
     ("certification.slow-handler", |c| {
-        load::slow_handler_time(c) + c.redelivery_bound * 2 + c.delivery_bound * 2
+        let handlers = if c.redelivers_slow_handlers { 2 } else { 1 };
+        load::slow_handler_time(c) * handlers + c.redelivery_bound * 2 + c.delivery_bound * 2
+    }),
+    ("subscribe.group-without-members", |c| {
+        c.delivery_bound * 3 + returned_after(c)
     }),
     ("ttl.live-late-in-life", |c| {
         ttl::late_ttl(c) + c.delivery_bound

@@ -81,6 +81,9 @@ pub struct Case {
     pub injects: &'static [Injects],
     /// Where `certify` runs it among the other cases of its component.
     pub lane: Lane,
+    /// Whether it runs with a bystander group (see [`crate::bystander`]) where the
+    /// component has several groups on a topic.
+    pub bystander: bool,
     pub bound: Bound,
     pub run: CaseFn,
 }

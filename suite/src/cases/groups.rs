@@ -1,6 +1,6 @@
 //! groups.*: every character class a group name may hold names its own group.
 
-use super::topics::{clear_refusal, names, received};
+use super::topics::{names, received, refusal_flaw};
 use crate::context::CaseContext;
 use crate::history::History;
 use crate::outcome::{is_beyond_remote_api, CaseError, CaseRun};
@@ -46,12 +46,14 @@ pub(super) async fn distinct_groups(ctx: CaseContext) -> CaseRun {
                     subscribed.len()
                 )))
             }
-            Err(e) if clear_refusal(&e, group) => refused.push(format!("{label} ({group}): {e}")),
-            Err(e) => {
-                return Err(CaseError::Component(format!(
-                    "subscribing group {group} ({label}) failed without saying the name is refused: {e}"
-                )))
-            }
+            Err(e) => match refusal_flaw(&e, group) {
+                None => refused.push(format!("{label} ({group}): {e}")),
+                Some(flaw) => {
+                    return Err(CaseError::Component(format!(
+                        "subscribing group {group} ({label}) failed, but not as a clear refusal of the name ({flaw}): {e}"
+                    )))
+                }
+            },
         }
     }
     let keys = ctx.publish_numbered(&topic, "m", GROUP_MESSAGES).await?;

@@ -50,6 +50,8 @@ struct Entry {
     lane: Lane,
     #[serde(default)]
     injects: Vec<Injects>,
+    #[serde(default)]
+    bystander: bool,
     bound: String,
 }
 
@@ -101,6 +103,7 @@ fn case_of(entry: &'static Entry) -> Case {
         level: entry.level,
         injects: &entry.injects,
         lane: entry.lane,
+        bystander: entry.bystander,
         bound,
         run,
     }
@@ -165,6 +168,18 @@ pub(super) async fn after_refusals(
     }
     subscription.stop().await;
     Ok(ctx.check(&ctx.criteria()))
+}
+
+/// How long a closed member's unacknowledged messages may take to return beyond the
+/// redelivery bound: its lease, where the component declares they return only then.
+/// The declaration covers reads still in flight when the member closed, and what they
+/// fetch after it.
+pub(super) fn returned_after(caps: &Capabilities) -> std::time::Duration {
+    if caps.returns_on_close {
+        std::time::Duration::ZERO
+    } else {
+        caps.lease
+    }
 }
 
 /// Lets a `ttlInSeconds` of 1 pass, by the clock tolerance and a little more: waiting

@@ -29,17 +29,27 @@ pub(super) fn names(base: &str) -> Vec<(String, String)> {
     names
 }
 
-/// Whether a refusal names the problem as the contract asks (an invalid or
-/// unsupported name, saying which), from the component: a remote path's own limit
-/// is not one.
-pub(super) fn clear_refusal(error: &pubsub_components::PubSubError, topic: &str) -> bool {
+/// What keeps an error from being the clear refusal of a name the contract asks for
+/// (an invalid or unsupported name, from the component, saying which); `None` when it
+/// is one. A remote path's own limit is not one.
+pub(super) fn refusal_flaw(error: &pubsub_components::PubSubError, name: &str) -> Option<String> {
     let text = error.to_string();
-    !is_beyond_remote_api(error)
-        && matches!(
-            error.kind(),
-            ErrorKind::InvalidRequest | ErrorKind::Unsupported
-        )
-        && (text.contains(topic) || text.contains(&topic[..topic.len().min(32)]))
+    if is_beyond_remote_api(error) {
+        return Some("it is a limit of the remote path, not a refusal of the name".into());
+    }
+    if !matches!(
+        error.kind(),
+        ErrorKind::InvalidRequest | ErrorKind::Unsupported
+    ) {
+        return Some(format!(
+            "its error kind is {:?}; a refused name is InvalidRequest or Unsupported",
+            error.kind()
+        ));
+    }
+    if !(text.contains(name) || text.contains(&name[..name.len().min(32)])) {
+        return Some(format!("its error does not name {name}"));
+    }
+    None
 }
 
 pub(super) async fn distinct_names(ctx: CaseContext) -> CaseRun {
@@ -70,15 +80,17 @@ pub(super) async fn distinct_names(ctx: CaseContext) -> CaseRun {
                         ctx.group("shared")
                     )))
                 }
-                Err(e) if clear_refusal(&e, topic) => {
-                    refused.push(format!("{label} ({topic}): {e}"));
-                    continue 'names;
-                }
-                Err(e) => {
-                    return Err(CaseError::Component(format!(
-                        "subscribing to {topic} ({label}) failed without saying the name is refused: {e}"
-                    )))
-                }
+                Err(e) => match refusal_flaw(&e, topic) {
+                    None => {
+                        refused.push(format!("{label} ({topic}): {e}"));
+                        continue 'names;
+                    }
+                    Some(flaw) => {
+                        return Err(CaseError::Component(format!(
+                            "subscribing to {topic} ({label}) failed, but not as a clear refusal of the name ({flaw}): {e}"
+                        )))
+                    }
+                },
             }
         }
         subscribed.push((label.clone(), topic.clone()));
@@ -90,7 +102,7 @@ pub(super) async fn distinct_names(ctx: CaseContext) -> CaseRun {
             Ok(_) => {
                 published.insert(label.clone(), topic.clone());
             }
-            Err(e) if clear_refusal(&e, topic) => publish_refusals.push(format!(
+            Err(e) if refusal_flaw(&e, topic).is_none() => publish_refusals.push(format!(
                 "{label} ({topic}): subscribing was accepted but publishing refused: {e}"
             )),
             Err(e) => {

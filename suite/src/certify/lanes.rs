@@ -448,6 +448,7 @@ pub(super) fn run_options_for(
     RunOptions {
         retries: if expected { 0 } else { options.run.retries },
         seed: options.run.seed,
+        bystander: options.run.bystander,
         save: options.histories.as_ref().map(|dir| crate::runner::SaveTo {
             dir: dir.clone(),
             component: component.to_string(),

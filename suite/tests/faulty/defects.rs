@@ -149,6 +149,14 @@ pub enum Defect {
     /// Counts a message's attempts across groups: a retry in one group raises the
     /// attempt another group sees (its first delivery there comes as attempt 2).
     CountsAttemptsAcrossGroups,
+    /// Dead-lettering a message in one group also settles it for the topic's groups
+    /// that have no member connected at that moment (a broker whose dead-letter move
+    /// takes the message off the topic): a group subscribed later never gets it.
+    SettlesDeadLettersForIdleGroups,
+    /// A retry with a delay of a second or more (moved to the topic's delay queue)
+    /// adds to the attempt count of the topic's groups that have no member connected at
+    /// that moment: their first delivery comes as a later attempt.
+    CountsDelayedRetriesForIdleGroups,
     /// No violation: declares a 1 s lease, after which the broker takes back what a
     /// member has not settled, and cannot extend it (`extend_lease` refuses): the
     /// runtime must defer delayed messages rather than hold them past the lease.

@@ -2,6 +2,7 @@
 //! hands its messages on, and nothing reaches a closed consumer.
 
 use super::{delivered_to, listed};
+use crate::cases::returned_after;
 use crate::context::CaseContext;
 use crate::fault_injection::Faults;
 use crate::fault_proxy::NetworkFault;
@@ -14,16 +15,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// How long a closed member's unacknowledged messages may take to return beyond the
-/// redelivery bound: its lease, where the component declares they return only then.
-pub(in crate::cases) fn returned_after(caps: &pubsub_components::Capabilities) -> Duration {
-    if caps.returns_on_close {
-        Duration::ZERO
-    } else {
-        caps.lease
-    }
-}
 
 pub(in crate::cases) async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
@@ -422,14 +413,16 @@ pub(in crate::cases) async fn retry_while_members_change(ctx: CaseContext) -> Ca
             })
             .collect()
     };
+    // What the visiting member held returns with the redelivery bound, or its lease
+    // where the component declares that a closed member's messages return only then
+    // (reads still in flight when it closed included).
+    let window =
+        ctx.caps.redelivery_bound * 3 + ctx.caps.delivery_bound * 2 + returned_after(&ctx.caps);
     ctx.recorder
-        .wait_until(
-            ctx.within(ctx.caps.redelivery_bound * 3 + ctx.caps.delivery_bound * 2),
-            |h| {
-                let done = handled(h);
-                keys.iter().all(|k| done.contains(k))
-            },
-        )
+        .wait_until(ctx.within(window), |h| {
+            let done = handled(h);
+            keys.iter().all(|k| done.contains(k))
+        })
         .await;
     staying.stop().await;
     let history = ctx.recorder.history();
@@ -442,7 +435,7 @@ pub(in crate::cases) async fn retry_while_members_change(ctx: CaseContext) -> Ca
     let lost: Vec<&String> = keys.iter().filter(|k| !done.contains(*k)).collect();
     outcome.expect(lost.is_empty(), || {
         format!(
-            "lost: {} messages were never handled successfully (every message succeeds on its second delivery): {}",
+            "not handled within {window:?} of the visiting member leaving: {} messages (every message succeeds on its second delivery): {}",
             lost.len(),
             listed(&lost)
         )

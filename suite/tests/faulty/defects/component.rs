@@ -2,7 +2,7 @@
 //! wrong (the publish path in published.rs, the partitions in partitions.rs, each
 //! consumer in consumer.rs).
 
-use super::consumer::{FaultyConsumer, Leak, RetriesByGroup, FAULTY_LEASE};
+use super::consumer::{FaultyConsumer, IdleGroups, Leak, RetriesByGroup, FAULTY_LEASE};
 use super::{partitions, Defect};
 use async_trait::async_trait;
 use pubsub_components::memory::MemoryComponent;
@@ -35,6 +35,7 @@ pub struct Faulty {
     pub(super) last_envelope_id: Mutex<Option<String>>,
     acks: Arc<AtomicU64>,
     membership: Arc<Mutex<Membership>>,
+    idle: Arc<Mutex<IdleGroups>>,
 }
 
 impl Faulty {
@@ -49,7 +50,19 @@ impl Faulty {
             last_envelope_id: Mutex::new(None),
             acks: Arc::new(AtomicU64::new(0)),
             membership: Arc::new(Mutex::new(Membership::default())),
+            idle: Arc::default(),
         })
+    }
+}
+
+impl Faulty {
+    /// Notes that `spec`'s group exists on its topic.
+    fn note_group(&self, spec: &ConsumerSpec) {
+        if let TopicSelector::Single(topic) = &spec.topics {
+            let mut idle = self.idle.lock().unwrap();
+            let groups = idle.groups.entry(topic.clone()).or_default();
+            groups.insert(spec.group.clone());
+        }
     }
 }
 
@@ -100,6 +113,13 @@ impl Component for Faulty {
 
     async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {
         self.refuse_exact_maximum(&message)?;
+        if let Some(original) = message.metadata.get("originalTopic") {
+            let mut idle = self.idle.lock().unwrap();
+            *idle
+                .dead_letters_pending
+                .entry(original.clone())
+                .or_default() += 1;
+        }
         self.inner.publish(self.corrupt(message)).await
     }
 
@@ -152,6 +172,7 @@ impl Component for Faulty {
             _ => {}
         }
         let inner = self.inner.consumer(spec.clone()).await?;
+        self.note_group(&spec);
         let opened_at = SystemTime::now();
         let forget_since = {
             let mut membership = self.membership.lock().unwrap();
@@ -174,6 +195,7 @@ impl Component for Faulty {
             forget_since,
             acks: self.acks.clone(),
             membership: self.membership.clone(),
+            idle: self.idle.clone(),
             receiver_delay: spec.receiver_delay,
             first_seen: Mutex::new(HashMap::new()),
             blocked_until: Mutex::new(None),
@@ -184,6 +206,11 @@ impl Component for Faulty {
             leaked: Mutex::new(HashSet::new()),
             handed_at: Mutex::new(HashMap::new()),
         }))
+    }
+
+    async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
+        self.note_group(spec);
+        self.inner.create_group(spec).await
     }
 
     async fn create_topic(&self, topic: &str, partitions: u32) -> Result<()> {

@@ -27,6 +27,7 @@ pub(super) struct FaultyConsumer {
     pub(super) forget_since: Option<SystemTime>,
     pub(super) acks: Arc<AtomicU64>,
     pub(super) membership: Arc<Mutex<Membership>>,
+    pub(super) idle: Arc<Mutex<IdleGroups>>,
     pub(super) receiver_delay: Option<Duration>,
     /// When each message was first received, for [`Defect::DelaysFromReceipt`].
     pub(super) first_seen: Mutex<HashMap<MessageId, SystemTime>>,
@@ -45,6 +46,22 @@ pub(super) struct FaultyConsumer {
     pub(super) leaked: Mutex<HashSet<MessageId>>,
     /// For the lease defects: when each unsettled message was handed out.
     pub(super) handed_at: Mutex<HashMap<MessageId, Instant>>,
+}
+
+/// The groups of each topic and what the defects that reach idle groups did to them
+/// ([`Defect::SettlesDeadLettersForIdleGroups`],
+/// [`Defect::CountsDelayedRetriesForIdleGroups`]).
+#[derive(Default)]
+pub(super) struct IdleGroups {
+    /// topic -> the groups created or subscribed on it
+    pub(super) groups: HashMap<String, HashSet<String>>,
+    /// message -> the groups it was settled for while they had no member
+    pub(super) settled: HashMap<MessageId, HashSet<String>>,
+    /// (message, group) -> retries counted for the group while it had no member
+    pub(super) retries: HashMap<(MessageId, String), u32>,
+    /// topic -> dead letters published of its messages whose originals have not been
+    /// acknowledged yet
+    pub(super) dead_letters_pending: HashMap<String, usize>,
 }
 
 /// Retries of each message, by the group that answered them.
@@ -70,6 +87,55 @@ impl FaultyConsumer {
     fn settled(&self, id: &MessageId) {
         self.held.lock().unwrap().remove(id);
         self.handed_at.lock().unwrap().remove(id);
+    }
+
+    /// The other groups of `id`'s topic with no member connected now.
+    fn idle_groups(&self, id: &MessageId) -> Vec<String> {
+        let Some(topic) = &id.topic else {
+            return Vec::new();
+        };
+        let membership = self.membership.lock().unwrap();
+        let idle = self.idle.lock().unwrap();
+        idle.groups
+            .get(topic)
+            .into_iter()
+            .flatten()
+            .filter(|g| **g != self.group)
+            .filter(|g| {
+                membership
+                    .groups
+                    .get(*g)
+                    .is_none_or(|(members, _)| *members == 0)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// What the idle-group defects make of an ack (`retry_delay` `None`) or a retry of
+    /// `id` here.
+    fn reach_idle_groups(&self, id: &MessageId, retry_delay: Option<Duration>) {
+        let groups = self.idle_groups(id);
+        let mut idle = self.idle.lock().unwrap();
+        match (self.defect, retry_delay) {
+            // The runtime acknowledges a dead-lettered message right after publishing
+            // its dead letter.
+            (Defect::SettlesDeadLettersForIdleGroups, None) => {
+                let topic = id.topic.clone().unwrap_or_default();
+                let pending = idle.dead_letters_pending.entry(topic).or_default();
+                if *pending > 0 {
+                    *pending -= 1;
+                    idle.settled.entry(id.clone()).or_default().extend(groups)
+                }
+            }
+            (Defect::CountsDelayedRetriesForIdleGroups, Some(delay))
+                if delay >= Duration::from_secs(1) =>
+            {
+                for group in groups {
+                    *idle.retries.entry((id.clone(), group)).or_insert(0) += 1;
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -142,6 +208,7 @@ impl Consumer for FaultyConsumer {
 
     async fn ack(&self, id: &MessageId) -> Result<()> {
         self.settled(id);
+        self.reach_idle_groups(id, None);
         if self.settles_leaked(id) {
             return Ok(());
         }
@@ -167,6 +234,7 @@ impl Consumer for FaultyConsumer {
 
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
         self.settled(id);
+        self.reach_idle_groups(id, Some(delay));
         if self.settles_leaked(id) {
             return Ok(());
         }

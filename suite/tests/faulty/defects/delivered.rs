@@ -17,6 +17,23 @@ impl FaultyConsumer {
         MemoryComponent::default().capabilities().delay_precision * 2
     }
 
+    /// `messages` but those `gone` picks, which are acknowledged and never handed out.
+    async fn withhold(
+        &self,
+        messages: Vec<ReceivedMessage>,
+        gone: impl Fn(&ReceivedMessage) -> bool,
+    ) -> Result<Vec<ReceivedMessage>> {
+        let mut kept = Vec::new();
+        for message in messages {
+            if gone(&message) {
+                self.inner.ack(&message.id).await?;
+            } else {
+                kept.push(message);
+            }
+        }
+        Ok(kept)
+    }
+
     /// `messages` as the defect hands them out.
     pub(super) async fn distort(
         &self,
@@ -70,18 +87,13 @@ impl FaultyConsumer {
                 }
             }
             Defect::ForgetsWhileEmpty => {
-                let mut kept = Vec::new();
-                for message in messages {
-                    let forgotten = self.forget_since.is_some_and(|since| {
-                        message.publish_time >= since && message.publish_time < self.opened_at
-                    });
-                    if forgotten {
-                        self.inner.ack(&message.id).await?;
-                    } else {
-                        kept.push(message);
-                    }
-                }
-                messages = kept;
+                messages = self
+                    .withhold(messages, |message| {
+                        self.forget_since.is_some_and(|since| {
+                            message.publish_time >= since && message.publish_time < self.opened_at
+                        })
+                    })
+                    .await?;
             }
             Defect::LosesEmptyValuesAfterWait => {
                 let now = SystemTime::now();
@@ -109,6 +121,23 @@ impl FaultyConsumer {
                         }
                     }
                     *last = Some(own);
+                }
+            }
+            Defect::SettlesDeadLettersForIdleGroups => {
+                let settled = self.idle.lock().unwrap().settled.clone();
+                messages = self
+                    .withhold(messages, |message| {
+                        settled
+                            .get(&message.id)
+                            .is_some_and(|groups| groups.contains(&self.group))
+                    })
+                    .await?;
+            }
+            Defect::CountsDelayedRetriesForIdleGroups => {
+                let idle = self.idle.lock().unwrap();
+                for message in &mut messages {
+                    let key = (message.id.clone(), self.group.clone());
+                    message.attempt += idle.retries.get(&key).copied().unwrap_or(0);
                 }
             }
             Defect::CountsAttemptsAcrossGroups => {
