@@ -227,6 +227,24 @@ pub trait Component: Send + Sync + 'static {
     /// The broker and its version, for the report's evidence.
     async fn broker_version(&self) -> Result<String>;
 
+    /// The client library the component reaches its broker through, with its version
+    /// (`librdkafka 2.12.1`), where a defect may be the library's: an expected failure
+    /// can name it. `None` (the default): nothing worth naming.
+    fn client_version(&self) -> Option<String> {
+        None
+    }
+
+    /// What the report says of the broker: [`Component::broker_version`], with the
+    /// client library's version where the component names one
+    /// (`...; client librdkafka 2.12.1`).
+    async fn version_text(&self) -> Result<String> {
+        let broker = self.broker_version().await?;
+        Ok(match self.client_version() {
+            Some(client) => format!("{broker}; client {client}"),
+            None => broker,
+        })
+    }
+
     /// What the broker lacks that the component needs (a command, a queue argument),
     /// checked before anything is certified: e.g. "needs Redis >= 6.2 (XAUTOCLAIM);
     /// the broker answered: ERR unknown command 'XAUTOCLAIM'". `None`: nothing lacking

@@ -18,8 +18,14 @@ pub struct Expected {
     /// The case id.
     pub case: String,
     /// The start of the broker version the defect was seen on, as the component
-    /// reports it (e.g. `RabbitMQ 3.10.8`).
+    /// reports it (e.g. `RabbitMQ 3.10.8`); empty: any broker.
+    #[serde(default)]
     pub broker: String,
+    /// The client library and the start of its version the defect was seen with, as
+    /// the component names it (e.g. `librdkafka 2.12`): the entry holds only with it.
+    /// An entry names a broker, a client, or both.
+    #[serde(default)]
+    pub client: Option<String>,
     /// What goes wrong, and where the evidence is.
     pub reason: String,
     /// The defect shows in some runs only (as web-platform-tests' `[FAIL, PASS]`):
@@ -108,9 +114,10 @@ impl Expectations {
                     entry.case
                 );
             }
-            if entry.broker.trim().is_empty() || entry.reason.trim().is_empty() {
+            let names_client = entry.client.as_ref().is_some_and(|c| !c.trim().is_empty());
+            if (entry.broker.trim().is_empty() && !names_client) || entry.reason.trim().is_empty() {
                 bail!(
-                    "{}: the entry for '{}' needs a broker version and a reason",
+                    "{}: the entry for '{}' needs a broker or client version and a reason",
                     path.display(),
                     entry.case
                 );
@@ -153,6 +160,9 @@ impl Expectations {
             e.case == case
                 && (broker_version.starts_with(e.broker.as_str())
                     || broker_version.contains(&format!(" on {}", e.broker)))
+                && e.client
+                    .as_ref()
+                    .is_none_or(|client| broker_version.contains(&format!("client {client}")))
         })
     }
 
@@ -160,15 +170,19 @@ impl Expectations {
     /// text a cell carries.
     pub fn for_cell(&self, case: &str, broker_version: &str) -> Option<String> {
         let entry = self.entry(case, broker_version)?;
+        let seen_on = match (&entry.client, entry.broker.is_empty()) {
+            (Some(client), true) => format!("client {client}"),
+            (Some(client), false) => format!("{}, client {client}", entry.broker),
+            (None, _) => entry.broker.clone(),
+        };
         Some(format!(
-            "{}{} (seen on {}; {})",
+            "{}{} (seen on {seen_on}; {})",
             if entry.intermittent {
                 "intermittent: "
             } else {
                 ""
             },
             entry.reason,
-            entry.broker,
             entry.source.display()
         ))
     }
@@ -236,6 +250,42 @@ mod tests {
             .unwrap()
             .entries
             .is_empty());
+    }
+
+    #[test]
+    fn an_entry_naming_a_client_library_holds_with_that_client_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let definition = write(
+            dir.path(),
+            "expectations:\n  - case: publish.delivery\n    client: librdkafka 2.12\n    reason: the library drops it\n  - case: publish.fidelity\n    broker: tansu 0.6\n    client: librdkafka 2.12\n    reason: both\n",
+        );
+        let expectations = Expectations::load(&definition, "x").unwrap();
+        let with = "tansu 0.6.0; Kafka protocol at x; client librdkafka 2.12.1";
+        let cell = expectations.for_cell("publish.delivery", with).unwrap();
+        assert!(cell.contains("(seen on client librdkafka 2.12;"), "{cell}");
+        assert!(expectations
+            .for_cell("publish.delivery", "tansu 0.6.0; client librdkafka 2.13.0")
+            .is_none());
+        assert!(expectations
+            .for_cell("publish.delivery", "tansu 0.6.0")
+            .is_none());
+        let both = expectations.for_cell("publish.fidelity", with).unwrap();
+        assert!(
+            both.contains("(seen on tansu 0.6, client librdkafka 2.12;"),
+            "{both}"
+        );
+        assert!(expectations
+            .for_cell("publish.fidelity", "tansu 0.7.0; client librdkafka 2.12.1")
+            .is_none());
+        let neither = write(
+            dir.path(),
+            "expectations:\n  - case: publish.delivery\n    reason: something\n",
+        );
+        let error = Expectations::load(&neither, "x").unwrap_err().to_string();
+        assert!(
+            error.contains("needs a broker or client version"),
+            "{error}"
+        );
     }
 
     #[test]

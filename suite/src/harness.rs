@@ -279,7 +279,7 @@ where
                     let (component, environment) = build(case)
                         .await
                         .map_err(|e| Failed::from(format!("cannot build the component: {e}")))?;
-                    let version = component.broker_version().await.ok();
+                    let version = component.version_text().await.ok();
                     let runtime = Runtime::new(name, component);
                     let expectations = match &environment.definition {
                         Some(definition) => {

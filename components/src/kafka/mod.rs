@@ -307,6 +307,13 @@ impl KafkaConfig {
 
 #[async_trait]
 impl Component for Kafka {
+    fn client_version(&self) -> Option<String> {
+        Some(format!(
+            "librdkafka {}",
+            rdkafka::util::get_rdkafka_version().1
+        ))
+    }
+
     async fn broker_version(&self) -> Result<String> {
         let (cluster, brokers) = self.cluster().await?;
         Ok(format!(

@@ -36,7 +36,7 @@ impl Controlled {
             .broker
             .clone()
             .ok_or_else(|| "the component needs no broker".to_string())?;
-        let version = provisioned.component.broker_version().await.ok();
+        let version = provisioned.component.version_text().await.ok();
         let environment =
             CaseEnvironment::of_component(provisioned.broker.clone(), component).wrapped(wrap);
         let runtime = environment

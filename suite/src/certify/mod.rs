@@ -281,7 +281,7 @@ async fn certify_component(
             return (vec![report], shut_down(&provisioned).await);
         }
     };
-    let broker_version = provisioned.component.broker_version().await.ok();
+    let broker_version = provisioned.component.version_text().await.ok();
     // Where the protocol does not name the broker's software, provisioning does.
     let software = provisioned.broker.as_ref().and_then(|b| b.software());
     let broker_version = match (software, broker_version) {

@@ -95,6 +95,43 @@ async fn redis_ack_in_one_group_deletes_the_entry_for_every_other_group() {
     );
 }
 
+/// A receive dropped while its `XREADGROUP ... BLOCK` waits on an empty stream is not
+/// withdrawn from Redis: the entry published next goes to that abandoned read, into the
+/// member's pending entries, and neither the member's next receive nor another member of
+/// the group gets it until the reclaim after ack_deadline_ms (catalogue:
+/// subscribe.cancelled-receive, which judges within the delivery bound).
+#[tokio::test]
+async fn redis_dropped_receive_strands_the_next_entry_until_the_ack_deadline() {
+    let stream = unique("dropped-receive");
+    create_group(&stream, "g").await;
+    let (producer, mut member) = RedisBackend::builder(redis_config(&stream, "g", "m1", 60_000))
+        .build_pair()
+        .await
+        .unwrap();
+    let mut other = RedisBackend::builder(redis_config(&stream, "g", "m2", 60_000))
+        .build_consumer()
+        .await
+        .unwrap();
+
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        member.receive_all(10, Duration::from_secs(5)),
+    )
+    .await;
+    assert!(dropped.is_err(), "the receive waits on the empty stream");
+    producer.send_raw(b"after a dropped receive").await.unwrap();
+    let next = member
+        .receive_all(10, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let elsewhere = other.receive_all(10, Duration::from_secs(2)).await.unwrap();
+
+    assert!(
+        next.is_empty() && elsewhere.is_empty(),
+        "fixed: the entry published after a dropped receive reached a member"
+    );
+}
+
 /// `receive_all(n, Duration::ZERO)` sends `XREADGROUP ... BLOCK 0`, which Redis reads
 /// as "wait for ever": on an empty stream the call does not return, where the
 /// in-memory backend returns at once with nothing.
