@@ -94,7 +94,7 @@ fn a_bad_kafka_definition_is_refused_naming_the_field(#[case] text: &str, #[case
 )]
 #[case::no_reason(
     "expectations:\n  - case: publish.delivery\n    broker: x\n    reason: \" \"\n",
-    "needs a broker version and a reason"
+    "needs a broker or client version and a reason"
 )]
 #[case::not_a_list("expectations: yes\n", "not an expectations file")]
 #[case::no_such_path(
