@@ -176,8 +176,9 @@ impl Bystander {
                 .filter(|k| attempts_of(topic, k).is_empty())
                 .collect();
             delivered += keys.len() - missing.len();
+            // Not within a bound: a busy machine can cause it, as other lateness.
             if !missing.is_empty() {
-                seen.findings.push(format!(
+                seen.fail_timing(format!(
                     "bystander group: {} of {} messages published to {topic} after a second group was created there never reached that group within {within:?} of its subscribing (it answered SUCCESS to everything; alone it gets each once), so what the case's own groups did changed another group's messages: {}",
                     missing.len(),
                     keys.len(),

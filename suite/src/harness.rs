@@ -293,6 +293,13 @@ where
                     let listed = version
                         .as_deref()
                         .is_some_and(|v| expectations.entry(case.id, v).is_some());
+                    // This cell's attempts only: the file of an earlier run is replaced, not
+                    // appended to, so that `check` judges what the report says.
+                    let _ = std::fs::remove_file(crate::replay::history_path(
+                        &report_dir(),
+                        &name_for_report,
+                        case.id,
+                    ));
                     let options = RunOptions {
                         retries: if listed {
                             0

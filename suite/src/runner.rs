@@ -551,9 +551,7 @@ async fn run_once(
                 let seen = bystander
                     .conclude(runtime, &recorder.history(), caps.delivery, within)
                     .await;
-                o.findings.extend(seen.findings);
-                o.warnings.extend(seen.warnings);
-                o.notes.extend(seen.notes);
+                o = o.merge(seen);
             }
             Attempt::Judged(o)
         }
