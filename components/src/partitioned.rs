@@ -129,11 +129,30 @@ impl Partitioned {
 impl Partitioned {
     /// The spec as the broker sees it: a partitioned topic covers its partitions'
     /// topics (a group is created and consumed under the same selector).
+    ///
+    /// A list names each partitioned topic's partitions as they are now (a list has no
+    /// wildcard to cover partitions added later); a pattern covers partitions' topics
+    /// as it covers any topic.
     async fn broker_spec(&self, mut spec: ConsumerSpec) -> Result<ConsumerSpec> {
-        if let TopicSelector::Single(topic) = &spec.topics {
-            if self.count(topic).await?.is_some() {
-                spec.topics = TopicSelector::Pattern(format!("{topic}{SEPARATOR}*"));
+        match &spec.topics {
+            TopicSelector::Single(topic) => {
+                if self.count(topic).await?.is_some() {
+                    spec.topics = TopicSelector::Pattern(format!("{topic}{SEPARATOR}*"));
+                }
             }
+            TopicSelector::List(topics) => {
+                let mut broker_topics = Vec::with_capacity(topics.len());
+                for topic in topics {
+                    match self.count(topic).await? {
+                        Some(count) => {
+                            broker_topics.extend((0..count).map(|p| partition_topic(topic, p)))
+                        }
+                        None => broker_topics.push(topic.clone()),
+                    }
+                }
+                spec.topics = TopicSelector::List(broker_topics);
+            }
+            TopicSelector::Pattern(_) => {}
         }
         Ok(spec)
     }
@@ -229,7 +248,13 @@ impl Component for Partitioned {
 
     async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
         let spec = self.broker_spec(spec).await?;
-        let partitioned = matches!(&spec.topics, TopicSelector::Pattern(p) if p.ends_with(&format!("{SEPARATOR}*")));
+        // Ids name the logical topic and partition wherever a partition's topic may
+        // be covered: any pattern, and the selectors broker_spec expanded.
+        let partitioned = match &spec.topics {
+            TopicSelector::Single(_) => false,
+            TopicSelector::List(topics) => topics.iter().any(|t| split(t).is_some()),
+            TopicSelector::Pattern(_) => true,
+        };
         let inner = self.inner.consumer(spec).await?;
         Ok(Box::new(PartitionedConsumer { inner, partitioned }))
     }

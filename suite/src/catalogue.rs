@@ -63,10 +63,20 @@ mod tests {
         let mut seen = HashSet::new();
         for case in catalogue() {
             assert!(seen.insert(case.id), "duplicate id {}", case.id);
+            // A partitioned twin is its case's id with `@partitioned`.
+            let base = case
+                .id
+                .strip_suffix(crate::cases::TWIN_SUFFIX)
+                .unwrap_or(case.id);
+            assert_eq!(
+                base != case.id,
+                case.partitions.is_some(),
+                "{}: only a partitioned twin's id ends in @partitioned",
+                case.id
+            );
             assert!(
-                case.id.contains('.')
-                    && case
-                        .id
+                base.contains('.')
+                    && base
                         .chars()
                         .all(|c| c.is_ascii_lowercase() || c == '.' || c == '-'),
                 "malformed id {}",

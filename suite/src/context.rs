@@ -31,6 +31,9 @@ pub struct CaseContext {
     pub wrap: Option<crate::row_runtime::RuntimeWrapper>,
     /// The bystander group beside the case's own groups, when the case runs with one.
     pub bystander: Option<std::sync::Arc<crate::bystander::Bystander>>,
+    /// The partition count of the topics [`CaseContext::new_topic`] makes, in a
+    /// partitioned twin (see [`crate::catalogue::Case::partitions`]).
+    pub partitions: Option<u32>,
     prefix: String,
     deadline: Instant,
     /// How far the deadline has moved for time spent waiting on the broker's
@@ -84,7 +87,8 @@ impl CaseContext {
             connect: None,
             wrap: None,
             bystander: None,
-            prefix: format!("pcs-{}-{}", &run[..8], case_id.replace('.', "-")),
+            partitions: None,
+            prefix: format!("pcs-{}-{}", &run[..8], case_id.replace(['.', '@'], "-")),
             deadline: Instant::now() + bound,
             ack_time: AckTime::new(bound),
             seed,
@@ -99,6 +103,17 @@ impl CaseContext {
     /// A fresh topic name.
     pub fn topic(&self, label: &str) -> String {
         format!("{}-{label}", self.prefix)
+    }
+
+    /// A fresh topic laid out as the case's topology asks: created with the
+    /// partitioned twin's partitions, or (in one partition) left for its first
+    /// publish to create.
+    pub async fn new_topic(&self, label: &str) -> Result<String, CaseError> {
+        let topic = self.topic(label);
+        if let Some(partitions) = self.partitions {
+            self.create_topic(&topic, partitions).await?;
+        }
+        Ok(topic)
     }
 
     /// A fresh consumer-group name.

@@ -508,6 +508,7 @@ async fn run_once(
     context.broker = environment.broker.clone();
     context.connect = environment.connect.clone();
     context.wrap = environment.wrap.clone();
+    context.partitions = case.partitions;
     // Only where a topic can have several groups.
     let bystander = (bystander && case.bystander && runtime.capabilities().fan_out)
         .then(|| Arc::new(crate::bystander::Bystander::new(context.group("bystander"))));

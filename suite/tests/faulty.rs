@@ -91,6 +91,14 @@ fn assert_fails_saying(result: &CaseResult, broken: &dyn std::fmt::Debug, findin
 #[case::ignores_partition_updates_usage(Defect::IgnoresPartitionUpdates, &["partitions.update-seen"], "new partitions")]
 #[case::reorders_non_ascii_keys(Defect::ReordersNonAsciiKeys, &["ordering.key-space"], "reordered")]
 #[case::misroutes_keys(Defect::MisroutesKeys, &["partitions.key-routing"], "landed on partitions")]
+#[case::routes_bulk_entries_in_turn(Defect::RoutesBulkEntriesInTurn, &["partitions.key-routing"], "landed on partitions")]
+#[case::routes_long_keys_in_turn(Defect::RoutesLongKeysInTurn, &["partitions.key-routing"], "(1024 characters) landed on partitions")]
+// Only the partitioned twins see these: on topics of one partition they are right
+// (`topology_defects_pass_on_one_partition`).
+#[case::settles_on_partition_zero_acks(Defect::SettlesOnPartitionZero, &["multi-topic.ack-owner@partitioned"], "redelivered")]
+#[case::settles_on_partition_zero_round_trip(Defect::SettlesOnPartitionZero, &["message-id.round-trip@partitioned"], "acked through round-tripped ids came back")]
+#[case::settles_on_partition_zero_seeks(Defect::SettlesOnPartitionZero, &["multi-topic.seek@partitioned", "multi-topic.seek-publish-id@partitioned"], "other topics or partitions")]
+#[case::last_ids_per_topic(Defect::LastIdsPerTopic, &["multi-topic.last-message-ids@partitioned"], "last_message_ids returned")]
 #[case::drops_trace_context(Defect::DropsTraceContext, &["tracing.per-entry", "tracing.bulk-parent"], "traceparent")]
 #[case::no_redelivery(Defect::NoRedelivery, &["retry.redelivery", "bulk-subscribe.statuses", "bulk-subscribe.handler-error"], "not redelivered")]
 #[case::loses_unacked_on_leave(Defect::LosesUnackedOnLeave, &["certification.consumer-leaves"], "lost")]
@@ -182,6 +190,25 @@ async fn faulty_component_fails_the_cases_it_breaks(
                 .iter()
                 .any(|f| f.to_lowercase().contains(&evidence.to_lowercase())),
             "{defect:?} failed {id}, but no finding mentions '{evidence}':\n{text}"
+        );
+    }
+}
+
+/// The defects only the partitioned twins catch pass the cases they twin: on topics
+/// of one partition the defect does nothing wrong.
+#[rstest]
+#[case::settles_on_partition_zero(Defect::SettlesOnPartitionZero, &["multi-topic.ack-owner", "message-id.round-trip", "multi-topic.seek", "multi-topic.seek-publish-id", "multi-topic.ack-cumulative"])]
+#[case::last_ids_per_topic(Defect::LastIdsPerTopic, &["multi-topic.last-message-ids"])]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_defects_pass_on_one_partition(#[case] defect: Defect, #[case] case_ids: &[&str]) {
+    for id in case_ids {
+        let case = find(id).unwrap_or_else(|| panic!("no case {id} in the catalogue"));
+        let result = run_faulty(defect, case).await;
+        assert_eq!(
+            result.status,
+            Status::Pass,
+            "{defect:?} is right on one partition, so {id} must pass:\n{}",
+            describe(&result)
         );
     }
 }

@@ -358,7 +358,7 @@ pub(super) async fn metadata_merge(ctx: CaseContext) -> CaseRun {
 }
 
 pub(super) async fn keep_order(ctx: CaseContext) -> CaseRun {
-    let topic = ctx.topic("t");
+    let topic = ctx.new_topic("t").await?;
     const FAILING: usize = 12;
     let mut entries = Vec::new();
     for i in 0..30 {

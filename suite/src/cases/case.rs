@@ -84,6 +84,9 @@ pub struct Case {
     /// Whether it runs with a bystander group (see [`crate::bystander`]) where the
     /// component has several groups on a topic.
     pub bystander: bool,
+    /// The partition count of every topic the case makes, for a partitioned twin
+    /// (the topology dimension); `None`: topics as a publish creates them.
+    pub partitions: Option<u32>,
     pub bound: Bound,
     pub run: CaseFn,
 }

@@ -30,7 +30,7 @@ pub(super) async fn message_id_round_trip(ctx: CaseContext) -> CaseRun {
         }
     }
     // Delivered ids: owner topic named, and acceptable to ack after the round trip.
-    let topic = ctx.topic("t");
+    let topic = ctx.new_topic("t").await?;
     let group = ctx.group("g");
     let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), &group);
     ctx.create_consumer_group(&spec).await?;

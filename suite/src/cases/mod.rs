@@ -52,6 +52,9 @@ struct Entry {
     injects: Vec<Injects>,
     #[serde(default)]
     bystander: bool,
+    /// True: the case also runs as its partitioned twin (see [`partitioned_twin`]).
+    #[serde(default)]
+    topology: bool,
     bound: String,
 }
 
@@ -79,7 +82,49 @@ pub fn all() -> Vec<Case> {
         strays.is_empty(),
         "bodies.rs names cases catalogue.yaml does not list: {strays:?}"
     );
-    ENTRIES.iter().map(case_of).collect()
+    let mut cases = Vec::new();
+    for entry in ENTRIES.iter() {
+        let case = case_of(entry);
+        if entry.topology {
+            cases.push(partitioned_twin(&case));
+        }
+        cases.push(case);
+    }
+    cases
+}
+
+/// How many partitions the topics of a partitioned twin have.
+pub const TWIN_PARTITIONS: u32 = 4;
+
+/// The suffix of a partitioned twin's id.
+pub const TWIN_SUFFIX: &str = "@partitioned";
+
+/// The topology dimension: `case` again, on topics of [`TWIN_PARTITIONS`] partitions
+/// (for components that declare partitions), its id suffixed `@partitioned`. Its body
+/// is the case's own; its topics come from [`CaseContext::new_topic`], which creates
+/// them partitioned, and it judges ids, acknowledgements, seeks and order per owner
+/// partition, so that a component that confuses a topic with one of its partitions
+/// fails it. (Built once per catalogue: its texts live as long as the program.)
+fn partitioned_twin(case: &Case) -> Case {
+    let id: &'static str = Box::leak(format!("{}{TWIN_SUFFIX}", case.id).into_boxed_str());
+    let must: &'static str = Box::leak(
+        format!(
+            "{} (On topics of {TWIN_PARTITIONS} partitions, with ids, acknowledgements, seeks and order per partition.)",
+            case.must
+        )
+        .into_boxed_str(),
+    );
+    let mut requires = case.requires.to_vec();
+    if !requires.contains(&Feature::Partitions) {
+        requires.push(Feature::Partitions);
+    }
+    Case {
+        id,
+        must,
+        requires: Box::leak(requires.into_boxed_slice()),
+        partitions: Some(TWIN_PARTITIONS),
+        ..case.clone()
+    }
 }
 
 fn case_of(entry: &'static Entry) -> Case {
@@ -104,6 +149,7 @@ fn case_of(entry: &'static Entry) -> Case {
         injects: &entry.injects,
         lane: entry.lane,
         bystander: entry.bystander,
+        partitions: None,
         bound,
         run,
     }

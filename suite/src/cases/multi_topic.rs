@@ -65,7 +65,12 @@ pub(super) async fn ack_cumulative(ctx: CaseContext) -> CaseRun {
         ))
         .await
         .doing("opening the next member")?;
-    let mut back = keys_of(&receive(next.as_ref(), 7, ctx.delivery_deadline()).await?);
+    // Settled: what the owner of a-2 (its topic and partition) held up to it.
+    let settled =
+        |m: &ReceivedMessage| same_owner(&m.id, &target) && m.id.position <= target.position;
+    let mut expected: Vec<String> = got.iter().filter(|m| !settled(m)).map(key).collect();
+    expected.sort();
+    let mut back = keys_of(&receive(next.as_ref(), expected.len(), ctx.delivery_deadline()).await?);
     back.extend(keys_of(
         &drain(
             next.as_ref(),
@@ -77,9 +82,8 @@ pub(super) async fn ack_cumulative(ctx: CaseContext) -> CaseRun {
     let _ = next.close().await;
     back.sort();
     back.dedup();
-    let expected = ["a-3", "a-4", "b-0", "b-1", "b-2", "b-3", "b-4"];
     outcome.expect(back == expected, || {
-        format!("after a cumulative ack up to a-2, the next member got {back:?}; expected {expected:?} (a-0..a-2 acknowledged, nothing of {b})")
+        format!("after a cumulative ack up to a-2 ({target}), the next member got {back:?}; expected {expected:?} (what {} held up to a-2 acknowledged, nothing of another topic or partition)", owner_text(&target))
     });
     Ok(outcome)
 }
@@ -130,6 +134,29 @@ async fn drain(
 
 fn keys_of(messages: &[ReceivedMessage]) -> Vec<String> {
     messages.iter().map(key).collect()
+}
+
+/// Whether two ids name the same owner: topic and partition (no partition and
+/// partition 0 alike), what a cumulative ack, a seek and the last ids act on.
+fn same_owner(a: &MessageId, b: &MessageId) -> bool {
+    a.topic == b.topic && a.partition.unwrap_or(0) == b.partition.unwrap_or(0)
+}
+
+/// An id's owner as text: `topic` or `topic#partition`.
+fn owner_text(id: &MessageId) -> String {
+    id.owner().unwrap_or_else(|| "(no owner)".into())
+}
+
+/// The publish id of `key` with the topic it went to (PIP-224's
+/// `TopicMessageId.create`), whichever topic the component's publish id names.
+fn published_id(published: &[(String, MessageId)], key: &str, topic: &str) -> Option<MessageId> {
+    published
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, id)| MessageId {
+            topic: Some(topic.to_string()),
+            ..id.clone()
+        })
 }
 
 pub(super) async fn seek_refused(ctx: CaseContext) -> CaseRun {
@@ -193,20 +220,14 @@ pub(super) async fn seek_publish_id(ctx: CaseContext) -> CaseRun {
     let first = receive(consumer.as_ref(), 4, ctx.delivery_deadline()).await?;
     let mut outcome = Outcome::new();
     let publish_id = |key: &str| {
-        published
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, id)| id.clone())
+        let topic = if key.starts_with("a-") { &a } else { &b };
+        published_id(&published, key, topic)
     };
     let Some(target) = publish_id("a-2") else {
         outcome.fail("a-2 has no publish id");
         return Ok(outcome);
     };
-    // PIP-224's TopicMessageId.create: the publish id with its topic.
-    let target = MessageId {
-        topic: Some(a.clone()),
-        ..target
-    };
+    let sought = owner_text(&target);
     consumer
         .seek(&target)
         .await
@@ -215,54 +236,64 @@ pub(super) async fn seek_publish_id(ctx: CaseContext) -> CaseRun {
     // the broker may have to fetch it again), then whatever else comes.
     let mut rest = Vec::new();
     let deadline = ctx.delivery_deadline();
-    while !rest.iter().any(|m: &ReceivedMessage| m.topic() == a) && Instant::now() < deadline {
+    while !rest
+        .iter()
+        .any(|m: &ReceivedMessage| same_owner(&m.id, &target))
+        && Instant::now() < deadline
+    {
         let wait = deadline.saturating_duration_since(Instant::now());
         rest.extend(consumer.receive(64, wait).await.doing("receiving")?);
     }
     rest.extend(drain(consumer.as_ref(), Duration::from_millis(500), deadline).await?);
     let before: Vec<String> = keys_of(&first);
     let after: Vec<String> = keys_of(&rest);
-    let from_a: Vec<&String> = after.iter().filter(|k| k.starts_with("a-")).collect();
     outcome.note(format!("before the seek: {before:?}; after it: {after:?}"));
-    outcome.expect(from_a.first().map(|k| k.as_str()) == Some("a-2"), || {
-        format!(
-            "after seek to a-2's publish id the first message of {a} was {:?}",
-            from_a.first()
-        )
-    });
-    outcome.expect(!from_a.iter().any(|k| *k == "a-0" || *k == "a-1"), || {
-        format!("messages of {a} before the seek position came back: {from_a:?}")
-    });
-    let all_b: BTreeSet<String> = (0..5).map(|i| format!("b-{i}")).collect();
-    let seen_b: BTreeSet<String> = before
+    // From the sought owner (a's partition holding a-2): a-2 first, nothing before it.
+    let from_sought: Vec<&ReceivedMessage> =
+        rest.iter().filter(|m| same_owner(&m.id, &target)).collect();
+    outcome.expect(
+        from_sought.first().map(|m| key(m)).as_deref() == Some("a-2"),
+        || {
+            format!(
+                "after seek to a-2's publish id the first message of {sought} was {:?}",
+                from_sought.first().map(|m| key(m))
+            )
+        },
+    );
+    let earlier: Vec<String> = from_sought
         .iter()
-        .chain(&after)
-        .filter(|k| k.starts_with("b-"))
-        .cloned()
+        .filter(|m| m.id.position < target.position)
+        .map(|m| key(m))
         .collect();
-    let missing: Vec<&String> = all_b.difference(&seen_b).collect();
+    outcome.expect(earlier.is_empty(), || {
+        format!("messages of {sought} before the seek position came back: {earlier:?}")
+    });
+    // Every other owner (b; a's other partitions) untouched: nothing lost, nothing
+    // received before the seek delivered again.
+    let others: BTreeSet<String> = published
+        .iter()
+        .filter(|(k, _)| publish_id(k).is_some_and(|id| !same_owner(&id, &target)))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let seen: BTreeSet<String> = before.iter().chain(&after).cloned().collect();
+    let missing: Vec<&String> = others.difference(&seen).collect();
     outcome.expect(missing.is_empty(), || {
-        format!("the seek on {a} lost messages of {b}: {missing:?}")
+        format!("the seek on {sought} lost messages of other topics or partitions: {missing:?}")
     });
-    let repeated_b: Vec<&String> = after
+    let repeated: Vec<&String> = after
         .iter()
-        .filter(|k| k.starts_with("b-") && before.contains(k))
+        .filter(|k| others.contains(*k) && before.contains(k))
         .collect();
-    outcome.expect(repeated_b.is_empty(), || {
-        format!("the seek on {a} delivered received messages of {b} again: {repeated_b:?}")
+    outcome.expect(repeated.is_empty(), || {
+        format!("the seek on {sought} delivered received messages of other topics or partitions again: {repeated:?}")
     });
     // Acknowledge the sought messages through their publish ids with topic.
-    for key in ["a-2", "a-3", "a-4"] {
-        if !after.iter().any(|k| k == key) {
-            continue;
-        }
-        let id = MessageId {
-            topic: Some(a.clone()),
-            ..publish_id(key).expect("published")
-        };
+    for m in &from_sought {
+        let k = key(m);
+        let Some(id) = publish_id(&k) else { continue };
         if let Err(e) = consumer.ack(&id).await {
             outcome.fail(format!(
-                "ack of {key} by its publish id with topic ({id}) was refused: {e}"
+                "ack of {k} by its publish id with topic ({id}) was refused: {e}"
             ));
         }
     }
@@ -430,8 +461,8 @@ fn key(message: &ReceivedMessage) -> String {
 }
 
 pub(super) async fn owner_topic(ctx: CaseContext) -> CaseRun {
-    let (a, b) = (ctx.topic("a"), ctx.topic("b"));
-    let (p1, p2) = (ctx.topic("p-one"), ctx.topic("p-two"));
+    let (a, b) = (ctx.new_topic("a").await?, ctx.new_topic("b").await?);
+    let (p1, p2) = (ctx.new_topic("p-one").await?, ctx.new_topic("p-two").await?);
     let pattern = ctx.topic("p-*");
     let list = ctx
         .subscribe(
@@ -473,6 +504,12 @@ pub(super) async fn owner_topic(ctx: CaseContext) -> CaseRun {
         outcome.expect(owner == Some(expected.as_str()) && event.topic == *expected, || {
             format!("{key}: published to {expected}, delivered with id {} (owner {owner:?}, event topic {})", event.message_id, event.topic)
         });
+        if let Some(partitions) = ctx.partitions {
+            let partition = event.message_id.partition;
+            outcome.expect(partition.is_some_and(|p| p < partitions), || {
+                format!("{key}: delivered from a topic of {partitions} partitions with id {}, which names partition {partition:?}", event.message_id)
+            });
+        }
     }
     Ok(outcome)
 }
@@ -574,6 +611,7 @@ pub(super) async fn ack_refused(ctx: CaseContext) -> CaseRun {
 
 pub(super) async fn seek(ctx: CaseContext) -> CaseRun {
     let (a, b, spec) = two_topic_group(&ctx).await?;
+    // One partition each here (a-0..a-4 in order on a); spread in the partitioned twin.
     ctx.publish_numbered(&a, "a", 5).await?;
     ctx.publish_numbered(&b, "b", 5).await?;
     let consumer = ctx
@@ -599,7 +637,15 @@ pub(super) async fn seek(ctx: CaseContext) -> CaseRun {
         .seek(&target)
         .await
         .doing(&format!("seeking to {target}"))?;
-    let after = receive(consumer.as_ref(), 3, ctx.delivery_deadline()).await?;
+    let sought = owner_text(&target);
+    // From the sought owner (a's partition holding a-2) again: a-2 and what follows it.
+    let mut expected: Vec<&ReceivedMessage> = first
+        .iter()
+        .filter(|m| same_owner(&m.id, &target) && m.id.position >= target.position)
+        .collect();
+    expected.sort_by_key(|m| m.id.position);
+    let expected: Vec<String> = expected.into_iter().map(key).collect();
+    let after = receive(consumer.as_ref(), expected.len(), ctx.delivery_deadline()).await?;
     let extra = consumer
         .receive(
             10,
@@ -608,40 +654,50 @@ pub(super) async fn seek(ctx: CaseContext) -> CaseRun {
         .await
         .doing("receiving")?;
     let _ = consumer.close().await;
-    let got: Vec<String> = after.iter().chain(&extra).map(key).collect();
-    let expected = vec!["a-2".to_string(), "a-3".to_string(), "a-4".to_string()];
-    let touched: Vec<&String> = got.iter().filter(|k| k.starts_with("b-")).collect();
-    outcome.expect(touched.is_empty(), || {
-        format!("seek on {a} repositioned {b} too: redelivered {touched:?}")
-    });
-    outcome.expect(
-        !got.contains(&"a-0".to_string()) && !got.contains(&"a-1".to_string()),
-        || format!("messages before the seek position came back: {got:?}"),
-    );
-    let from_a: Vec<String> = got
+    let got: Vec<&ReceivedMessage> = after.iter().chain(&extra).collect();
+    let touched: Vec<String> = got
         .iter()
-        .filter(|k| k.starts_with("a-"))
-        .cloned()
+        .filter(|m| !same_owner(&m.id, &target))
+        .map(|m| format!("{} ({})", key(m), m.id))
         .collect();
-    outcome.expect(from_a == expected, || {
-        format!("after seek to a-2 ({target}) got {from_a:?} from {a}; expected {expected:?}")
+    outcome.expect(touched.is_empty(), || {
+        format!(
+            "seek on {sought} repositioned other topics or partitions too: redelivered {touched:?}"
+        )
+    });
+    let earlier: Vec<String> = got
+        .iter()
+        .filter(|m| same_owner(&m.id, &target) && m.id.position < target.position)
+        .map(|m| key(m))
+        .collect();
+    outcome.expect(earlier.is_empty(), || {
+        format!("messages before the seek position came back: {earlier:?}")
+    });
+    let from_sought: Vec<String> = got
+        .iter()
+        .filter(|m| same_owner(&m.id, &target))
+        .map(|m| key(m))
+        .collect();
+    outcome.expect(from_sought == expected, || {
+        format!(
+            "after seek to a-2 ({target}) got {from_sought:?} from {sought}; expected {expected:?}"
+        )
     });
     Ok(outcome)
 }
 
 pub(super) async fn last_message_ids(ctx: CaseContext) -> CaseRun {
     let (a, b, spec) = two_topic_group(&ctx).await?;
-    let mut last = Vec::new();
+    // The last publish per owner (topic, and partition in the partitioned twin).
+    let mut last: std::collections::BTreeMap<String, MessageId> = Default::default();
     for (topic, label, count) in [(&a, "a", 3), (&b, "b", 2)] {
-        let mut id = None;
         for i in 0..count {
-            id = Some(
-                ctx.publish(ctx.message(topic, &format!("{label}-{i}")))
-                    .await
-                    .doing("publishing")?,
-            );
+            let id = ctx
+                .publish(ctx.message(topic, &format!("{label}-{i}")))
+                .await
+                .doing("publishing")?;
+            last.insert(owner_text(&id), id);
         }
-        last.extend(id);
     }
     let consumer = ctx
         .open_consumer(spec, "opening a multi-topic consumer")
@@ -661,7 +717,7 @@ pub(super) async fn last_message_ids(ctx: CaseContext) -> CaseRun {
         format!("ids without owner topic in {ids:?}")
     });
     let got: BTreeSet<String> = ids.iter().map(ToString::to_string).collect();
-    let expected: BTreeSet<String> = last.iter().map(ToString::to_string).collect();
+    let expected: BTreeSet<String> = last.values().map(ToString::to_string).collect();
     outcome.expect(got == expected, || {
         format!("last_message_ids returned {got:?}; the last publishes were {expected:?}")
     });
@@ -670,7 +726,7 @@ pub(super) async fn last_message_ids(ctx: CaseContext) -> CaseRun {
 
 /// Topics `a` and `b`, and the spec of a group reading both, created.
 async fn two_topic_group(ctx: &CaseContext) -> Result<(String, String, ConsumerSpec), CaseError> {
-    let (a, b) = (ctx.topic("a"), ctx.topic("b"));
+    let (a, b) = (ctx.new_topic("a").await?, ctx.new_topic("b").await?);
     let spec = ConsumerSpec::new(
         TopicSelector::List(vec![a.clone(), b.clone()]),
         ctx.group("g"),

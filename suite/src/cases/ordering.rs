@@ -18,7 +18,7 @@ pub(super) enum Keys {
 }
 
 /// Partition keys across their space, each distinct from every other.
-fn odd_keys() -> Vec<String> {
+pub(super) fn odd_keys() -> Vec<String> {
     let long = "x".repeat(1023);
     [
         "k", "K", "k.", "k_", "k-", "k/", "k:", " k", "k ", "ключ", "鍵", "🔑", ">", "*", "+", "#",
@@ -31,10 +31,8 @@ fn odd_keys() -> Vec<String> {
 }
 
 pub(super) async fn ordering(ctx: CaseContext, with_retry: bool, key_space: Keys) -> CaseRun {
-    let topic = ctx.topic("t");
-    if ctx.caps.partitions.is_some() {
-        ctx.create_topic(&topic, 4).await?;
-    }
+    // One partition here; four in the partitioned twin.
+    let topic = ctx.new_topic("t").await?;
     let subscription = Subscription::new(&topic, ctx.group("g"));
     ctx.create_group(&subscription).await?;
     let partition_keys: Vec<String> = match key_space {

@@ -5,7 +5,8 @@ use crate::context::CaseContext;
 use crate::fault_injection::Faults;
 use crate::history::Record;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
-use pubsub_components::{PartitionUpdate, PartitionWatch};
+use pubsub_components::runtime::BulkPublishRequest;
+use pubsub_components::{Feature, PartitionUpdate, PartitionWatch};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -42,31 +43,103 @@ fn partitions_of(history: &crate::history::History) -> BTreeMap<String, BTreeSet
     partitions
 }
 
+/// How many keys [`key_routing`] generates beside the odd ones of `ordering.key-space`.
+const GENERATED_KEYS: usize = 16;
+
 pub(super) async fn key_routing(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     ctx.create_topic(&topic, 4).await?;
     let handle = ctx.subscribe_recorded(&topic).await?;
+    // Keys across their space: the odd ones (case, punctuation, spaces, non-ASCII,
+    // one character, 1024 characters differing in the last, wildcards) and generated
+    // ones from every Unicode plane, from the case seed.
+    let mut partition_keys = super::ordering::odd_keys();
+    partition_keys.extend(super::generate("\\PC{1,40}", ctx.seed(), GENERATED_KEYS));
+    partition_keys.sort();
+    partition_keys.dedup();
+    // Each key twice in a row on the single path, so that a router placing messages in
+    // turn cannot keep a key on one partition by chance, then once more in one bulk
+    // request holding every key.
     let mut keys = Vec::new();
-    for i in 0..80 {
-        let key = format!("m-{i}");
-        ctx.publish(
-            ctx.message(&topic, &key)
-                .with_metadata("partitionKey", format!("k-{}", i % 16)),
-        )
-        .await
-        .doing(&format!("publishing {key}"))?;
-        keys.push(key);
+    for (k, partition_key) in partition_keys.iter().enumerate() {
+        for copy in ["a", "b"] {
+            let key = format!("m-{k}-{copy}");
+            ctx.publish(
+                ctx.message(&topic, &key)
+                    .with_metadata("partitionKey", partition_key.as_str()),
+            )
+            .await
+            .doing(&format!(
+                "publishing {key} with partitionKey {}",
+                short(partition_key)
+            ))?;
+            keys.push(key);
+        }
+    }
+    let bulk = ctx.runtime.mode(Feature::BulkPublish).is_available();
+    if bulk {
+        let entries = partition_keys
+            .iter()
+            .enumerate()
+            .map(|(k, partition_key)| {
+                let mut entry = super::keyed_entry(&format!("m-{k}-bulk"));
+                entry
+                    .metadata
+                    .insert("partitionKey".into(), partition_key.clone());
+                entry
+            })
+            .collect::<Vec<_>>();
+        keys.extend(entries.iter().map(|e| e.entry_id.clone()));
+        let response = ctx
+            .bulk_publish(BulkPublishRequest::new(&topic, entries))
+            .await
+            .doing("bulk-publishing one entry per partition key")?;
+        if !response.failed_entries.is_empty() {
+            return Err(CaseError::Component(format!(
+                "the bulk publish of one entry per partition key failed {} entries: {:?}",
+                response.failed_entries.len(),
+                response.failed_entries
+            )));
+        }
     }
     let mut outcome = ctx.conclude(&keys, handle).await;
     let partitions = partitions_of(&ctx.recorder.history());
     for (partition_key, seen) in &partitions {
         outcome.expect(seen.len() == 1, || {
-            format!("partitionKey {partition_key} landed on partitions {seen:?}")
+            format!(
+                "partitionKey {} landed on partitions {seen:?} (published twice singly{})",
+                short(partition_key),
+                if bulk {
+                    " and once in a bulk request"
+                } else {
+                    ""
+                }
+            )
         });
     }
     let used: BTreeSet<u32> = partitions.values().flatten().copied().collect();
-    outcome.note(format!("16 keys spread over partitions {used:?}"));
+    outcome.note(format!(
+        "{} keys (seed {}) spread over partitions {used:?}{}",
+        partition_keys.len(),
+        ctx.seed(),
+        if bulk {
+            ""
+        } else {
+            "; bulk publish unsupported: the single path only"
+        }
+    ));
     Ok(outcome)
+}
+
+/// A partition key as a finding shows it: quoted, long ones cut after 24 characters.
+fn short(key: &str) -> String {
+    let count = key.chars().count();
+    if count <= 24 {
+        format!("{key:?}")
+    } else {
+        let head: String = key.chars().take(24).collect();
+        format!("{head:?}... ({count} characters)")
+    }
 }
 
 pub(super) async fn update_seen(ctx: CaseContext) -> CaseRun {

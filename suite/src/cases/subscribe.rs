@@ -315,7 +315,7 @@ pub(super) async fn group_without_members(ctx: CaseContext) -> CaseRun {
 /// Hundreds of messages answered SUCCESS; then the case waits out the redelivery
 /// window: nothing may come back.
 pub(super) async fn acked_not_redelivered(ctx: CaseContext) -> CaseRun {
-    let topic = ctx.topic("t");
+    let topic = ctx.new_topic("t").await?;
     let subscription = Subscription::new(&topic, ctx.group("g"));
     let handle = ctx
         .subscribe(subscription, ctx.recorder.handler("s1"))

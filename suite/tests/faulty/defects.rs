@@ -56,6 +56,18 @@ pub enum Defect {
     IgnoresPartitionUpdates,
     /// Ignores the partition key when routing.
     MisroutesKeys,
+    /// Routes the entries of a bulk request in turn over the partitions, ignoring
+    /// their partition keys (a batch path that builds records without keys).
+    RoutesBulkEntriesInTurn,
+    /// Routes partition keys over 255 bytes in turn, as if they had none (a router
+    /// that hashes only what the broker's key field holds).
+    RoutesLongKeysInTurn,
+    /// Acknowledges, acknowledges cumulatively and seeks on partition 0 of an id's
+    /// topic, whichever partition the id names (an id parser that drops the
+    /// partition): right on every topic of one partition.
+    SettlesOnPartitionZero,
+    /// Gives one last id per topic, the one furthest along, not one per partition.
+    LastIdsPerTopic,
     /// Hands the messages of non-ASCII partition keys out in reverse within each
     /// receive (a component whose key hashing sends them to a LIFO side queue).
     ReordersNonAsciiKeys,

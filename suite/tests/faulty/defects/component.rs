@@ -137,8 +137,15 @@ impl Component for Faulty {
             }
             return Ok(results);
         }
-        let messages: Vec<OutgoingMessage> =
-            messages.into_iter().map(|m| self.corrupt(m)).collect();
+        let messages: Vec<OutgoingMessage> = messages
+            .into_iter()
+            .map(|mut m| {
+                if self.defect == Defect::RoutesBulkEntriesInTurn {
+                    m.partition_key = None;
+                }
+                self.corrupt(m)
+            })
+            .collect();
         let topic = messages
             .first()
             .map(|m| m.topic.clone())

@@ -79,6 +79,19 @@ pub(super) struct Leak {
 }
 
 impl FaultyConsumer {
+    /// For [`Defect::SettlesOnPartitionZero`], an id of a partition other than 0 as
+    /// the consumer misreads it: on partition 0 of its topic (whose broker takes a
+    /// position it does not hold without a word).
+    fn misread(&self, id: &MessageId) -> Option<MessageId> {
+        match (self.defect, id.partition) {
+            (Defect::SettlesOnPartitionZero, Some(p)) if p != 0 => Some(MessageId {
+                partition: Some(0),
+                ..id.clone()
+            }),
+            _ => None,
+        }
+    }
+
     /// Settles a leaked copy here (it is in no queue); false for any other id.
     fn settles_leaked(&self, id: &MessageId) -> bool {
         self.leaked.lock().unwrap().remove(id)
@@ -207,6 +220,10 @@ impl Consumer for FaultyConsumer {
     }
 
     async fn ack(&self, id: &MessageId) -> Result<()> {
+        if let Some(misread) = self.misread(id) {
+            let _ = self.inner.ack(&misread).await;
+            return Ok(());
+        }
         self.settled(id);
         self.reach_idle_groups(id, None);
         if self.settles_leaked(id) {
@@ -288,6 +305,10 @@ impl Consumer for FaultyConsumer {
     }
 
     async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
+        if let Some(misread) = self.misread(id) {
+            let _ = self.inner.ack_cumulative(&misread).await;
+            return Ok(());
+        }
         self.inner.ack_cumulative(id).await?;
         if let (Defect::AcksCumulativeEverywhere, TopicSelector::List(topics)) =
             (self.defect, &self.topics)
@@ -314,6 +335,10 @@ impl Consumer for FaultyConsumer {
     }
 
     async fn seek(&self, id: &MessageId) -> Result<()> {
+        if let Some(misread) = self.misread(id) {
+            let _ = self.inner.seek(&misread).await;
+            return Ok(());
+        }
         if self.defect == Defect::AcceptsForeignSeeks && id.topic.is_none() {
             return Ok(());
         }
@@ -337,6 +362,18 @@ impl Consumer for FaultyConsumer {
         let ids = self.inner.last_message_ids().await?;
         if self.defect == Defect::DuplicatesLastIds {
             return Ok(ids.into_iter().flat_map(|id| [id.clone(), id]).collect());
+        }
+        if self.defect == Defect::LastIdsPerTopic {
+            // One per topic: the id furthest along, whichever partition holds it.
+            let mut per_topic: std::collections::BTreeMap<Option<String>, MessageId> =
+                Default::default();
+            for id in ids {
+                let slot = per_topic.entry(id.topic.clone()).or_insert(id.clone());
+                if id.position > slot.position {
+                    *slot = id;
+                }
+            }
+            return Ok(per_topic.into_values().collect());
         }
         Ok(ids)
     }

@@ -32,6 +32,14 @@ impl Faulty {
             Defect::MisroutesKeys => {
                 message.partition_key = Some(uuid_like(&self.consumers));
             }
+            Defect::RoutesLongKeysInTurn
+                if message
+                    .partition_key
+                    .as_ref()
+                    .is_some_and(|k| k.len() > 255) =>
+            {
+                message.partition_key = None;
+            }
             Defect::DropsTraceContext => {
                 // Wherever it travels: the header, or the envelope's attribute (a
                 // component that rewrites envelopes with the attributes it knows).
