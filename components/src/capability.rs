@@ -128,6 +128,11 @@ pub struct Capabilities {
     pub delivery: DeliveryGuarantee,
     /// The largest payload the broker accepts, when it has a limit. Baseline: `None`.
     pub max_message_bytes: Option<usize>,
+    /// The most metadata entries a message may carry (the case's own key and
+    /// `rawPayload` among them), when the broker or its client has a limit; the suite
+    /// draws no more. Baseline: `None` (the suite draws up to 64).
+    #[serde(default)]
+    pub max_metadata_entries: Option<usize>,
     /// How long a published message may take to reach a running subscriber.
     /// Baseline: 5 s.
     pub delivery_bound: Duration,
@@ -186,6 +191,7 @@ impl Default for Capabilities {
             partitions: None,
             delivery: DeliveryGuarantee::AtLeastOnce,
             max_message_bytes: None,
+            max_metadata_entries: None,
             delivery_bound: Duration::from_secs(5),
             redelivery_bound: Duration::from_secs(2),
             delay_precision: Duration::from_millis(300),
@@ -266,6 +272,7 @@ mod tests {
             partitions,
             delivery,
             max_message_bytes,
+            max_metadata_entries,
             delivery_bound,
             redelivery_bound,
             delay_precision,
@@ -290,6 +297,7 @@ mod tests {
         assert_eq!(partitions, None);
         assert_eq!(delivery, DeliveryGuarantee::AtLeastOnce);
         assert_eq!(max_message_bytes, None);
+        assert_eq!(max_metadata_entries, None);
         assert_eq!(delivery_bound, Duration::from_secs(5));
         assert_eq!(redelivery_bound, Duration::from_secs(2));
         assert_eq!(delay_precision, Duration::from_millis(300));

@@ -256,11 +256,11 @@ pub fn essence(content_type: &str) -> String {
 }
 
 fn is_binary(essence: &str) -> bool {
-    essence == "application/octet-stream"
+    pubsub_components::runtime::envelope::declares_binary(essence)
 }
 
 fn is_text(essence: &str) -> bool {
-    essence.starts_with("text/") || essence == "application/xml" || essence.ends_with("+xml")
+    pubsub_components::runtime::envelope::declares_text(essence)
 }
 
 /// JSON and CloudEvents content types (`application/json`, `…+json`, any case).

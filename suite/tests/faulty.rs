@@ -106,6 +106,11 @@ fn assert_fails_saying(result: &CaseResult, broken: &dyn std::fmt::Debug, findin
 #[case::strips_envelope_fidelity(Defect::StripsEnvelope, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
 #[case::strips_raw_marker(Defect::StripsRawMarker, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
 #[case::truncates_large_payloads(Defect::TruncatesLargePayloads, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
+// Only the value space's draws reach these: the fixed samples end in no NUL, carry
+// 15 entries and no character past the first plane.
+#[case::strips_trailing_nul_bytes(Defect::StripsTrailingNulBytes, &["publish.fidelity", "bulk-publish.fidelity"], "smallest failing draw")]
+#[case::keeps_sixteen_metadata_entries(Defect::KeepsSixteenMetadataEntries, &["publish.fidelity", "bulk-publish.fidelity"], "smallest failing draw")]
+#[case::replaces_astral_chars_in_metadata(Defect::ReplacesAstralCharsInMetadata, &["publish.fidelity", "bulk-publish.fidelity"], "smallest failing draw")]
 #[case::truncates_at_maximum(Defect::TruncatesAtMaximum, &["publish.size-boundary"], "a payload of exactly the maximum (65536 bytes) was delivered with 65535 bytes")]
 #[case::refuses_exact_maximum(Defect::RefusesExactMaximum, &["publish.size-boundary"], "of exactly the maximum (65536 bytes) was refused")]
 #[case::loses_empty_values_after_wait(Defect::LosesEmptyValuesAfterWait, &["publish.fidelity-after-wait"], "after 3 s in the broker: single-empty-ce: metadata not delivered as published: \"app-empty\" missing")]

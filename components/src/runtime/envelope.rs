@@ -41,6 +41,23 @@ pub fn declares_json(content_type: &str) -> bool {
     essence == "application/json" || essence.ends_with("+json")
 }
 
+/// True when `content_type` is binary: `application/octet-stream` (case aside).
+pub fn declares_binary(content_type: &str) -> bool {
+    essence(content_type).eq_ignore_ascii_case("application/octet-stream")
+}
+
+/// True when `content_type` is text: `text/*`, `application/xml` or a `+xml` type.
+pub fn declares_text(content_type: &str) -> bool {
+    let essence = essence(content_type).to_ascii_lowercase();
+    essence.starts_with("text/") || essence == "application/xml" || essence.ends_with("+xml")
+}
+
+/// Whether an entry of a bulk request over Dapr's HTTP API can have this content
+/// type: binary, text or JSON (daprd's `ConvertEventToBytes`); the API refuses others.
+pub fn bulk_http_carries(content_type: &str) -> bool {
+    declares_binary(content_type) || declares_text(content_type) || declares_json(content_type)
+}
+
 fn is_json(content_type: Option<&str>) -> bool {
     content_type.is_some_and(declares_json)
 }

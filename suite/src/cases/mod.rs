@@ -24,6 +24,7 @@ mod subscribe;
 mod topics;
 mod tracing;
 mod ttl;
+pub mod values;
 
 use crate::context::CaseContext;
 use crate::history::{Recorder, KEY};
@@ -292,7 +293,8 @@ impl Sample {
 }
 
 /// Fixed edge cases (binary, empty, unicode, JSON, large) in both envelope modes, an
-/// app's CloudEvent sent rawPayload, plus `random` generated samples.
+/// app's CloudEvent sent rawPayload, plus `random` samples drawn across the value
+/// space with edge bias ([`values`]).
 pub fn samples(caps: &Capabilities, seed: u64, random: usize) -> Vec<Sample> {
     let large = caps
         .max_message_bytes
@@ -371,36 +373,7 @@ pub fn samples(caps: &Capabilities, seed: u64, random: usize) -> Vec<Sample> {
             });
         }
     }
-    let strategy = (
-        proptest::collection::vec(proptest::num::u8::ANY, 0..2048),
-        proptest::option::of(proptest::sample::select(vec![
-            "application/octet-stream",
-            "application/json",
-            "text/plain",
-            "application/x-custom+proto",
-        ])),
-        proptest::collection::btree_map("app-[a-z][a-zA-Z0-9_.]{0,12}", "[^\\p{Cc}]{0,24}", 0..4),
-        proptest::bool::ANY,
-    );
-    for (i, (mut data, content_type, mut metadata, raw)) in
-        generate(strategy, seed, random).into_iter().enumerate()
-    {
-        // A payload declared JSON is text (the runtime refuses invalid UTF-8 there).
-        if content_type == Some("application/json") {
-            data = String::from_utf8_lossy(&data).into_owned().into_bytes();
-        }
-        let key = format!("random-{i}");
-        metadata.insert(KEY.into(), key.clone());
-        if raw {
-            metadata.insert("rawPayload".into(), "true".into());
-        }
-        out.push(Sample {
-            key,
-            data,
-            content_type: content_type.map(str::to_string),
-            metadata,
-        });
-    }
+    out.extend(values::samples(caps, seed, random));
     out
 }
 

@@ -1,10 +1,13 @@
 //! publish.*: single publishes are delivered, their payload, content type and metadata
 //! unchanged at every size, and bad requests are refused clearly.
 
-use super::{after_refusals, fidelity_problems, generate, key_of, samples, Crossing, Sample};
+use super::{
+    after_refusals, fidelity_problems, generate, key_of, samples, values, Crossing, Sample,
+};
 use crate::context::CaseContext;
 use crate::history::KEY;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
+use pubsub_components::runtime::envelope;
 use pubsub_components::runtime::{
     BulkPublishEntry, BulkPublishRequest, BulkPublishResponse, PublishRequest, Status, Subscription,
 };
@@ -21,7 +24,13 @@ pub(super) async fn delivery(ctx: CaseContext) -> CaseRun {
 /// Publishes the samples (singly or in one bulk request) and compares deliveries.
 pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
     let topic = ctx.topic("t");
-    let samples = samples(&ctx.caps, ctx.seed(), 12);
+    let mut samples = samples(&ctx.caps, ctx.seed(), 12);
+    let left_out: Vec<String> = samples
+        .iter()
+        .filter(|s| bulk && !bulk_carries(&ctx, s))
+        .map(|s| s.key.clone())
+        .collect();
+    samples.retain(|s| !left_out.contains(&s.key));
     let subscription = ctx.subscribe_recorded(&topic).await?;
     if bulk {
         let request = pubsub_components::runtime::BulkPublishRequest {
@@ -45,16 +54,120 @@ pub(super) async fn fidelity(ctx: CaseContext, bulk: bool) -> CaseRun {
     let mut outcome = ctx.conclude(&keys, subscription).await;
     let events = ctx.recorder.events();
     let crossing = Crossing::of(&ctx.runtime);
+    let mut first_failing_draw = None;
     for sample in &samples {
         if let Some(event) = events.iter().find(|e| key_of(e) == sample.key) {
-            outcome
-                .findings
-                .extend(fidelity_problems(sample, event, crossing));
+            let problems = fidelity_problems(sample, event, crossing);
+            if let Some(index) = sample.key.strip_prefix("random-") {
+                if !problems.is_empty() && first_failing_draw.is_none() {
+                    first_failing_draw = index.parse::<usize>().ok().map(|i| (i, problems.clone()));
+                }
+            }
+            outcome.findings.extend(problems);
         }
     }
+    if let Some((index, problems)) = first_failing_draw {
+        let finding = smallest_failing_draw(&ctx, index, problems, bulk, crossing).await?;
+        outcome.fail(finding);
+    }
     outcome.note(format!("{} samples (seed {})", samples.len(), ctx.seed()));
+    if !left_out.is_empty() {
+        outcome.note(format!(
+            "left out, their content types being neither binary, text nor JSON, which Dapr's bulk API over HTTP cannot carry: {left_out:?}"
+        ));
+    }
     crossing.note_what_is_not_compared(&mut outcome, &ctx.runtime);
     Ok(outcome)
+}
+
+/// Whether a bulk request through the case's runtime can carry `sample`: Dapr's bulk
+/// API over HTTP carries binary, text and JSON entries only.
+fn bulk_carries(ctx: &CaseContext, sample: &Sample) -> bool {
+    !ctx.runtime.is_remote()
+        || sample
+            .content_type
+            .as_deref()
+            .is_none_or(envelope::bulk_http_carries)
+}
+
+/// How many smaller draws shrinking tries at most.
+const SHRINK_STEPS: usize = 64;
+
+/// Shrinks the failing draw `random-<index>` of the case seed through the same path
+/// (single, or a bulk request of one entry) on a topic of its own, and says which is
+/// the smallest draw found that still fails, and how.
+async fn smallest_failing_draw(
+    ctx: &CaseContext,
+    index: usize,
+    problems: Vec<String>,
+    bulk: bool,
+    crossing: Crossing,
+) -> Result<String, CaseError> {
+    let topic = ctx.topic("shrink");
+    let recorder = crate::history::Recorder::new();
+    let handle = ctx
+        .subscribe(
+            Subscription::new(&topic, ctx.group("shrink")),
+            recorder.handler("shrink"),
+        )
+        .await?;
+    let reach = values::Reach::of(&ctx.caps);
+    let mut step = 0;
+    let shrunk = values::shrink(reach, ctx.seed(), index, problems, SHRINK_STEPS, |drawn| {
+        step += 1;
+        let sample = drawn.sample(&format!("shrink-{step}"));
+        let (topic, recorder) = (topic.clone(), recorder.clone());
+        async move {
+            if bulk && !bulk_carries(ctx, &sample) {
+                // Not a draw this path can express: no evidence either way.
+                return None;
+            }
+            let published = if bulk {
+                let request = BulkPublishRequest::new(&topic, vec![sample.entry()]);
+                match ctx.runtime.bulk_publish(request).await {
+                    Ok(response) => match response.failed_entries.first() {
+                        Some(failed) => Err(failed.error.clone()),
+                        None => Ok(()),
+                    },
+                    Err(e) => Err(e.to_string()),
+                }
+            } else {
+                ctx.runtime
+                    .publish(sample.request(&topic))
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            };
+            if let Err(e) = published {
+                return Some(vec![format!("{}: refused: {e}", sample.key)]);
+            }
+            let keys = [sample.key.clone()];
+            if !recorder
+                .wait_for_keys(&keys, ctx.within(ctx.caps.delivery_bound))
+                .await
+            {
+                return Some(vec![format!(
+                    "{}: not delivered within the delivery bound",
+                    sample.key
+                )]);
+            }
+            let event = recorder
+                .events()
+                .into_iter()
+                .find(|e| key_of(e) == sample.key)?;
+            let problems = fidelity_problems(&sample, &event, crossing);
+            (!problems.is_empty()).then_some(problems)
+        }
+    })
+    .await;
+    handle.stop().await;
+    Ok(format!(
+        "smallest failing draw (seed {}, shrunk from random-{index}, {} smaller draws tried): {}: {}",
+        ctx.seed(),
+        shrunk.tried,
+        shrunk.drawn.describe(),
+        shrunk.problems.join("; ")
+    ))
 }
 
 pub(super) async fn invalid_requests(ctx: CaseContext) -> CaseRun {
@@ -268,6 +381,7 @@ pub(super) async fn fidelity_after_wait(ctx: CaseContext) -> CaseRun {
     let bulk: Vec<Sample> = match bulk_supported(&ctx) {
         true => base
             .iter()
+            .filter(|s| bulk_carries(&ctx, s))
             .map(|s| renamed(s, format!("bulk-{}", s.key)))
             .collect(),
         false => Vec::new(),

@@ -85,6 +85,15 @@ pub enum Defect {
     StripsRawMarker,
     /// Truncates payloads over 4 KiB.
     TruncatesLargePayloads,
+    /// Strips the NUL bytes that end a payload (a client that treats payloads as C
+    /// strings).
+    StripsTrailingNulBytes,
+    /// Keeps an app's first 16 metadata entries and drops the rest (a header count
+    /// limit the component does not declare).
+    KeepsSixteenMetadataEntries,
+    /// Replaces each character beyond the first Unicode plane in metadata values with
+    /// U+FFFD (a client that encodes headers in a 3-byte UTF-8).
+    ReplacesAstralCharsInMetadata,
     /// Drops the last byte of a payload of exactly the maximum size (an off-by-one
     /// in a length prefix).
     TruncatesAtMaximum,

@@ -66,6 +66,27 @@ impl Faulty {
                     .remove(pubsub_components::runtime::controls::HEADER_RAW);
             }
             Defect::TruncatesLargePayloads => message.payload.truncate(4096),
+            Defect::StripsTrailingNulBytes => {
+                while message.payload.last() == Some(&0) {
+                    message.payload.pop();
+                }
+            }
+            Defect::KeepsSixteenMetadataEntries => {
+                let mut kept = 0;
+                message.metadata.retain(|key, _| {
+                    let apps = key.starts_with("app-") || key.starts_with("app.");
+                    kept += usize::from(apps);
+                    !apps || kept <= 16
+                });
+            }
+            Defect::ReplacesAstralCharsInMetadata => {
+                for value in message.metadata.values_mut() {
+                    *value = value
+                        .chars()
+                        .map(|c| if c as u32 > 0xffff { '\u{fffd}' } else { c })
+                        .collect();
+                }
+            }
             Defect::TruncatesAtMaximum => {
                 let max = self.inner.capabilities().max_message_bytes;
                 if Some(message.payload.len()) == max {
