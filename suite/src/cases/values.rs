@@ -164,6 +164,16 @@ const CONTENT_TYPES: [&str; 6] = [
     "application/x-custom+proto",
 ];
 
+/// Whether a draw's content type declares JSON.
+fn declares_json(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(pubsub_components::runtime::envelope::declares_json)
+}
+
+/// Whether a draw's content type declares text.
+fn declares_text(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(pubsub_components::runtime::envelope::declares_text)
+}
+
 /// A payload length, biased to the edges.
 fn length(reach: Reach) -> BoxedStrategy<usize> {
     let top = reach.payload_bytes;
@@ -262,12 +272,20 @@ pub fn message(reach: Reach) -> BoxedStrategy<Drawn> {
         any::<bool>(),
     )
         .prop_map(|(mut data, content_type, metadata, raw)| {
-            // A payload declared JSON is text (the runtime refuses invalid UTF-8 there).
-            // (Its invalid bytes replaced, cut back to its drawn length.)
-            if content_type
-                .as_deref()
-                .is_some_and(|t| t.to_ascii_lowercase().contains("json"))
-            {
+            // A payload declared JSON is JSON: the drawn bytes as a JSON string (their
+            // invalid UTF-8 replaced, cut so that escaped, six bytes a character at
+            // most, it stays within the drawn length).
+            if declares_json(content_type.as_deref()) {
+                let length = data.len();
+                let mut text = String::from_utf8_lossy(&data).into_owned();
+                let mut cut = (length.saturating_sub(2) / 6).min(text.len());
+                while !text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                text.truncate(cut);
+                data = serde_json::to_vec(&text).expect("a string serializes");
+            } else if declares_text(content_type.as_deref()) {
+                // A payload declared text is text, within the drawn length.
                 let length = data.len();
                 let mut text = String::from_utf8_lossy(&data).into_owned();
                 let mut cut = length.min(text.len());
@@ -306,18 +324,18 @@ const PLANES: [&str; 8] = [
 /// metadata entries; the even ones of these are raw payloads, the odd ones enveloped. So every edge is reached on every seed, and the seed varies the
 /// rest.
 fn swept(mut drawn: Drawn, i: usize, reach: Reach) -> Drawn {
-    let text_only = drawn
-        .content_type
-        .as_deref()
-        .is_some_and(|t| t.to_ascii_lowercase().contains("json"));
-    let usable = |byte: u8| !text_only || byte.is_ascii();
-    if let Some(&last) = EDGE_BYTES.get(i).filter(|b| usable(**b)) {
+    if let Some(&last) = EDGE_BYTES.get(i) {
+        // Bytes, not text or JSON, where the sweep sets them.
+        let typed = drawn.content_type.as_deref();
+        if declares_json(typed) || declares_text(typed) {
+            drawn.content_type = Some("application/octet-stream".into());
+        }
         match drawn.data.last_mut() {
             Some(slot) => *slot = last,
             None => drawn.data.push(last),
         }
         let first = EDGE_BYTES[(i + 5) % EDGE_BYTES.len()];
-        if usable(first) && drawn.data.len() > 1 {
+        if drawn.data.len() > 1 {
             drawn.data[0] = first;
         }
     }
