@@ -166,13 +166,44 @@ impl CaseContext {
     }
 
     /// Waits up to the delivery deadline for every one of `keys`, stops `subscription`,
-    /// and checks what happened against the case's criteria.
+    /// and checks what happened against the case's criteria. What has not come by the
+    /// delivery deadline is waited for on until the case's bound, so that a finding
+    /// tells the late (`late: ... by X`) from the lost.
     pub async fn conclude(&self, keys: &[String], subscription: SubscriptionHandle) -> Outcome {
-        self.recorder
-            .wait_for_keys(keys, self.delivery_deadline())
-            .await;
+        let due = self.delivery_deadline();
+        let due_at = SystemTime::now() + due.saturating_duration_since(Instant::now());
+        let in_time = self.recorder.wait_for_keys(keys, due).await;
+        let missing: Vec<String> = if in_time {
+            Vec::new()
+        } else {
+            let delivered = self.recorder.history().delivered_keys();
+            keys.iter()
+                .filter(|k| !delivered.contains(k.as_str()))
+                .cloned()
+                .collect()
+        };
+        if !missing.is_empty() {
+            self.recorder.wait_for_keys(&missing, self.deadline()).await;
+        }
         subscription.stop().await;
-        self.check(&self.criteria())
+        let mut outcome = self.check(&self.criteria());
+        let late = self
+            .recorder
+            .history()
+            .first_deliveries_after(&missing, due_at);
+        if !late.is_empty() {
+            let shown: Vec<String> = late
+                .iter()
+                .map(|(key, by)| format!("{key} by {by:?}"))
+                .collect();
+            outcome.fail(format!(
+                "late: {} acknowledged publishes were delivered only after the delivery bound ({:?}): {}",
+                late.len(),
+                self.caps.delivery_bound,
+                crate::checker::examples(&shown)
+            ));
+        }
+        outcome
     }
 
     /// The machine's load so far, where a timing probe runs beside the case.

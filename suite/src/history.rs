@@ -9,7 +9,7 @@ use pubsub_components::MessageId;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -399,6 +399,24 @@ impl History {
             .filter_map(|r| match r {
                 Record::Delivered { key: Some(k), .. } => Some(k.clone()),
                 _ => None,
+            })
+            .collect()
+    }
+
+    /// Of `keys`, those whose first delivery came after `due`, with how long after.
+    pub fn first_deliveries_after(
+        &self,
+        keys: &[String],
+        due: SystemTime,
+    ) -> Vec<(String, Duration)> {
+        keys.iter()
+            .filter_map(|key| {
+                let first = self.deliveries_of(key).find_map(|r| match r {
+                    Record::Delivered { at, .. } => Some(*at),
+                    _ => None,
+                })?;
+                let by = first.duration_since(due).ok()?;
+                Some((key.clone(), by))
             })
             .collect()
     }

@@ -72,6 +72,7 @@ fn assert_fails_saying(result: &CaseResult, broken: &dyn std::fmt::Debug, findin
 
 #[rstest]
 #[case::drops(Defect::Drops, &["publish.delivery", "certification.concurrent-publishers"], "lost")]
+#[case::delivers_one_late(Defect::DeliversOneLate, &["publish.delivery"], "late: 1 acknowledged publishes were delivered only after the delivery bound (2s): m-")]
 #[case::duplicates(Defect::Duplicates, &["publish.delivery"], "duplicated")]
 #[case::reorders(Defect::Reorders, &["ordering.declared-scope", "ordering.after-retry", "bulk-publish.keep-order"], "reordered")]
 #[case::delivers_early(Defect::DeliversEarly, &["delay.deliver-after", "delay.deliver-at", "delay.receiver-delay"], "early")]

@@ -21,6 +21,9 @@ pub use component::Faulty;
 pub enum Defect {
     /// Silently acks and discards every third message it receives.
     Drops,
+    /// Hands the seventh message a consumer receives out only a second past the
+    /// delivery bound (a retry path that backs off too long): late, not lost.
+    DeliversOneLate,
     /// Delivers every message twice while claiming exactly-once.
     Duplicates,
     /// Hands each received batch over in reverse order.

@@ -22,6 +22,9 @@ pub(super) struct Membership {
     pub(super) groups: HashMap<String, (usize, Option<SystemTime>)>,
 }
 
+/// The delivery bound every faulty component declares.
+pub(super) const FAULTY_DELIVERY_BOUND: Duration = Duration::from_secs(2);
+
 /// The in-memory component with `defect`.
 pub struct Faulty {
     pub(super) inner: MemoryComponent,
@@ -75,7 +78,7 @@ impl Component for Faulty {
     fn capabilities(&self) -> Capabilities {
         let mut caps = self.inner.capabilities();
         // In-process: short bounds keep the suite's own tests quick.
-        caps.delivery_bound = Duration::from_secs(2);
+        caps.delivery_bound = FAULTY_DELIVERY_BOUND;
         caps.redelivery_bound = Duration::from_secs(1);
         match self.defect {
             Defect::Duplicates => caps.delivery = DeliveryGuarantee::ExactlyOnce,

@@ -55,6 +55,18 @@ impl FaultyConsumer {
                 messages = messages.into_iter().flat_map(|m| [m.clone(), m]).collect();
             }
             Defect::Reorders => messages.reverse(),
+            Defect::DeliversOneLate => {
+                let mut kept = Vec::new();
+                for message in messages {
+                    if self.received.fetch_add(1, Ordering::Relaxed) == 6 {
+                        let late = super::component::FAULTY_DELIVERY_BOUND + Duration::from_secs(1);
+                        self.inner.defer(&message.id, late).await?;
+                    } else {
+                        kept.push(message);
+                    }
+                }
+                messages = kept;
+            }
             Defect::ReordersNonAsciiKeys => {
                 let odd: Vec<usize> = (0..messages.len())
                     .filter(|&i| {

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Mutation testing of the in-memory reference component and the runtime layer with
+# cargo-mutants (pinned below; installed on first use into /var/cache/pcs/cargo-mutants,
+# PCS_MUTANTS_ROOT): every mutant of components/src/memory and components/src/runtime
+# is judged by the in-memory catalogue (.cargo/mutants.toml). Arguments go to
+# `cargo mutants`: `--list`, `--shard 3/16` (a full run is about 518 mutants of a few
+# minutes each on 2 cores: run it in shards and keep each shard's mutants.out),
+# `--in-diff change.diff`. Results land in $PCS_MUTANTS_OUT (default mutants-run/),
+# which git ignores; docs/mutation-testing.md keeps the counts and the equivalents.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VERSION=27.1.0
+root="${PCS_MUTANTS_ROOT:-/var/cache/pcs/cargo-mutants}"
+if [ "$("$root/bin/cargo-mutants" mutants --version 2>/dev/null)" != "cargo-mutants $VERSION" ]; then
+    echo "mutants.sh: installing cargo-mutants $VERSION into $root"
+    cargo install --locked --force "cargo-mutants@$VERSION" --root "$root"
+fi
+export PATH="$root/bin:$PATH"
+# Its own target directory: the mutated tree builds apart from the suite's.
+export CARGO_TARGET_DIR="${PCS_MUTANTS_TARGET:-/var/cache/pcs/mutants-target}"
+mkdir -p "${PCS_MUTANTS_OUT:-mutants-run}"
+exec cargo mutants -p pubsub-components --test-package pubsub-conformance --no-shuffle --output "${PCS_MUTANTS_OUT:-mutants-run}" "$@"
