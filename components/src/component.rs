@@ -215,6 +215,18 @@ impl PartitionsWatch {
     }
 }
 
+/// The most messages one receive takes, whatever its `max` asks: what a client
+/// library can request at once (JetStream takes a batch size that fits an int, Redis a
+/// COUNT that fits a long).
+pub const RECEIVE_CAP: usize = 10_000;
+
+/// How many messages a receive asked for at most `max` takes: `None` for none (a
+/// receive of at most 0 returns at once, empty, taking nothing), else `max` up to
+/// [`RECEIVE_CAP`].
+pub fn receive_limit(max: usize) -> Option<usize> {
+    (max > 0).then(|| max.min(RECEIVE_CAP))
+}
+
 /// A broker adapter. Usable as `Arc<dyn Component>`.
 #[async_trait]
 pub trait Component: Send + Sync + 'static {
@@ -352,9 +364,10 @@ pub trait Component: Send + Sync + 'static {
 /// A consumer in a consumer group. Messages are redelivered until acknowledged.
 #[async_trait]
 pub trait Consumer: Send + Sync {
-    /// Waits up to `wait` for at least one message; returns at most `max`. A zero
-    /// `wait` returns at once with what is ready (possibly nothing): the runtime polls
-    /// with short waits and must not be blocked. A receive that returns empty, times
+    /// Waits up to `wait` for at least one message; returns at most `max` (none, at
+    /// once, for a `max` of 0: see [`receive_limit`]). A zero `wait` returns at once
+    /// with what is ready (possibly nothing): the runtime polls with short waits and
+    /// must not be blocked. A receive that returns empty, times
     /// out or is cancelled loses nothing: its messages stay deliverable.
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>>;
 

@@ -271,7 +271,9 @@ impl KafkaConsumer {
 impl Consumer for KafkaConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
         self.ensure_open()?;
-        let max = max.max(1);
+        let Some(max) = crate::component::receive_limit(max) else {
+            return Ok(Vec::new());
+        };
         let deadline = Instant::now() + wait;
         let consumer = self.client()?;
         let _turn = self.turn.share().await;

@@ -508,12 +508,17 @@ impl MemoryConsumer {
 #[async_trait]
 impl Consumer for MemoryConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
-        self.take_until(max.max(1), Instant::now() + wait, None)
-            .await
+        let Some(max) = crate::component::receive_limit(max) else {
+            return Ok(Vec::new());
+        };
+        self.take_until(max, Instant::now() + wait, None).await
     }
 
     async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
-        let max = max.max(1);
+        let Some(max) = crate::component::receive_limit(max) else {
+            return Ok(Vec::new());
+        };
+
         let mut batch = self.take_until(1, Instant::now() + max_await, None).await?;
         let Some(first) = batch.first() else {
             return Ok(batch);
@@ -600,8 +605,17 @@ impl Consumer for MemoryConsumer {
     }
 
     async fn close(&self) -> Result<()> {
+        self.leave();
+        Ok(())
+    }
+}
+
+impl MemoryConsumer {
+    /// Leaves the group, handing back at once what the member held unsettled (on a
+    /// close, and on a drop without one: the component declares no lease).
+    fn leave(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
+            return;
         }
         {
             let now = Instant::now();
@@ -620,7 +634,12 @@ impl Consumer for MemoryConsumer {
             }
         }
         self.broker.changed.notify_waiters();
-        Ok(())
+    }
+}
+
+impl Drop for MemoryConsumer {
+    fn drop(&mut self) {
+        self.leave();
     }
 }
 
@@ -654,5 +673,26 @@ mod tests {
         let received = consumer.receive(10, Duration::from_secs(1)).await.unwrap();
         assert_eq!(received.len(), 1);
         assert_eq!(received[0].payload, vec![9]);
+    }
+
+    /// No lease is declared: a member dropped without a close, while another member of
+    /// its group lives, hands what it held to that member at once.
+    #[tokio::test]
+    async fn a_dropped_member_hands_back_what_it_held() {
+        let component = MemoryComponent::default();
+        for i in 0..3 {
+            component
+                .publish(OutgoingMessage::new("t", vec![i]))
+                .await
+                .unwrap();
+        }
+        let spec = ConsumerSpec::new(TopicSelector::Single("t".into()), "g");
+        let first = component.consumer(spec.clone()).await.unwrap();
+        let second = component.consumer(spec).await.unwrap();
+        assert_eq!(first.receive(10, Duration::ZERO).await.unwrap().len(), 3);
+        assert!(first.receive(0, Duration::ZERO).await.unwrap().is_empty());
+        drop(first);
+        let back = second.receive(10, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(back.len(), 3);
     }
 }

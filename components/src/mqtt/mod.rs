@@ -744,8 +744,24 @@ impl MqttConsumer {
 }
 
 impl Drop for MqttConsumer {
+    /// A member dropped without a close leaves its session as a close does (a
+    /// DISCONNECT, its reader running until the connection closed), so that the broker
+    /// hands what it held to the other members; an abrupt end would strand it.
     fn drop(&mut self) {
-        self.task.abort();
+        let reader = self.task.abort_handle();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if !*self.done.borrow() => {
+                let client = self.client.clone();
+                let mut done = self.done.clone();
+                runtime.spawn(async move {
+                    let _ = client.disconnect().await;
+                    let _ =
+                        tokio::time::timeout(SETUP_BOUND, done.wait_for(|closed| *closed)).await;
+                    reader.abort();
+                });
+            }
+            _ => reader.abort(),
+        }
         if let Some((anchor, anchors)) = &self.anchor {
             anchors.lock().expect("anchors lock").remove(anchor);
         }
@@ -755,6 +771,9 @@ impl Drop for MqttConsumer {
 #[async_trait]
 impl Consumer for MqttConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        let Some(max) = crate::component::receive_limit(max) else {
+            return Ok(Vec::new());
+        };
         let mut incoming = self.incoming.lock().await;
         let first = match tokio::time::timeout(wait, incoming.recv()).await {
             Err(_) => return Ok(Vec::new()),

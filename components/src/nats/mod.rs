@@ -548,7 +548,9 @@ impl Consumer for NatsConsumer {
             .iter()
             .map(|(t, c)| (t.clone(), c.clone()))
             .collect();
-        let max = max.max(1);
+        let Some(max) = crate::component::receive_limit(max) else {
+            return Ok(Vec::new());
+        };
         loop {
             let mut out = Vec::new();
             // What parked requests were handed meanwhile.

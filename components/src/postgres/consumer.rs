@@ -371,8 +371,10 @@ impl PostgresConsumer {
 #[async_trait]
 impl Consumer for PostgresConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
-        self.take_until(max.max(1), Instant::now() + wait, None)
-            .await
+        let Some(max) = crate::component::receive_limit(max) else {
+            return Ok(Vec::new());
+        };
+        self.take_until(max, Instant::now() + wait, None).await
     }
 
     async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {

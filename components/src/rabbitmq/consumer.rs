@@ -252,6 +252,9 @@ impl Consumer for RabbitConsumer {
         if self.closed.load(Ordering::Acquire) {
             return Err(PubSubError::Closed("the consumer is closed".into()));
         }
+        let Some(max) = crate::component::receive_limit(max) else {
+            return Ok(Vec::new());
+        };
         let mut current = self.subscription.lock().await;
         if current.is_none() {
             *current = Some(self.inner.subscribe(&self.spec).await?);

@@ -477,6 +477,9 @@ impl RedisConsumer {
 #[async_trait]
 impl Consumer for RedisConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        let Some(max) = crate::component::receive_limit(max) else {
+            return Ok(Vec::new());
+        };
         let deadline = Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -488,7 +491,10 @@ impl Consumer for RedisConsumer {
     }
 
     async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
-        let max = max.max(1);
+        let Some(max) = crate::component::receive_limit(max) else {
+            return Ok(Vec::new());
+        };
+
         let mut batch = self.receive(max, max_await).await?;
         let Some(first) = batch.first() else {
             return Ok(batch);

@@ -10,7 +10,7 @@
 //! and the suite's runtime layer does it on top.
 
 use async_trait::async_trait;
-use pubsub_components::component::check_message_size;
+use pubsub_components::component::{check_message_size, receive_limit};
 use pubsub_components::config::{ComponentDefinition, ConfigError};
 use pubsub_components::registry::{self, ExternalType};
 use pubsub_components::{
@@ -312,6 +312,10 @@ impl Member {
 #[async_trait]
 impl Consumer for Member {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        // At most 0: none, at once; no more at once than the suite's cap.
+        let Some(max) = receive_limit(max) else {
+            return Ok(Vec::new());
+        };
         let deadline = Instant::now() + wait;
         let mut changed = self.queue.changed.subscribe();
         loop {
@@ -324,7 +328,7 @@ impl Consumer for Member {
                     ),
                 ));
             }
-            let (messages, next_due) = self.take(max.max(1));
+            let (messages, next_due) = self.take(max);
             if !messages.is_empty() || Instant::now() >= deadline {
                 return Ok(messages);
             }

@@ -7,7 +7,7 @@ use crate::context::CaseContext;
 use crate::history::{Record, KEY};
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::Subscription;
-use pubsub_components::{Consumer, ConsumerSpec, TopicSelector};
+use pubsub_components::{Consumer, ConsumerSpec, ErrorKind, ReceivedMessage, TopicSelector};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -517,6 +517,126 @@ pub(super) async fn group_isolation(ctx: CaseContext) -> CaseRun {
     }
     outcome.note(format!(
         "{ISOLATION_MESSAGES} messages; the retrying group answers RETRY until maxDeliveries ({ISOLATION_MAX_DELIVERIES}), RETRY once, DROP and SUCCESS, a quarter each; the quiet group SUCCESS"
+    ));
+    Ok(outcome)
+}
+
+/// Receives with `max` per call until something comes or `deadline` passes; returns
+/// what came.
+async fn receive_one_of(
+    member: &dyn Consumer,
+    max: usize,
+    deadline: Instant,
+) -> Result<Vec<ReceivedMessage>, crate::outcome::CaseError> {
+    loop {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let got = member.receive(max, wait).await.doing("receiving")?;
+        if !got.is_empty() || wait.is_zero() {
+            return Ok(got);
+        }
+    }
+}
+
+fn key_of_message(message: &ReceivedMessage) -> String {
+    message.metadata.get(KEY).cloned().unwrap_or_default()
+}
+
+pub(super) async fn method_edges(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
+    ctx.create_consumer_group(&spec).await?;
+    let keys = ctx.publish_numbered(&topic, "m", 4).await?;
+    let member = ctx
+        .open_consumer(spec.clone(), "opening the member")
+        .await?;
+    let mut outcome = Outcome::new();
+    // At most zero: nothing handed out, nothing taken.
+    match member.receive(0, Duration::from_millis(200)).await {
+        Ok(got) => {
+            outcome.expect(got.is_empty(), || {
+                format!("a receive of at most 0 messages handed out {}", got.len())
+            });
+        }
+        Err(e) if e.kind() == ErrorKind::InvalidRequest => {
+            outcome.note(format!("a receive of at most 0 messages is refused: {e}"));
+        }
+        Err(e) => {
+            outcome.fail(format!(
+                "a receive of at most 0 messages failed with {:?}, expected none handed out or InvalidRequest: {e}",
+                e.kind()
+            ));
+        }
+    }
+    // At most one: one.
+    let first = receive_one_of(member.as_ref(), 1, ctx.delivery_deadline()).await?;
+    outcome.expect(first.len() == 1, || {
+        format!("a receive of at most 1 message handed out {}", first.len())
+    });
+    let mut held: Vec<ReceivedMessage> = first;
+    // As many as a call can ask for: the rest.
+    let deadline = ctx.delivery_deadline();
+    while held.len() < keys.len() && Instant::now() < deadline {
+        held.extend(receive_one_of(member.as_ref(), usize::MAX, deadline).await?);
+    }
+    // An empty list settles nothing (where the consumer acknowledges several at once).
+    match member.ack_many(&[]).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::Unsupported => {
+            outcome.note(format!(
+                "acknowledging several ids at once is unsupported: {e}"
+            ));
+        }
+        Err(e) => {
+            outcome.expect(e.kind() == ErrorKind::InvalidRequest, || {
+                format!("acknowledging an empty list failed with {:?}, expected Ok, InvalidRequest or Unsupported: {e}", e.kind())
+            });
+        }
+    }
+    // A RETRY with no delay comes back within the redelivery bound.
+    if let Some(retried) = held.first() {
+        let retried_key = key_of_message(retried);
+        member
+            .nack(&retried.id, Duration::ZERO)
+            .await
+            .doing("answering RETRY with no delay")?;
+        let back_by = ctx.within(ctx.caps.redelivery_bound);
+        let mut back = false;
+        while !back && Instant::now() < back_by {
+            let got = receive_one_of(member.as_ref(), 8, back_by).await?;
+            back = got.iter().any(|m| key_of_message(m) == retried_key);
+            held.extend(got);
+        }
+        outcome.expect(back, || {
+            format!(
+                "{retried_key}, answered RETRY with no delay, did not come back within the redelivery bound ({:?})",
+                ctx.caps.redelivery_bound
+            )
+        });
+    }
+    // Once it closes, what it held, none of it settled by the edge calls, goes to the
+    // next member.
+    let _ = member.close().await;
+    let other = ctx.open_consumer(spec, "opening a second member").await?;
+    let returned_by =
+        ctx.within(returned_after(&ctx.caps) + ctx.caps.delivery_bound + ctx.caps.redelivery_bound);
+    let mut returned: BTreeSet<String> = BTreeSet::new();
+    while returned.len() < keys.len() && Instant::now() < returned_by {
+        for message in receive_one_of(other.as_ref(), 16, returned_by).await? {
+            returned.insert(key_of_message(&message));
+            other.ack(&message.id).await.doing("acknowledging")?;
+        }
+    }
+    let _ = other.close().await;
+    let missing: Vec<&String> = keys.iter().filter(|k| !returned.contains(*k)).collect();
+    outcome.expect(missing.is_empty(), || {
+        format!(
+            "lost after the edge calls: {missing:?} never reached the second member once the first closed holding them (an empty acknowledgement or a receive of at most 0 took them)"
+        )
+    });
+    outcome.note(format!(
+        "the first member held {} deliveries of {} messages when it closed",
+        held.len(),
+        keys.len()
     ));
     Ok(outcome)
 }

@@ -78,6 +78,12 @@ pub enum Defect {
     DropsTraceContext,
     /// Turns negative acks into acks: nothing is redelivered.
     NoRedelivery,
+    /// A receive of at most 0 messages takes one off the queue and hands out none
+    /// (`max.max(1)` on the way in, `truncate(max)` on the way out).
+    ReceiveZeroTakesOne,
+    /// Acknowledging an empty list acknowledges everything the member holds (an
+    /// empty list read as "all").
+    EmptyAckManyAcksAll,
     /// Acks what a consumer still holds when it leaves its group.
     LosesUnackedOnLeave,
     /// Drops the content type of enveloped messages, the envelope's marker, so the

@@ -5,7 +5,7 @@ use crate::backend::{self, broker_error, Sender};
 use crate::settings::Backend;
 use async_trait::async_trait;
 use omniqueue::{Delivery, DynConsumer};
-use pubsub_components::component::{random_position, stable_hash, TopicSelector};
+use pubsub_components::component::{random_position, receive_limit, stable_hash, TopicSelector};
 use pubsub_components::{
     Capabilities, Component, Consumer, ConsumerSpec, MessageId, Metadata, OutgoingMessage,
     PubSubError, ReceivedMessage, Result, Support,
@@ -334,6 +334,13 @@ impl OmniqueueConsumer {
     /// until it is settled and counted as an attempt.
     async fn receive_all(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
         self.check_open()?;
+        // At most 0: none, at once. And no more than RECEIVE_CAP: omniqueue's
+        // in-memory receive_all reserves room for `max` deliveries, and panics on
+        // capacity overflow for usize::MAX (tests/repro.rs
+        // in_memory_receive_all_of_the_largest_count_panics).
+        let Some(max) = receive_limit(max) else {
+            return Ok(Vec::new());
+        };
         // omniqueue's Redis receive_all sends its deadline in whole milliseconds as
         // XREADGROUP BLOCK, and BLOCK 0 waits for ever (tests/repro.rs
         // redis_receive_all_with_a_zero_deadline_waits_for_ever): a wait under a

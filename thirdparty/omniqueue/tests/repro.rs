@@ -348,3 +348,25 @@ async fn receive_all_hands_over_a_partial_batch_long_before_its_deadline() {
         );
     }
 }
+
+/// `receive_all(usize::MAX, deadline)` on the in-memory backend reserves room for that
+/// many deliveries before it looks for any, and panics ("capacity overflow") instead
+/// of returning what is there (catalogue: subscribe.method-edges, a receive of at most
+/// `usize::MAX`; the component takes at most `RECEIVE_CAP` per receive since).
+#[tokio::test]
+async fn in_memory_receive_all_of_the_largest_count_panics() {
+    let (producer, mut consumer) = InMemoryBackend::builder().build_pair().await.unwrap();
+    producer.send_raw(b"m").await.unwrap();
+    let receiving = tokio::spawn(async move {
+        consumer
+            .receive_all(usize::MAX, Duration::from_millis(100))
+            .await
+            .map(|batch| batch.len())
+    });
+    let outcome = receiving.await;
+    let panicked = outcome.as_ref().err().is_some_and(|e| e.is_panic());
+    assert!(
+        panicked,
+        "receive_all(usize::MAX) no longer panics: {outcome:?} (the defect is fixed)"
+    );
+}

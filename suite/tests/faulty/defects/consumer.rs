@@ -167,6 +167,12 @@ fn on_every_topic<'a>(
 #[async_trait]
 impl Consumer for FaultyConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        if max == 0 && self.defect == Defect::ReceiveZeroTakesOne {
+            for message in self.inner.receive(1, wait).await? {
+                self.inner.ack(&message.id).await?;
+            }
+            return Ok(Vec::new());
+        }
         self.expire_leases().await?;
         let messages = self.inner.receive(max, wait).await?;
         if self.defect == Defect::StrandsDroppedReceives && !messages.is_empty() {
@@ -295,6 +301,13 @@ impl Consumer for FaultyConsumer {
     }
 
     async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        if ids.is_empty() && self.defect == Defect::EmptyAckManyAcksAll {
+            let held: Vec<MessageId> = self.held.lock().unwrap().iter().cloned().collect();
+            for id in held {
+                self.ack(&id).await?;
+            }
+            return Ok(());
+        }
         if self.defect == Defect::AcksManyPartially {
             for id in ids {
                 self.ack(id).await?;
