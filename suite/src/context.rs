@@ -161,7 +161,8 @@ impl CaseContext {
         let outcome = check(&history, criteria)
             .outcome(criteria)
             .with_history(&history);
-        self.recorder.checked(criteria, outcome.findings.clone());
+        self.recorder
+            .checked(criteria, outcome.findings.clone(), history.records.len());
         outcome
     }
 

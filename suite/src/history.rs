@@ -603,9 +603,16 @@ impl Recorder {
         self.push(Record::Note { text: note.into() });
     }
 
-    /// Records a check made with the checker over the records so far.
-    pub fn checked(&self, criteria: &crate::criteria::Criteria, findings: Vec<String>) {
-        let upto = lock(&self.shared.history).records.len();
+    /// Records a check made with the checker over the first `upto` records.
+    ///
+    /// `upto` is the length of the history the check judged: records that came while
+    /// it ran (a timed case's control messages) are after it, as offline.
+    pub fn checked(
+        &self,
+        criteria: &crate::criteria::Criteria,
+        findings: Vec<String>,
+        upto: usize,
+    ) {
         self.push(Record::Check {
             upto,
             criteria: criteria.clone(),

@@ -648,8 +648,8 @@ mod tests {
     use super::*;
     use crate::component::TopicSelector;
 
-    #[tokio::test]
-    async fn a_discarded_topic_holds_nothing_and_can_be_used_again() {
+    /// A component holding three messages on topic `t`.
+    async fn with_three_on_t() -> MemoryComponent {
         let component = MemoryComponent::default();
         for i in 0..3 {
             component
@@ -657,6 +657,12 @@ mod tests {
                 .await
                 .unwrap();
         }
+        component
+    }
+
+    #[tokio::test]
+    async fn a_discarded_topic_holds_nothing_and_can_be_used_again() {
+        let component = with_three_on_t().await;
         component.discard_topic("t").await.unwrap();
         assert!(component.broker.lock().topics.is_empty());
         let spec = ConsumerSpec::new(TopicSelector::Single("t".into()), "g");
@@ -679,13 +685,7 @@ mod tests {
     /// its group lives, hands what it held to that member at once.
     #[tokio::test]
     async fn a_dropped_member_hands_back_what_it_held() {
-        let component = MemoryComponent::default();
-        for i in 0..3 {
-            component
-                .publish(OutgoingMessage::new("t", vec![i]))
-                .await
-                .unwrap();
-        }
+        let component = with_three_on_t().await;
         let spec = ConsumerSpec::new(TopicSelector::Single("t".into()), "g");
         let first = component.consumer(spec.clone()).await.unwrap();
         let second = component.consumer(spec).await.unwrap();

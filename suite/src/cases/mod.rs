@@ -236,15 +236,21 @@ pub(super) async fn outlive_one_second_ttl(ctx: &CaseContext) {
     tokio::time::sleep(std::time::Duration::from_secs(1) + margin).await;
 }
 
+/// A proptest runner whose generator is seeded by `seed`: it draws the same values on
+/// every run with the same seed.
+pub fn seeded_runner(seed: u64) -> TestRunner {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+    )
+}
+
 /// `count` values drawn from `strategy` with a generator seeded by `seed`: the same
 /// values on every run with the same seed.
 pub fn generate<S: Strategy>(strategy: S, seed: u64, count: usize) -> Vec<S::Value> {
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
-    );
+    let mut runner = seeded_runner(seed);
     (0..count)
         .map(|_| {
             strategy

@@ -14,7 +14,6 @@
 use super::{Sample, KEY};
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, ValueTree};
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use pubsub_components::{Capabilities, Metadata};
 use std::future::Future;
 
@@ -376,12 +375,7 @@ fn swept(mut drawn: Drawn, i: usize, reach: Reach) -> Drawn {
 /// The first `count` value trees drawn from the case seed: the same on every run
 /// with the same seed. The first ones sweep the edges of each axis ([`swept`]).
 pub fn trees(reach: Reach, seed: u64, count: usize) -> Vec<DrawTree> {
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
-    );
+    let mut runner = super::seeded_runner(seed);
     (0..count)
         .map(|i| {
             message(reach)
