@@ -209,13 +209,18 @@ async fn faulty_component_fails_the_cases_it_breaks(
 #[case::last_ids_per_topic(Defect::LastIdsPerTopic, &["multi-topic.last-message-ids"])]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topology_defects_pass_on_one_partition(#[case] defect: Defect, #[case] case_ids: &[&str]) {
+    assert_faulty_passes(defect, case_ids, "is right on one partition").await;
+}
+
+/// Asserts that `defect` passes each of `case_ids`, for the reason given.
+async fn assert_faulty_passes(defect: Defect, case_ids: &[&str], because: &str) {
     for id in case_ids {
         let case = find(id).unwrap_or_else(|| panic!("no case {id} in the catalogue"));
         let result = run_faulty(defect, case).await;
         assert_eq!(
             result.status,
             Status::Pass,
-            "{defect:?} is right on one partition, so {id} must pass:\n{}",
+            "{defect:?} {because}, so {id} must pass:\n{}",
             describe(&result)
         );
     }
@@ -228,20 +233,16 @@ async fn topology_defects_pass_on_one_partition(#[case] defect: Defect, #[case] 
 #[case::counts_delayed_retries_for_idle_groups(Defect::CountsDelayedRetriesForIdleGroups)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bystander_defects_pass_where_every_group_has_members(#[case] defect: Defect) {
-    for id in [
-        "subscribe.group-isolation",
-        "subscribe.fan-out",
-        "subscribe.group-without-members",
-    ] {
-        let case = find(id).unwrap_or_else(|| panic!("no case {id} in the catalogue"));
-        let result = run_faulty(defect, case).await;
-        assert_eq!(
-            result.status,
-            Status::Pass,
-            "{defect:?} is meant for the bystander alone, yet fails {id}:\n{}",
-            describe(&result)
-        );
-    }
+    assert_faulty_passes(
+        defect,
+        &[
+            "subscribe.group-isolation",
+            "subscribe.fan-out",
+            "subscribe.group-without-members",
+        ],
+        "is meant for the bystander alone",
+    )
+    .await;
 }
 
 /// What a component declares decides its verdicts: the in-memory component declared

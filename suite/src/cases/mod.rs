@@ -261,6 +261,11 @@ pub fn generate<S: Strategy>(strategy: S, seed: u64, count: usize) -> Vec<S::Val
         .collect()
 }
 
+/// The case key a received message carries (empty when it carries none).
+pub fn received_key(message: &pubsub_components::ReceivedMessage) -> String {
+    message.metadata.get(KEY).cloned().unwrap_or_default()
+}
+
 /// The case key a delivered event carries.
 pub fn key_of(event: &Event) -> &str {
     event.metadata.get(KEY).map(String::as_str).unwrap_or("")

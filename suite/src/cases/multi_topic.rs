@@ -1,7 +1,7 @@
 //! Multi-topic subscriptions and topic message ids (Pulsar PIP-224): owner topics,
 //! ack and seek on the owner topic only, refusals, `last_message_ids`.
 
-use super::key_of;
+use super::{key_of, received_key as key};
 use crate::context::CaseContext;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use pubsub_components::runtime::Subscription;
@@ -450,14 +450,6 @@ async fn receive(
         );
     }
     Ok(out)
-}
-
-fn key(message: &ReceivedMessage) -> String {
-    message
-        .metadata
-        .get(crate::history::KEY)
-        .cloned()
-        .unwrap_or_default()
 }
 
 pub(super) async fn owner_topic(ctx: CaseContext) -> CaseRun {

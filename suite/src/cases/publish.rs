@@ -142,14 +142,13 @@ async fn smallest_failing_draw(
                 return Some(vec![format!("{}: refused: {e}", sample.key)]);
             }
             let keys = [sample.key.clone()];
+            // Not delivered (the case's bound may be nearly spent): no evidence about
+            // fidelity either way; what is lost is the checker's to say.
             if !recorder
                 .wait_for_keys(&keys, ctx.within(ctx.caps.delivery_bound))
                 .await
             {
-                return Some(vec![format!(
-                    "{}: not delivered within the delivery bound",
-                    sample.key
-                )]);
+                return None;
             }
             let event = recorder
                 .events()

@@ -2,9 +2,9 @@
 //! every message; acknowledged messages stay acknowledged; a cancelled receive loses
 //! nothing.
 
-use super::{generate, returned_after};
+use super::{generate, received_key, returned_after};
 use crate::context::CaseContext;
-use crate::history::{Record, KEY};
+use crate::history::Record;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::Subscription;
 use pubsub_components::{Consumer, ConsumerSpec, ErrorKind, ReceivedMessage, TopicSelector};
@@ -131,7 +131,7 @@ async fn take_ready(
 ) -> Result<(), crate::outcome::CaseError> {
     for message in member.receive(50, wait).await.doing("receiving")? {
         member.ack(&message.id).await.doing("acknowledging")?;
-        let key = message.metadata.get(KEY).cloned().unwrap_or_default();
+        let key = received_key(&message);
         *taken.entry(key).or_insert(0) += 1;
     }
     Ok(())
@@ -177,7 +177,7 @@ pub(super) async fn cancelled_receive(ctx: CaseContext) -> CaseRun {
                         if let Err(e) = member.ack(&message.id).await.doing("acknowledging") {
                             outcome = Err(e);
                         }
-                        let key = message.metadata.get(KEY).cloned().unwrap_or_default();
+                        let key = received_key(&message);
                         *taken.entry(key).or_insert(0) += 1;
                     }
                 }
@@ -209,7 +209,7 @@ pub(super) async fn cancelled_receive(ctx: CaseContext) -> CaseRun {
             Ok(messages) => {
                 for message in messages.doing("receiving a batch")? {
                     member.ack(&message.id).await.doing("acknowledging")?;
-                    let key = message.metadata.get(KEY).cloned().unwrap_or_default();
+                    let key = received_key(&message);
                     *taken.entry(key).or_insert(0) += 1;
                 }
             }
@@ -537,10 +537,6 @@ async fn receive_one_of(
     }
 }
 
-fn key_of_message(message: &ReceivedMessage) -> String {
-    message.metadata.get(KEY).cloned().unwrap_or_default()
-}
-
 pub(super) async fn method_edges(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
@@ -594,7 +590,7 @@ pub(super) async fn method_edges(ctx: CaseContext) -> CaseRun {
     }
     // A RETRY with no delay comes back within the redelivery bound.
     if let Some(retried) = held.first() {
-        let retried_key = key_of_message(retried);
+        let retried_key = received_key(retried);
         member
             .nack(&retried.id, Duration::ZERO)
             .await
@@ -603,7 +599,7 @@ pub(super) async fn method_edges(ctx: CaseContext) -> CaseRun {
         let mut back = false;
         while !back && Instant::now() < back_by {
             let got = receive_one_of(member.as_ref(), 8, back_by).await?;
-            back = got.iter().any(|m| key_of_message(m) == retried_key);
+            back = got.iter().any(|m| received_key(m) == retried_key);
             held.extend(got);
         }
         outcome.expect(back, || {
@@ -622,7 +618,7 @@ pub(super) async fn method_edges(ctx: CaseContext) -> CaseRun {
     let mut returned: BTreeSet<String> = BTreeSet::new();
     while returned.len() < keys.len() && Instant::now() < returned_by {
         for message in receive_one_of(other.as_ref(), 16, returned_by).await? {
-            returned.insert(key_of_message(&message));
+            returned.insert(received_key(&message));
             other.ack(&message.id).await.doing("acknowledging")?;
         }
     }
