@@ -419,6 +419,17 @@ pub trait Consumer: Send + Sync {
         Err(PubSubError::unsupported("consumer", "extending a lease"))
     }
 
+    /// Of `ids` (received, unsettled), those the member has handed back to its group
+    /// since it received them: a rebalance gave their partition to another member, and
+    /// copies of them go there. The runtime then drops what it still holds of them (a
+    /// delayed message, an entry of a batch being filled) rather than deliver a message
+    /// a second member gets too. The default: none, for a member that keeps what it
+    /// received until it settles it or closes.
+    async fn handed_back(&self, ids: &[MessageId]) -> Result<Vec<MessageId>> {
+        let _ = ids;
+        Ok(Vec::new())
+    }
+
     /// Native dead-lettering: gives up on the message, routing it to the dead-letter
     /// topic with `reason`. Only called when the component declares `dead_letter` native.
     async fn reject(&self, id: &MessageId, reason: &str) -> Result<()> {

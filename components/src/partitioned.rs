@@ -13,6 +13,7 @@ use crate::component::{
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, OutgoingMessage, ReceivedMessage};
+use crate::runtime::controls::keys;
 use crate::typed_settings::Connecting;
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -399,14 +400,22 @@ struct PartitionedConsumer {
 }
 
 impl PartitionedConsumer {
+    /// The messages as the application sees them: ids with the logical topic and
+    /// partition, and, on any topic (a dead-letter topic is not partitioned), the
+    /// original topic a component that dead-letters natively named as the partition's
+    /// broker topic given as the partitioned topic it belongs to.
     fn outward_all(&self, messages: Vec<ReceivedMessage>) -> Vec<ReceivedMessage> {
-        if !self.partitioned {
-            return messages;
-        }
         messages
             .into_iter()
             .map(|mut m| {
-                m.id = outward(m.id);
+                if self.partitioned {
+                    m.id = outward(m.id);
+                }
+                if let Some(original) = m.metadata.get_mut(keys::ORIGINAL_TOPIC) {
+                    if let Some((topic, _)) = split(original) {
+                        *original = topic.to_string();
+                    }
+                }
                 m
             })
             .collect()
@@ -453,6 +462,17 @@ impl Consumer for PartitionedConsumer {
     async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
         let ids: Vec<MessageId> = ids.iter().map(inward).collect();
         self.inner.extend_lease(&ids).await
+    }
+
+    async fn handed_back(&self, ids: &[MessageId]) -> Result<Vec<MessageId>> {
+        let inner: Vec<MessageId> = ids.iter().map(inward).collect();
+        let gone = self.inner.handed_back(&inner).await?;
+        Ok(ids
+            .iter()
+            .zip(&inner)
+            .filter(|(_, i)| gone.contains(i))
+            .map(|(id, _)| id.clone())
+            .collect())
     }
 
     async fn reject(&self, id: &MessageId, reason: &str) -> Result<()> {

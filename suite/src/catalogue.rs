@@ -74,11 +74,13 @@ mod tests {
                 "{}: only a partitioned twin's id ends in @partitioned",
                 case.id
             );
+            // A feature-pair row joins its features with `+`.
+            let plus_ok = case.family() == crate::cases::pairs::FAMILY;
             assert!(
                 base.contains('.')
-                    && base
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c == '.' || c == '-'),
+                    && base.chars().all(|c| {
+                        c.is_ascii_lowercase() || c == '.' || c == '-' || (plus_ok && c == '+')
+                    }),
                 "malformed id {}",
                 case.id
             );

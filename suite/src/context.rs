@@ -18,6 +18,8 @@ pub const SUBSCRIBED_MARKER: &str = "subscribed-marker";
 
 /// The environment of one run of one case.
 pub struct CaseContext {
+    /// The id of the case that runs.
+    pub case_id: String,
     pub runtime: Runtime,
     pub caps: Capabilities,
     pub recorder: Recorder,
@@ -80,6 +82,7 @@ impl CaseContext {
     pub fn new(runtime: Runtime, case_id: &str, bound: Duration, seed: u64) -> Self {
         let run = uuid::Uuid::new_v4().simple().to_string();
         CaseContext {
+            case_id: case_id.to_string(),
             caps: runtime.capabilities().clone(),
             runtime,
             recorder: Recorder::new(),
@@ -88,7 +91,7 @@ impl CaseContext {
             wrap: None,
             bystander: None,
             partitions: None,
-            prefix: format!("pcs-{}-{}", &run[..8], case_id.replace(['.', '@'], "-")),
+            prefix: format!("pcs-{}-{}", &run[..8], name_part(case_id)),
             deadline: Instant::now() + bound,
             ack_time: AckTime::new(bound),
             seed,
@@ -479,9 +482,40 @@ impl CaseContext {
     }
 }
 
+/// The most characters of a case id that go into the names of its topics and groups.
+const NAME_PART_CHARS: usize = 40;
+
+/// A case id as it goes into names: `.`, `@` and `+` as `-`, and an id longer than
+/// [`NAME_PART_CHARS`] cut short, ending in a hash of the whole, so that a topic name
+/// fits the shortest limit of a broker (63 characters for a RabbitMQ routing key).
+fn name_part(case_id: &str) -> String {
+    let name = case_id.replace(['.', '@', '+'], "-");
+    if name.chars().count() <= NAME_PART_CHARS {
+        return name;
+    }
+    let hash = pubsub_components::component::stable_hash(case_id.as_bytes()) & 0xfff_ffff;
+    let head: String = name.chars().take(NAME_PART_CHARS - 8).collect();
+    format!("{head}-{hash:07x}")
+}
+
 /// The due time a request's metadata asks for, read by the runtime's own parser.
 fn due_time(metadata: &pubsub_components::Metadata) -> Option<SystemTime> {
     pubsub_components::runtime::controls::parse_controls(metadata, SystemTime::now())
         .ok()
         .and_then(|controls| controls.deliver_at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_case_ids_are_cut_short_in_names_and_stay_apart() {
+        assert_eq!(name_part("ttl.live@partitioned"), "ttl-live-partitioned");
+        let a = name_part("pairs.ttl+retry+dead-letter+receiver-delay+deliver-at");
+        let b = name_part("pairs.ttl+retry+dead-letter+receiver-delay+bulk-publish");
+        assert_eq!(a.chars().count(), NAME_PART_CHARS);
+        assert!(a.starts_with("pairs-ttl-retry-dead-letter-rec"), "{a}");
+        assert_ne!(a, b);
+    }
 }

@@ -360,7 +360,8 @@ fn is_item_id(id: &str) -> bool {
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '-')
 }
 
-/// Whether a code span looks like a case id (`family.name`).
+/// Whether a code span looks like a case id (`family.name`; a feature-pair row's name
+/// joins features with `+`).
 fn looks_like_case_id(span: &str) -> bool {
     let Some((family, name)) = span.split_once('.') else {
         return false;
@@ -369,7 +370,7 @@ fn looks_like_case_id(span: &str) -> bool {
         s.starts_with(|c: char| c.is_ascii_lowercase())
             && s.chars().all(|c| c.is_ascii_lowercase() || c == '-')
     };
-    part(family) && part(name)
+    part(family) && name.split('+').all(part)
 }
 
 /// The contract's items: each starts with `- **ID**` at the start of a line and runs

@@ -11,6 +11,7 @@ mod faulty {
 use faulty::defects::{Defect, Faulty};
 use faulty::recovery::{Breaks, Broken};
 use faulty::sidecar::{FaultySidecars, SidecarFault};
+use pubsub_conformance::cases::pairs::{self, Part};
 use pubsub_conformance::catalogue::find;
 use pubsub_conformance::components::config::ComponentDefinition;
 use pubsub_conformance::components::memory::{MemoryComponent, MemoryConfig};
@@ -210,6 +211,38 @@ async fn faulty_component_fails_the_cases_it_breaks(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topology_defects_pass_on_one_partition(#[case] defect: Defect, #[case] case_ids: &[&str]) {
     assert_faulty_passes(defect, case_ids, "is right on one partition").await;
+}
+
+/// The defects only the feature pairs catch: each fails the row where its two features
+/// meet, saying which rule broke, and passes the cases of each feature alone.
+#[rstest]
+#[case::resets_attempts_across_members(
+    Defect::ResetsAttemptsAcrossMembers,
+    [Part::Retry, Part::MemberChurn],
+    "RT-1: exhausted-",
+    &["retry.redelivery", "retry.delay", "retry.exhausted-without-dead-letter", "dead-letter.max-deliveries", "certification.retry-while-members-change", "certification.consumer-leaves", "subscribe.competing-consumers"],
+)]
+#[case::drops_due_times_in_bulk(
+    Defect::DropsDueTimesInBulk,
+    [Part::BulkPublish, Part::DeliverAt],
+    "DLY-1: settled-0-t0 was delivered",
+    &["delay.deliver-at", "delay.deliver-after", "delay.receiver-delay", "bulk-publish.all-success", "bulk-publish.metadata-merge", "bulk-publish.fidelity"],
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pair_defects_fail_only_where_their_features_meet(
+    #[case] defect: Defect,
+    #[case] meet: [Part; 2],
+    #[case] finding: &str,
+    #[case] alone: &[&str],
+) {
+    let row = pairs::rows()
+        .into_iter()
+        .find(|row| meet.iter().all(|part| row.contains(part)))
+        .expect("every two features meet in a row");
+    let id = pairs::id_of(&row);
+    let case = find(&id).unwrap_or_else(|| panic!("no case {id} in the catalogue"));
+    assert_fails_saying(&run_faulty(defect, case).await, &defect, finding);
+    assert_faulty_passes(defect, alone, "breaks only where its two features meet").await;
 }
 
 /// Asserts that `defect` passes each of `case_ids`, for the reason given.

@@ -2,19 +2,24 @@
 //! it was published as, and its admission recorded in the member's ledger.
 
 use super::ledger::{lock, SharedLedger};
-use super::{HEADER_ATTEMPT, HEADER_CONTENT_TYPE, HEADER_METADATA, HEADER_PUBLISHED};
+use super::{HEADER_ATTEMPT, HEADER_CONTENT_TYPE, HEADER_DUE, HEADER_METADATA, HEADER_PUBLISHED};
 use crate::message::{MessageId, Metadata, ReceivedMessage};
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::Message;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
 
 /// Records a polled record in the ledger and turns it into a delivery, with its
-/// admission.
-pub(super) fn admit(ledger: &SharedLedger, record: &BorrowedMessage<'_>) -> (u64, ReceivedMessage) {
+/// admission; `None` for a copy that is not due yet, which the ledger holds until it is.
+pub(super) fn admit(
+    ledger: &SharedLedger,
+    record: &BorrowedMessage<'_>,
+) -> Option<(u64, ReceivedMessage)> {
     let mut metadata = Metadata::new();
     let mut content_type = None;
     let mut attempt = 1;
     let mut published_ms = None;
+    let mut due_ms = None;
     if let Some(headers) = record.headers() {
         for header in headers.iter() {
             let value = header.value.unwrap_or_default();
@@ -33,6 +38,11 @@ pub(super) fn admit(ledger: &SharedLedger, record: &BorrowedMessage<'_>) -> (u64
                 }
                 HEADER_PUBLISHED => {
                     published_ms = std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok());
+                }
+                HEADER_DUE => {
+                    due_ms = std::str::from_utf8(value)
                         .ok()
                         .and_then(|v| v.parse::<u64>().ok());
                 }
@@ -58,6 +68,19 @@ pub(super) fn admit(ledger: &SharedLedger, record: &BorrowedMessage<'_>) -> (u64
         attempt,
         publish_time: UNIX_EPOCH + Duration::from_millis(published_ms),
     };
-    let admission = lock(ledger).admit(&message);
-    (admission, message)
+    let wait = due_ms.and_then(|ms| {
+        (UNIX_EPOCH + Duration::from_millis(ms))
+            .duration_since(SystemTime::now())
+            .ok()
+    });
+    match wait {
+        Some(wait) => {
+            lock(ledger).admit_due(&message, Instant::now() + wait);
+            None
+        }
+        None => {
+            let admission = lock(ledger).admit(&message);
+            Some((admission, message))
+        }
+    }
 }

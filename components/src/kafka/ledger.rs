@@ -61,10 +61,22 @@ pub(super) struct Reassigned;
 /// What giving partitions up leaves to do: copies to publish, then offsets to commit.
 #[derive(Debug, Default)]
 pub(super) struct Released {
-    /// Each unanswered record with the attempt its copy carries.
-    pub copies: Vec<(i32, u32, ReceivedMessage)>,
+    /// Each unanswered record, as its copy.
+    pub copies: Vec<HandedBack>,
     /// Per partition, the offset after the last record the member was handed.
     pub ends: Vec<(String, i32, i64)>,
+}
+
+/// An unanswered record a member gives up, as the copy it hands its group.
+#[derive(Debug)]
+pub(super) struct HandedBack {
+    pub partition: i32,
+    /// The attempt the copy carries.
+    pub attempt: u32,
+    pub message: ReceivedMessage,
+    /// When the copy is due, for a record waiting out a retry delay: the member that
+    /// gets it holds it until then.
+    pub due: Option<Instant>,
 }
 
 fn key_of(message: &ReceivedMessage) -> Option<TopicPartition> {
@@ -114,6 +126,16 @@ impl Ledger {
     pub fn holds(&self, message: &ReceivedMessage, admission: u64) -> bool {
         self.slot(message)
             .is_some_and(|slot| slot.admission == admission)
+    }
+
+    /// Whether the record at `offset` of `key` was handed back on a rebalance and is
+    /// held no more.
+    pub fn was_handed_back(&self, key: &TopicPartition, offset: i64) -> bool {
+        let held = self
+            .partitions
+            .get(key)
+            .is_some_and(|slots| slots.contains_key(&offset));
+        !held && self.handed_back.contains(&(key.clone(), offset))
     }
 
     /// Marks a held record handed out to the app (or put back, not handed).
@@ -185,6 +207,17 @@ impl Ledger {
         true
     }
 
+    /// Records a polled copy that waits out its retry delay (handed back by another
+    /// member before it was due): held until `due`, then handed out.
+    pub fn admit_due(&mut self, message: &ReceivedMessage, due: Instant) -> u64 {
+        let admission = self.admit(message);
+        if let Some(slot) = self.slot_mut(message) {
+            slot.fresh = false;
+        }
+        self.returning.push((due, message.clone()));
+        admission
+    }
+
     /// Puts received records aside for a later receive.
     pub fn set_aside(&mut self, messages: Vec<ReceivedMessage>) {
         for message in &messages {
@@ -251,6 +284,11 @@ impl Ledger {
             .filter(|key| which(key))
             .cloned()
             .collect();
+        let waiting: HashMap<(TopicPartition, i64), Instant> = self
+            .returning
+            .iter()
+            .filter_map(|(due, m)| Some(((key_of(m)?, m.id.position as i64), *due)))
+            .collect();
         let mut released = Released::default();
         for key in keys {
             let Some(slots) = self.partitions.remove(&key) else {
@@ -273,7 +311,12 @@ impl Ledger {
                     continue;
                 }
                 let attempt = slot.attempt + u32::from(slot.handed);
-                released.copies.push((key.1, attempt, slot.message));
+                released.copies.push(HandedBack {
+                    partition: key.1,
+                    attempt,
+                    message: slot.message,
+                    due: waiting.get(&(key.clone(), offset)).copied(),
+                });
             }
         }
         let kept = |m: &ReceivedMessage| key_of(m).is_none_or(|key| !which(&key));
@@ -286,10 +329,10 @@ impl Ledger {
     /// everything unanswered of them is handed back.
     pub fn revoke(&mut self, partitions: &[TopicPartition]) -> Released {
         let released = self.release(|key| partitions.contains(key));
-        for (partition, _, message) in &released.copies {
+        for copy in &released.copies {
             self.handed_back.insert((
-                (message.topic().to_string(), *partition),
-                message.id.position as i64,
+                (copy.message.topic().to_string(), copy.partition),
+                copy.message.id.position as i64,
             ));
         }
         released
@@ -347,12 +390,18 @@ mod tests {
         let copies: Vec<(u64, u32)> = released
             .copies
             .iter()
-            .map(|(_, attempt, m)| (m.id.position, *attempt))
+            .map(|c| (c.message.id.position, c.attempt))
             .collect();
         // 0 was handed with attempt 1: its copy is attempt 2; 1 waits to return as
         // attempt 2. 2 was answered: no copy. 3 was never handed and ends the
         // partition: the commit point stops before it, for the next owner to fetch.
         assert_eq!(copies, vec![(0, 2), (1, 2)]);
+        let dues: Vec<bool> = released.copies.iter().map(|c| c.due.is_some()).collect();
+        assert_eq!(
+            dues,
+            vec![false, true],
+            "1 waits out its retry delay: its copy too"
+        );
         assert_eq!(released.ends, vec![("t".to_string(), 0, 3)]);
         assert!(!ledger.holds(&record(3), 4), "a revoked record is not held");
         assert_eq!(ledger.take_waiting(10, Instant::now()).0.len(), 0);
@@ -395,7 +444,7 @@ mod tests {
         assert_eq!(taken[0].1.id.position, 1);
         assert_eq!(next, None);
         let released = ledger.release(|_| true);
-        let attempts: Vec<u32> = released.copies.iter().map(|(_, a, _)| *a).collect();
+        let attempts: Vec<u32> = released.copies.iter().map(|c| c.attempt).collect();
         assert_eq!(attempts, vec![2, 1]);
     }
 
@@ -414,7 +463,7 @@ mod tests {
         let copies: Vec<(u64, u32)> = released
             .copies
             .iter()
-            .map(|(_, attempt, m)| (m.id.position, *attempt))
+            .map(|c| (c.message.id.position, c.attempt))
             .collect();
         assert_eq!(copies, vec![(0, 1), (1, 2)]);
         assert_eq!(released.ends, vec![("t".to_string(), 0, 3)]);

@@ -3,9 +3,9 @@
 //! it did not answer, so that nothing it acknowledged is delivered again in its group.
 
 use super::intake::admit;
-use super::ledger::{lock, Ledger, Reassigned, Released, SharedLedger, TopicPartition};
+use super::ledger::{lock, HandedBack, Ledger, Reassigned, Released, SharedLedger, TopicPartition};
 use super::poller::{self, PollTurn};
-use super::{broker, delivered, named_topics, record, Quiet, REQUEST_TIMEOUT};
+use super::{broker, delivered, named_topics, record, CopyHeaders, Quiet, REQUEST_TIMEOUT};
 use crate::component::{member_of, millis_since_epoch, owner_topic, Consumer, ConsumerSpec};
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, OutgoingMessage, ReceivedMessage};
@@ -21,13 +21,20 @@ use rdkafka::{Offset, TopicPartitionList};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 /// The message a copy of an unanswered record publishes, and its copy header values
-/// (the attempt it carries, when the original was published).
-fn copy_of(message: ReceivedMessage, attempt: u32) -> (OutgoingMessage, (u32, u64)) {
-    let published = millis_since_epoch(message.publish_time);
+/// (the attempt it carries, when the original was published, when it is due).
+fn copy_of(copy: HandedBack) -> (OutgoingMessage, CopyHeaders) {
+    let message = copy.message;
+    let headers = CopyHeaders {
+        attempt: copy.attempt,
+        published_ms: millis_since_epoch(message.publish_time),
+        due_ms: copy.due.map(|due| {
+            millis_since_epoch(SystemTime::now() + due.saturating_duration_since(Instant::now()))
+        }),
+    };
     let outgoing = OutgoingMessage {
         topic: message.topic().to_string(),
         payload: message.payload,
@@ -37,7 +44,7 @@ fn copy_of(message: ReceivedMessage, attempt: u32) -> (OutgoingMessage, (u32, u6
         expires_at: None,
         deliver_at: None,
     };
-    (outgoing, (attempt, published))
+    (outgoing, headers)
 }
 
 /// A member's librdkafka context: quiet like the component's clients, and when a
@@ -61,8 +68,9 @@ impl Member {
         let mut first_error = None;
         let mut failed: HashSet<TopicPartition> = HashSet::new();
         let mut pending = Vec::new();
-        for (partition, attempt, message) in released.copies {
-            let (outgoing, copy) = copy_of(message, attempt);
+        for copy in released.copies {
+            let partition = copy.partition;
+            let (outgoing, copy) = copy_of(copy);
             let key = (outgoing.topic.clone(), partition);
             match self
                 .producer
@@ -288,7 +296,7 @@ impl Consumer for KafkaConsumer {
                 now
             };
             match tokio::time::timeout_at(until, consumer.recv()).await {
-                Ok(Ok(record)) => out.push(admit(&self.ledger, &record)),
+                Ok(Ok(record)) => out.extend(admit(&self.ledger, &record)),
                 Ok(Err(e)) => {
                     if out.is_empty() {
                         // Topics that do not exist yet (a pattern's) and transient
@@ -366,6 +374,18 @@ impl Consumer for KafkaConsumer {
     async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
         let _ = ids;
         Ok(())
+    }
+
+    async fn handed_back(&self, ids: &[MessageId]) -> Result<Vec<MessageId>> {
+        let ledger = self.ledger();
+        Ok(ids
+            .iter()
+            .filter(|id| {
+                self.locate(id)
+                    .is_ok_and(|(key, offset)| ledger.was_handed_back(&key, offset))
+            })
+            .cloned()
+            .collect())
     }
 
     async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {

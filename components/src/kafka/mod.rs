@@ -53,6 +53,17 @@ const HEADER_METADATA: &str = "pcs-md";
 const HEADER_ATTEMPT: &str = "pcs-attempt";
 /// On a copy: when the original was published (milliseconds since the epoch).
 const HEADER_PUBLISHED: &str = "pcs-published-ms";
+/// On a copy of a record that waited out a retry delay: when it is due (milliseconds
+/// since the epoch); the member that polls it holds it until then.
+const HEADER_DUE: &str = "pcs-due-ms";
+
+/// The header values of a copy a member hands back.
+struct CopyHeaders {
+    /// The attempt its next delivery is.
+    attempt: u32,
+    published_ms: u64,
+    due_ms: Option<u64>,
+}
 /// How long a member may go silent before the group hands its partitions on.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 /// How long the broker may hold a fetch that has nothing to return.
@@ -219,7 +230,7 @@ fn client_config(config: &KafkaConfig) -> ClientConfig {
 
 /// The headers of a published record: content type, metadata, and on a copy its
 /// attempt and first publish time.
-fn headers(message: &OutgoingMessage, copy: Option<(u32, u64)>) -> OwnedHeaders {
+fn headers(message: &OutgoingMessage, copy: Option<CopyHeaders>) -> OwnedHeaders {
     let metadata = serde_json::to_vec(&message.metadata).unwrap_or_default();
     let mut headers = OwnedHeaders::new().insert(Header {
         key: HEADER_METADATA,
@@ -231,16 +242,22 @@ fn headers(message: &OutgoingMessage, copy: Option<(u32, u64)>) -> OwnedHeaders 
             value: Some(content_type.as_bytes()),
         });
     }
-    if let Some((attempt, published_ms)) = copy {
+    if let Some(copy) = copy {
         headers = headers
             .insert(Header {
                 key: HEADER_ATTEMPT,
-                value: Some(attempt.to_string().as_bytes()),
+                value: Some(copy.attempt.to_string().as_bytes()),
             })
             .insert(Header {
                 key: HEADER_PUBLISHED,
-                value: Some(published_ms.to_string().as_bytes()),
+                value: Some(copy.published_ms.to_string().as_bytes()),
             });
+        if let Some(due_ms) = copy.due_ms {
+            headers = headers.insert(Header {
+                key: HEADER_DUE,
+                value: Some(due_ms.to_string().as_bytes()),
+            });
+        }
     }
     headers
 }
@@ -248,7 +265,7 @@ fn headers(message: &OutgoingMessage, copy: Option<(u32, u64)>) -> OwnedHeaders 
 fn record<'a>(
     message: &'a OutgoingMessage,
     partition: Option<i32>,
-    copy: Option<(u32, u64)>,
+    copy: Option<CopyHeaders>,
 ) -> FutureRecord<'a, str, [u8]> {
     let mut record = FutureRecord::to(&message.topic)
         .payload(message.payload.as_slice())

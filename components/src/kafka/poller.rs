@@ -157,7 +157,9 @@ pub(super) fn spawn<C: ConsumerContext + 'static>(
                 _ = wanted => {}
                 polled = consumer.recv() => match polled {
                     Ok(record) => {
-                        let (_, message) = admit(&ledger, &record);
+                        let Some((_, message)) = admit(&ledger, &record) else {
+                            continue;
+                        };
                         let waiting = {
                             let mut ledger = lock(&ledger);
                             ledger.set_aside(vec![message]);

@@ -47,6 +47,17 @@ fn nats<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> PubSubError + '_ {
     move |e| PubSubError::broker(context, e)
 }
 
+/// A failed pull within a receive that has messages already: they are held by the
+/// member, so the receive hands them over rather than fail (which would strand them
+/// until their ack wait ran out); the error shows again on the next pull.
+fn spared(error: PubSubError, out: &[ReceivedMessage]) -> Result<()> {
+    if out.is_empty() {
+        return Err(error);
+    }
+    tracing::debug!(error = %error, "a pull failed after others had brought messages");
+    Ok(())
+}
+
 /// The NATS JetStream component.
 pub struct NatsJetStream {
     config: NatsConfig,
@@ -451,10 +462,17 @@ impl NatsConsumer {
         let expiry = Instant::now() + wait.unwrap_or(NO_WAIT_ANSWER);
         loop {
             match tokio::time::timeout_at(expiry, batch.next()).await {
-                Ok(Some(message)) => {
-                    let message = message.map_err(nats("fetching a batch"))?;
-                    out.push(self.convert(topic, message)?);
+                // An error ends the batch, but not the receive: what `out` holds is
+                // held by this member already, and an error returned here would strand
+                // it until its ack wait ran out.
+                Ok(Some(Err(e))) => {
+                    tracing::debug!(error = %e, topic, "a pull request ended with an error");
+                    return Ok(());
                 }
+                Ok(Some(Ok(message))) => match self.convert(topic, message) {
+                    Ok(received) => out.push(received),
+                    Err(e) => tracing::warn!(error = %e, topic, "an unreadable message"),
+                },
                 Ok(None) => return Ok(()),
                 Err(_) => {
                     self.lock_parked().push(Parked {
@@ -477,7 +495,6 @@ impl NatsConsumer {
     fn take_parked(&self, max: usize, out: &mut Vec<ReceivedMessage>) -> Result<()> {
         let parked = std::mem::take(&mut *self.lock_parked());
         let mut kept = Vec::new();
-        let mut first_error = None;
         for mut request in parked {
             let mut open = true;
             while open && out.len() < max {
@@ -485,7 +502,7 @@ impl NatsConsumer {
                     Some(Some(Ok(message))) => match self.convert(&request.topic, message) {
                         Ok(received) => out.push(received),
                         Err(e) => {
-                            first_error.get_or_insert(e);
+                            tracing::warn!(error = %e, topic = %request.topic, "an unreadable message");
                         }
                     },
                     Some(Some(Err(e))) => {
@@ -501,7 +518,7 @@ impl NatsConsumer {
             }
         }
         self.lock_parked().extend(kept);
-        first_error.map_or(Ok(()), Err)
+        Ok(())
     }
 
     fn convert(&self, topic: &str, message: jetstream::Message) -> Result<ReceivedMessage> {
@@ -561,7 +578,8 @@ impl Consumer for NatsConsumer {
                     break;
                 }
                 self.pull(topic, consumer, max - out.len(), None, &mut out)
-                    .await?;
+                    .await
+                    .or_else(|e| spared(e, &out))?;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if out.is_empty() && !left.is_zero() && !consumers.is_empty() {
@@ -577,10 +595,12 @@ impl Consumer for NatsConsumer {
                 .max(Duration::from_millis(10));
                 for (topic, consumer) in &consumers {
                     self.pull(topic, consumer, 1, Some(expires), &mut out)
-                        .await?;
+                        .await
+                        .or_else(|e| spared(e, &out))?;
                     if !out.is_empty() {
                         self.pull(topic, consumer, max - out.len(), None, &mut out)
-                            .await?;
+                            .await
+                            .or_else(|e| spared(e, &out))?;
                         break;
                     }
                 }
@@ -707,7 +727,9 @@ impl Consumer for NatsConsumer {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        // What parked requests were handed goes back with what is held.
+        // What parked requests were handed goes back with what is held: each is read
+        // until it ends or its slack runs out, since the server may still hand it a
+        // message, which would otherwise wait out the ack wait on a closed member.
         let mut parked = std::mem::take(&mut *self.lock_parked());
         let mut held: Vec<jetstream::Message> = self
             .held
@@ -717,7 +739,9 @@ impl Consumer for NatsConsumer {
             .map(|(_, m)| m)
             .collect();
         for request in &mut parked {
-            while let Some(Some(Ok(message))) = request.batch.next().now_or_never() {
+            while let Ok(Some(Ok(message))) =
+                tokio::time::timeout_at(request.until, request.batch.next()).await
+            {
                 held.push(message);
             }
         }

@@ -405,10 +405,11 @@ impl RedisConsumer {
     }
 
     /// Hands back entries read but never handed to the application: claimable at
-    /// once, their delivery count back to zero (the claim that delivers them counts
-    /// their first attempt).
-    async fn unread(&self, key: &str, ids: &[String]) -> Result<()> {
-        self.xclaim(key, ids, Duration::ZERO, Some(0))
+    /// once, their delivery count back to what it was before the read that took them
+    /// (`attempt` less one), so that the claim that delivers them counts that attempt
+    /// again, not a first one for a redelivery nor one more for the read.
+    async fn unread(&self, key: &str, ids: &[String], attempt: u32) -> Result<()> {
+        self.xclaim(key, ids, Duration::ZERO, Some(attempt.saturating_sub(1)))
             .await
             .map_err(broker("handing back entries of another topic"))
     }
@@ -500,11 +501,20 @@ impl Consumer for RedisConsumer {
             return Ok(batch);
         };
         let topic = first.topic().to_string();
-        // Entries of other topics go back at once, for the next batch.
+        // Entries of other topics go back at once, for the next batch, each with the
+        // delivery count it had.
         let (same, other): (Vec<_>, Vec<_>) = batch.drain(..).partition(|m| m.topic() == topic);
-        let other: Vec<MessageId> = other.into_iter().map(|m| m.id).collect();
-        for (key, entries) in self.by_stream(&other)? {
-            self.unread(&key, &entries).await?;
+        let mut by_attempt: std::collections::BTreeMap<u32, Vec<MessageId>> = Default::default();
+        for message in other {
+            by_attempt
+                .entry(message.attempt)
+                .or_default()
+                .push(message.id);
+        }
+        for (attempt, ids) in by_attempt {
+            for (key, entries) in self.by_stream(&ids)? {
+                self.unread(&key, &entries, attempt).await?;
+            }
         }
         batch = same;
         let since_arrival = SystemTime::now()

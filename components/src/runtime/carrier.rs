@@ -205,6 +205,10 @@ impl Consumer for UnframingConsumer {
         self.inner.extend_lease(ids).await
     }
 
+    async fn handed_back(&self, ids: &[MessageId]) -> Result<Vec<MessageId>> {
+        self.inner.handed_back(ids).await
+    }
+
     async fn reject(&self, id: &MessageId, reason: &str) -> Result<()> {
         self.inner.reject(id, reason).await
     }

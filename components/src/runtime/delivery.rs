@@ -8,14 +8,14 @@ use super::Runtime;
 use crate::capability::{Feature, Support};
 use crate::component::Consumer;
 use crate::error::{PubSubError, Result};
-use crate::message::{OutgoingMessage, ReceivedMessage};
+use crate::message::{MessageId, OutgoingMessage, ReceivedMessage};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::instrument::WithSubscriber;
-use tracing::{warn, Instrument};
+use tracing::{debug, warn, Instrument};
 
 /// The longest the loop blocks in one receive, so that stops and timers are served.
 const POLL: Duration = Duration::from_millis(100);
@@ -133,11 +133,14 @@ impl Delivery {
             if *stopped.borrow() {
                 break;
             }
-            let wait = self.next_wait();
-            let received = tokio::select! {
-                _ = stopped.changed() => break,
-                received = self.fetch(wait) => received,
-            };
+            // A receive under way is not cut short by a stop: it ends within its wait,
+            // and what it took stays with the consumer, whose close below hands it back
+            // to the group (a receive dropped halfway could strand what the broker was
+            // handing it until a lease ran out).
+            let received = self.fetch(self.next_wait()).await;
+            if *stopped.borrow() {
+                break;
+            }
             match received {
                 Ok(messages) => self.process(messages).await,
                 Err(PubSubError::Closed(_)) => break,
@@ -365,7 +368,31 @@ impl Delivery {
             }
             due.push(entry.remove());
         }
+        let due = self.still_held(due).await;
         self.deliver(due, false).await;
+    }
+
+    /// `ready` without the messages the member handed back since it received them (a
+    /// rebalance gave their partition to another member, which gets copies): what the
+    /// runtime held meanwhile (a delayed message, an entry of a batch being filled)
+    /// is not delivered here too.
+    async fn still_held(&self, mut ready: Vec<Ready>) -> Vec<Ready> {
+        if ready.is_empty() {
+            return ready;
+        }
+        let ids: Vec<MessageId> = ready.iter().map(|(m, _)| m.id.clone()).collect();
+        match self.consumer.handed_back(&ids).await {
+            Ok(gone) if !gone.is_empty() => {
+                debug!(
+                    count = gone.len(),
+                    "held messages handed back to the group: delivered by another member"
+                );
+                ready.retain(|(m, _)| !gone.contains(&m.id));
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "asking which held messages were handed back failed"),
+        }
+        ready
     }
 
     /// Hands over emulated batches that are full or whose wait has passed (all when
@@ -388,7 +415,10 @@ impl Delivery {
 
     async fn flush_topic(&mut self, topic: &str) {
         if let Some(batch) = self.pending.remove(topic) {
-            self.dispatch_batch(batch.entries).await;
+            let entries = self.still_held(batch.entries).await;
+            if !entries.is_empty() {
+                self.dispatch_batch(entries).await;
+            }
         }
     }
 
@@ -471,7 +501,8 @@ impl Delivery {
                 }
             };
         // The entries that succeeded are acknowledged together (one request where the
-        // component acknowledges several ids at once); the others one by one.
+        // component acknowledges several ids at once, one by one where it cannot); the
+        // others one by one.
         let mut succeeded = Vec::new();
         for (message, entry_id) in &messages {
             let status = statuses.get(entry_id).copied().unwrap_or(Status::Retry);
@@ -481,10 +512,19 @@ impl Delivery {
                 self.settle(message, status).await;
             }
         }
-        if !succeeded.is_empty() {
-            if let Err(e) = self.consumer.ack_many(&succeeded).await {
-                warn!(count = succeeded.len(), error = %e, "acknowledging a batch failed");
+        if succeeded.is_empty() {
+            return;
+        }
+        match self.consumer.ack_many(&succeeded).await {
+            Ok(()) => {}
+            Err(PubSubError::Unsupported { .. }) => {
+                for id in &succeeded {
+                    if let Err(e) = self.consumer.ack(id).await {
+                        warn!(%id, error = %e, "acknowledging a batch entry failed");
+                    }
+                }
             }
+            Err(e) => warn!(count = succeeded.len(), error = %e, "acknowledging a batch failed"),
         }
     }
 

@@ -17,6 +17,7 @@ mod groups;
 mod message_id;
 mod multi_topic;
 mod ordering;
+pub mod pairs;
 mod partitions;
 mod publish;
 mod retry;
@@ -91,6 +92,7 @@ pub fn all() -> Vec<Case> {
         }
         cases.push(case);
     }
+    cases.extend(pairs::cases());
     cases
 }
 

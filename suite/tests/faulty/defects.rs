@@ -187,6 +187,15 @@ pub enum Defect {
     /// adds to the attempt count of the topic's groups that have no member connected at
     /// that moment: their first delivery comes as a later attempt.
     CountsDelayedRetriesForIdleGroups,
+    /// Counts a message's attempts in the member that receives it: a message one
+    /// member retried comes to another as attempt 1 (a client that keeps the delivery
+    /// count itself rather than reading the broker's). Right while a group keeps one
+    /// member.
+    ResetsAttemptsAcrossMembers,
+    /// Claims native delayed delivery and publishes the entries of a bulk request
+    /// without their due times (a batch path that builds its records without the
+    /// delay header): right for single publishes, and for bulk ones without delays.
+    DropsDueTimesInBulk,
     /// No violation: declares a 1 s lease, after which the broker takes back what a
     /// member has not settled, and cannot extend it (`extend_lease` refuses): the
     /// runtime must defer delayed messages rather than hold them past the lease.

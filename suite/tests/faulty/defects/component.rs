@@ -91,7 +91,7 @@ impl Component for Faulty {
             Defect::HidesPartitions => caps.partitions = None,
             Defect::HalvesTtl => caps.ttl = Support::Native,
             Defect::DelaysFromReceipt => caps.receiver_delay = Support::Native,
-            Defect::BlocksBehindDelayed | Defect::DeliversLate => {
+            Defect::BlocksBehindDelayed | Defect::DeliversLate | Defect::DropsDueTimesInBulk => {
                 caps.delayed_delivery = Support::Native
             }
             Defect::LeaseWithoutExtension | Defect::PretendsToExtendLease => {
@@ -145,6 +145,9 @@ impl Component for Faulty {
             .map(|mut m| {
                 if self.defect == Defect::RoutesBulkEntriesInTurn {
                     m.partition_key = None;
+                }
+                if self.defect == Defect::DropsDueTimesInBulk {
+                    m.deliver_at = None;
                 }
                 self.corrupt(m)
             })
@@ -215,6 +218,7 @@ impl Component for Faulty {
             retried: Mutex::new(HashMap::new()),
             leaked: Mutex::new(HashSet::new()),
             handed_at: Mutex::new(HashMap::new()),
+            own_attempts: Mutex::new(HashMap::new()),
         }))
     }
 

@@ -46,6 +46,9 @@ pub(super) struct FaultyConsumer {
     pub(super) leaked: Mutex<HashSet<MessageId>>,
     /// For the lease defects: when each unsettled message was handed out.
     pub(super) handed_at: Mutex<HashMap<MessageId, Instant>>,
+    /// For [`Defect::ResetsAttemptsAcrossMembers`]: how often this member received
+    /// each message.
+    pub(super) own_attempts: Mutex<HashMap<MessageId, u32>>,
 }
 
 /// The groups of each topic and what the defects that reach idle groups did to them

@@ -152,6 +152,14 @@ impl FaultyConsumer {
                     message.attempt += idle.retries.get(&key).copied().unwrap_or(0);
                 }
             }
+            Defect::ResetsAttemptsAcrossMembers => {
+                let mut own = self.own_attempts.lock().unwrap();
+                for message in &mut messages {
+                    let count = own.entry(message.id.clone()).or_insert(0);
+                    *count += 1;
+                    message.attempt = *count;
+                }
+            }
             Defect::CountsAttemptsAcrossGroups => {
                 let retries = self.retries.lock().unwrap();
                 for message in &mut messages {
@@ -193,7 +201,8 @@ impl FaultyConsumer {
             Defect::DelaysFromReceipt
             | Defect::BlocksBehindDelayed
             | Defect::DelaysCappedAtLease
-            | Defect::DeliversLate => {
+            | Defect::DeliversLate
+            | Defect::DropsDueTimesInBulk => {
                 let now = SystemTime::now();
                 let mut kept = Vec::new();
                 // Strictly in line: once a delayed message reached the head, what

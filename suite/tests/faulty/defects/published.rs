@@ -96,7 +96,8 @@ impl Faulty {
             Defect::DelaysFromReceipt
             | Defect::BlocksBehindDelayed
             | Defect::DelaysCappedAtLease
-            | Defect::DeliversLate => {
+            | Defect::DeliversLate
+            | Defect::DropsDueTimesInBulk => {
                 if let Some(due) = message.deliver_at {
                     message.metadata.insert(
                         DUE_HEADER.into(),
