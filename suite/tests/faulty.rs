@@ -297,6 +297,10 @@ async fn bystander_defects_pass_where_every_group_has_members(#[case] defect: De
 // A work queue (no fan-out to several groups) declares it: the fan-out cases are
 // UNSUPPORTED with the refusal verified, and one group per topic works as before.
 #[case::a_work_queue_declares_no_fan_out(Defect::DeclaresNoFanOut, &[("subscribe.fan-out", Status::Unsupported), ("multi-topic.owner-topic", Status::Unsupported), ("publish.delivery", Status::Pass), ("subscribe.competing-consumers", Status::Pass)], &["fan-out"])]
+// A component that acknowledges one id at a time gets its batches acknowledged all
+// the same: the runtime acknowledges each entry where `ack_many` is unsupported (it
+// did not, and a member that left handed the "acknowledged" entries back).
+#[case::batches_are_acknowledged_one_by_one_where_several_cannot_be(Defect::CannotAckMany, &[("pairs.receiver-delay+deliver-at+bulk-publish+bulk-subscribe+member-churn", Status::Pass), ("bulk-subscribe.statuses", Status::Pass), ("bulk-subscribe.max-messages", Status::Pass)], &[])]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declarations_decide_verdicts(
     #[case] declared: Defect,

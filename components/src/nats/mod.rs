@@ -36,6 +36,14 @@ use tokio::time::Instant;
 /// under `scripts/load.sh` before parking: `retry.delay`'s redelivery came 5.6 s
 /// after RETRY, at the ack wait).
 const BATCH_STATUS_SLACK: Duration = Duration::from_millis(1500);
+/// How long the server keeps a request that waits for a message, at least: the
+/// receives that follow wait on it, parked, instead of asking again, so that requests
+/// seldom end (a redelivery falling due as a request ended was handed to it and
+/// waited out the ack wait, about once in ten runs of a row with two retried messages
+/// on one topic, with a new request every 100 ms).
+const WAITING_REQUEST_LIFE: Duration = Duration::from_millis(500);
+/// How long past a parked request's end a closing member still reads it.
+const CLOSING_MARGIN: Duration = Duration::from_millis(250);
 /// How long a request for what a topic holds now (no wait) is waited for before it
 /// is parked: the server answers at once, a loaded machine takes longer.
 const NO_WAIT_ANSWER: Duration = Duration::from_millis(250);
@@ -277,6 +285,8 @@ struct Parked {
     topic: String,
     batch: pull::Batch,
     until: Instant,
+    /// When the server ends the request (as this member reckons it).
+    ends: Instant,
 }
 
 /// The longest durable consumer name JetStream takes.
@@ -445,7 +455,11 @@ impl NatsConsumer {
         if max == 0 {
             return Ok(());
         }
-        let mut batch = match wait {
+        // A waiting request lives longer at the server than this receive waits on it:
+        // parked, the next receives wait on it rather than ask again.
+        let lifetime = wait.map(|w| w.max(WAITING_REQUEST_LIFE));
+        let ends = Instant::now() + lifetime.unwrap_or(NO_WAIT_ANSWER);
+        let batch = match lifetime {
             Some(expires) => {
                 consumer
                     .batch()
@@ -457,8 +471,23 @@ impl NatsConsumer {
             None => consumer.fetch().max_messages(max).messages().await,
         }
         .map_err(nats("fetching a batch"))?;
+        self.read_batch(topic, batch, wait, ends, out).await;
+        Ok(())
+    }
+
+    /// Waits up to `wait` (a moment without) on a request for `topic` that the server
+    /// ends at `ends`, taking what it brings into `out`; a request that has not ended
+    /// by then is parked.
+    async fn read_batch(
+        &self,
+        topic: &str,
+        mut batch: pull::Batch,
+        wait: Option<Duration>,
+        ends: Instant,
+        out: &mut Vec<ReceivedMessage>,
+    ) {
         // The batch ends with the server's status or when `max` came; one still open
-        // at its expiry is parked for later receives (see BATCH_STATUS_SLACK).
+        // when the wait is over is parked for later receives (see BATCH_STATUS_SLACK).
         let expiry = Instant::now() + wait.unwrap_or(NO_WAIT_ANSWER);
         loop {
             match tokio::time::timeout_at(expiry, batch.next()).await {
@@ -467,22 +496,49 @@ impl NatsConsumer {
                 // it until its ack wait ran out.
                 Ok(Some(Err(e))) => {
                     tracing::debug!(error = %e, topic, "a pull request ended with an error");
-                    return Ok(());
+                    return;
                 }
                 Ok(Some(Ok(message))) => match self.convert(topic, message) {
                     Ok(received) => out.push(received),
                     Err(e) => tracing::warn!(error = %e, topic, "an unreadable message"),
                 },
-                Ok(None) => return Ok(()),
+                Ok(None) => return,
                 Err(_) => {
                     self.lock_parked().push(Parked {
                         topic: topic.to_string(),
                         batch,
-                        until: expiry + BATCH_STATUS_SLACK,
+                        until: ends.max(expiry) + BATCH_STATUS_SLACK,
+                        ends,
                     });
-                    return Ok(());
+                    return;
                 }
             }
+        }
+    }
+
+    /// Waits up to `wait` on a parked request of `topic` that the server still keeps,
+    /// rather than ask again; false when there is none.
+    async fn wait_on_parked(
+        &self,
+        topic: &str,
+        wait: Duration,
+        out: &mut Vec<ReceivedMessage>,
+    ) -> bool {
+        let alive = Instant::now() + wait;
+        let parked = {
+            let mut parked = self.lock_parked();
+            let found = parked
+                .iter()
+                .position(|p| p.topic == topic && p.ends > alive);
+            found.map(|at| parked.remove(at))
+        };
+        match parked {
+            Some(request) => {
+                self.read_batch(topic, request.batch, Some(wait), request.ends, out)
+                    .await;
+                true
+            }
+            None => false,
         }
     }
 
@@ -594,9 +650,11 @@ impl Consumer for NatsConsumer {
                 }
                 .max(Duration::from_millis(10));
                 for (topic, consumer) in &consumers {
-                    self.pull(topic, consumer, 1, Some(expires), &mut out)
-                        .await
-                        .or_else(|e| spared(e, &out))?;
+                    if !self.wait_on_parked(topic, expires, &mut out).await {
+                        self.pull(topic, consumer, 1, Some(expires), &mut out)
+                            .await
+                            .or_else(|e| spared(e, &out))?;
+                    }
                     if !out.is_empty() {
                         self.pull(topic, consumer, max - out.len(), None, &mut out)
                             .await
@@ -739,8 +797,10 @@ impl Consumer for NatsConsumer {
             .map(|(_, m)| m)
             .collect();
         for request in &mut parked {
+            // Until the server ends it, and a little for what it sent just before.
+            let until = request.until.min(request.ends + CLOSING_MARGIN);
             while let Ok(Some(Ok(message))) =
-                tokio::time::timeout_at(request.until, request.batch.next()).await
+                tokio::time::timeout_at(until, request.batch.next()).await
             {
                 held.push(message);
             }

@@ -227,4 +227,7 @@ pub enum Defect {
     DeclaresNoReceiverDelay,
     /// A correct work queue: one group per topic.
     DeclaresNoFanOut,
+    /// No violation: acknowledges one id at a time (`ack_many` is the trait's default,
+    /// `Unsupported`), as omniqueue's adapter does.
+    CannotAckMany,
 }

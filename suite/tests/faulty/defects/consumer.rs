@@ -304,6 +304,12 @@ impl Consumer for FaultyConsumer {
     }
 
     async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+        if self.defect == Defect::CannotAckMany {
+            return Err(pubsub_components::PubSubError::unsupported(
+                "consumer",
+                "acknowledging several ids",
+            ));
+        }
         if ids.is_empty() && self.defect == Defect::EmptyAckManyAcksAll {
             let held: Vec<MessageId> = self.held.lock().unwrap().iter().cloned().collect();
             for id in held {
