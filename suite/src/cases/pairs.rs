@@ -674,7 +674,7 @@ impl Judge<'_> {
     fn message(&self, message: &Published, outcome: &mut Outcome) {
         let caps = &self.ctx.caps;
         let key = &message.key;
-        let seen: Vec<Delivery> = deliveries(self.history, key).collect();
+        let mut seen: Vec<Delivery> = deliveries(self.history, key).collect();
         for delivery in &seen {
             outcome.expect(delivery.topic == message.topic, || {
                 format!(
@@ -683,6 +683,11 @@ impl Judge<'_> {
                 )
             });
         }
+        // A delivery again to the same member under the same attempt is a duplicate,
+        // not a redelivery: the checker judges duplicates by the declared guarantee;
+        // the rules of retries below count redeliveries. (The same attempt at another
+        // member is a count started over, which RT-1 judges.)
+        seen.dedup_by(|next, last| next.attempt == last.attempt && next.member == last.member);
         let Some(first) = seen.first() else {
             return; // lost: the checker says so
         };
