@@ -105,7 +105,8 @@ fn assert_fails_saying(result: &CaseResult, broken: &dyn std::fmt::Debug, findin
 #[case::last_ids_per_topic(Defect::LastIdsPerTopic, &["multi-topic.last-message-ids@partitioned"], "last_message_ids returned")]
 #[case::drops_trace_context(Defect::DropsTraceContext, &["tracing.per-entry", "tracing.bulk-parent"], "traceparent")]
 #[case::no_redelivery(Defect::NoRedelivery, &["retry.redelivery", "bulk-subscribe.statuses", "bulk-subscribe.handler-error"], "not redelivered")]
-#[case::loses_unacked_on_leave(Defect::LosesUnackedOnLeave, &["certification.consumer-leaves"], "lost")]
+#[case::loses_unacked_on_leave(Defect::LosesUnackedOnLeave, &["certification.consumer-leaves", "certification.consumer-leaves-others-stay", "certification.consumer-leaves-others-first"], "lost")]
+#[case::strands_held_while_others_stay(Defect::StrandsHeldWhileOthersStay, &["certification.consumer-leaves-others-stay", "certification.consumer-leaves-others-first"], "lost")]
 #[case::strips_envelope(Defect::StripsEnvelope, &["envelope.cloudevents"], "without a CloudEvent envelope")]
 #[case::strips_envelope_fidelity(Defect::StripsEnvelope, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
 #[case::strips_raw_marker(Defect::StripsRawMarker, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
@@ -274,6 +275,19 @@ async fn bystander_defects_pass_where_every_group_has_members(#[case] defect: De
             "subscribe.group-without-members",
         ],
         "is meant for the bystander alone",
+    )
+    .await;
+}
+
+/// A member that leaves while others of its group stay connected is a case of its own:
+/// the defect that strands what it held then passes where members come one after
+/// another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_while_others_stay_is_its_own_case() {
+    assert_faulty_passes(
+        Defect::StrandsHeldWhileOthersStay,
+        &["certification.consumer-leaves"],
+        "strands only while another member is connected",
     )
     .await;
 }

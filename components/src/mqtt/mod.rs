@@ -13,10 +13,12 @@
 //!   interval is still set (TTL plus `expiryGraceMs`) so the broker does not keep
 //!   expired messages for ever.
 //! * One member per group and process holds the group's persistent session (the
-//!   anchor); further members use clean sessions, and what such a member leaves
-//!   unacknowledged when it disconnects is lost (MQTT does not redistribute it).
+//!   anchor); further members use clean sessions. When the anchor leaves while others
+//!   stay, one of them resumes its session, so what it held comes back (see
+//!   [`members`]).
 //! * Patterns subscribe the deepest literal level with `#` and are filtered here.
 
+mod members;
 mod records;
 mod settings;
 
@@ -24,8 +26,8 @@ pub use settings::MqttConfig;
 
 use crate::capability::Capabilities;
 use crate::component::{
-    check_message_size, glob_match, millis_since_epoch, owner_topic, random_position, stable_hash,
-    Component, Consumer, ConsumerSpec, TopicSelector,
+    check_message_size, millis_since_epoch, owner_topic, random_position, stable_hash, Component,
+    Consumer, ConsumerSpec, TopicSelector,
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, Metadata, OutgoingMessage, ReceivedMessage};
@@ -37,10 +39,10 @@ use rumqttc::v5::mqttbytes::v5::{
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
 use rumqttc::Outgoing;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 /// User properties the component owns; metadata entries are `m:<key>`.
@@ -206,8 +208,9 @@ pub struct Mqtt5 {
     acks: Arc<Mutex<Acks>>,
     /// Keeps queueing a waiter and handing its publish over in the same order.
     send_order: tokio::sync::Mutex<()>,
-    /// Group sessions held by a live consumer of this component.
-    anchors: Arc<Mutex<HashSet<String>>>,
+    /// The members of each group in this process, and who holds its persistent
+    /// session.
+    groups: members::Groups,
     publisher: JoinHandle<()>,
     /// Partition records, connected on first use.
     records: tokio::sync::OnceCell<RetainedRecords>,
@@ -248,7 +251,7 @@ impl Mqtt5 {
             client,
             acks,
             send_order: tokio::sync::Mutex::new(()),
-            anchors: Arc::new(Mutex::new(HashSet::new())),
+            groups: members::Groups::default(),
             publisher,
             records: tokio::sync::OnceCell::new(),
         })
@@ -345,51 +348,6 @@ impl Mqtt5 {
             stable_hash(format!("{}\u{0}{}", spec.group, spec.topics.describe()).as_bytes());
         format!("pcs-group-{digest:016x}")
     }
-
-    /// Connects a session and subscribes; returns it with whatever was delivered
-    /// before the SUBACK (a resumed session's backlog).
-    async fn open_session(
-        &self,
-        client_id: &str,
-        persistent: bool,
-        filters: Vec<String>,
-    ) -> Result<(AsyncClient, EventLoop, Vec<Publish>)> {
-        let session = persistent.then_some(self.config.session_expiry);
-        let (client, mut events) =
-            AsyncClient::new(options(&self.config, client_id, session)?, REQUEST_CAPACITY);
-        client
-            .subscribe_many(
-                filters
-                    .iter()
-                    .map(|f| Filter::new(f.clone(), QoS::AtLeastOnce)),
-            )
-            .await
-            .map_err(mqtt("subscribing"))?;
-        let mut early = Vec::new();
-        let subscribed = tokio::time::timeout(SETUP_BOUND, async {
-            loop {
-                match events.poll().await {
-                    Ok(Event::Incoming(Packet::SubAck(ack))) => return Ok(ack),
-                    Ok(Event::Incoming(Packet::Publish(publish))) => early.push(publish),
-                    Ok(_) => {}
-                    Err(e) => return Err(PubSubError::broker("subscribing", e)),
-                }
-            }
-        })
-        .await
-        .map_err(|_| PubSubError::broker("subscribing", "no SUBACK within 10 s"))??;
-        if let Some(refused) = subscribed
-            .return_codes
-            .iter()
-            .find(|code| !matches!(code, SubscribeReasonCode::Success(_)))
-        {
-            return Err(PubSubError::broker(
-                "subscribing",
-                format!("the broker refused {filters:?}: {refused:?}"),
-            ));
-        }
-        Ok((client, events, early))
-    }
 }
 
 /// Partitioned topics are emulated (see [`crate::partitioned`]) with retained
@@ -458,9 +416,13 @@ impl MqttConfig {
 impl Component for Mqtt5 {
     async fn broker_version(&self) -> Result<String> {
         let client_id = format!("pcs-probe-{}", uuid::Uuid::new_v4().simple());
-        let probe = self
-            .open_session(&client_id, false, vec!["$SYS/broker/version".into()])
-            .await;
+        let probe = open_session(
+            &self.config,
+            &client_id,
+            false,
+            vec!["$SYS/broker/version".into()],
+        )
+        .await;
         let version = match probe {
             Ok((client, mut events, early)) => {
                 let retained = async {
@@ -516,12 +478,11 @@ impl Component for Mqtt5 {
 
     async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
         let anchor = Self::anchor_id(spec);
-        if self.anchors.lock().expect("anchors lock").contains(&anchor) {
+        if members::is_held(&self.groups, &anchor) {
             return Ok(()); // a live member holds the session already
         }
-        let (client, mut events, _) = self
-            .open_session(&anchor, true, self.filters(spec)?)
-            .await?;
+        let (client, mut events, _) =
+            open_session(&self.config, &anchor, true, self.filters(spec)?).await?;
         client.disconnect().await.map_err(mqtt("disconnecting"))?;
         // The session stays on the broker.
         drain_until_closed(&mut events).await;
@@ -529,53 +490,18 @@ impl Component for Mqtt5 {
     }
 
     async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
-        let filters = self.filters(&spec)?;
-        let anchor_id = Self::anchor_id(&spec);
-        let anchor = self
-            .anchors
-            .lock()
-            .expect("anchors lock")
-            .insert(anchor_id.clone())
-            .then_some(anchor_id);
-        let client_id = anchor
-            .clone()
-            .unwrap_or_else(|| format!("pcs-member-{}", uuid::Uuid::new_v4().simple()));
-        let opened = self
-            .open_session(&client_id, anchor.is_some(), filters.clone())
-            .await;
-        let (client, events, early) = match opened {
-            Ok(session) => session,
-            Err(e) => {
-                if let Some(anchor) = &anchor {
-                    self.anchors.lock().expect("anchors lock").remove(anchor);
-                }
-                return Err(e);
-            }
-        };
-        let (deliveries, incoming) = mpsc::unbounded_channel();
-        let unacked = Arc::new(Mutex::new(HashMap::new()));
-        let reader = Reader {
-            filters,
-            topics: spec.topics.clone(),
-            prefix: self.config.topic_prefix.clone(),
-            client: client.clone(),
-            deliveries: deliveries.clone(),
-            unacked: unacked.clone(),
-        };
-        let (finished, done) = watch::channel(false);
-        let task = tokio::spawn(async move {
-            reader.run(events, early).await;
-            let _ = finished.send(true);
-        });
+        let (member, incoming) = members::Member::join(
+            self.config.clone(),
+            self.filters(&spec)?,
+            spec.topics.clone(),
+            self.groups.clone(),
+            Self::anchor_id(&spec),
+        )
+        .await?;
         Ok(Box::new(MqttConsumer {
             topics: spec.topics,
-            client,
             incoming: tokio::sync::Mutex::new(incoming),
-            deliveries,
-            unacked,
-            anchor: anchor.map(|a| (a, self.anchors.clone())),
-            task,
-            done,
+            member,
         }))
     }
 
@@ -586,6 +512,51 @@ impl Component for Mqtt5 {
     fn capabilities(&self) -> Capabilities {
         self.config.capabilities()
     }
+}
+
+/// Connects a session and subscribes; returns it with whatever was delivered
+/// before the SUBACK (a resumed session's backlog).
+async fn open_session(
+    config: &MqttConfig,
+    client_id: &str,
+    persistent: bool,
+    filters: Vec<String>,
+) -> Result<(AsyncClient, EventLoop, Vec<Publish>)> {
+    let session = persistent.then_some(config.session_expiry);
+    let (client, mut events) =
+        AsyncClient::new(options(config, client_id, session)?, REQUEST_CAPACITY);
+    client
+        .subscribe_many(
+            filters
+                .iter()
+                .map(|f| Filter::new(f.clone(), QoS::AtLeastOnce)),
+        )
+        .await
+        .map_err(mqtt("subscribing"))?;
+    let mut early = Vec::new();
+    let subscribed = tokio::time::timeout(SETUP_BOUND, async {
+        loop {
+            match events.poll().await {
+                Ok(Event::Incoming(Packet::SubAck(ack))) => return Ok(ack),
+                Ok(Event::Incoming(Packet::Publish(publish))) => early.push(publish),
+                Ok(_) => {}
+                Err(e) => return Err(PubSubError::broker("subscribing", e)),
+            }
+        }
+    })
+    .await
+    .map_err(|_| PubSubError::broker("subscribing", "no SUBACK within 10 s"))??;
+    if let Some(refused) = subscribed
+        .return_codes
+        .iter()
+        .find(|code| !matches!(code, SubscribeReasonCode::Success(_)))
+    {
+        return Err(PubSubError::broker(
+            "subscribing",
+            format!("the broker refused {filters:?}: {refused:?}"),
+        ));
+    }
+    Ok((client, events, early))
 }
 
 /// Polls a connection that was asked to disconnect until the broker has closed it,
@@ -601,79 +572,6 @@ async fn settle(acked: oneshot::Receiver<Result<()>>) -> Result<()> {
             "the MQTT connection closed before the PUBACK".into(),
         ))
     })
-}
-
-type Unacked = Arc<Mutex<HashMap<MessageId, (Publish, ReceivedMessage)>>>;
-
-/// Reads one consumer session's event loop into its delivery queue. When the
-/// connection comes back without its session (the broker restarted and kept nothing,
-/// or the session was clean), it subscribes again.
-struct Reader {
-    /// The broker filters of its subscriptions.
-    filters: Vec<String>,
-    topics: TopicSelector,
-    prefix: String,
-    client: AsyncClient,
-    deliveries: mpsc::UnboundedSender<ReceivedMessage>,
-    unacked: Unacked,
-}
-
-impl Reader {
-    async fn run(self, mut events: EventLoop, early: Vec<Publish>) {
-        for publish in early {
-            self.take(publish);
-        }
-        loop {
-            match events.poll().await {
-                Ok(Event::Incoming(Packet::Publish(publish))) => self.take(publish),
-                Ok(Event::Incoming(Packet::ConnAck(ack))) if !ack.session_present => {
-                    // A reconnect into a new session: its subscriptions are gone.
-                    // What was held unacknowledged belongs to the old session.
-                    self.unacked.lock().expect("unacked lock").clear();
-                    let filters = self
-                        .filters
-                        .iter()
-                        .map(|f| Filter::new(f.clone(), QoS::AtLeastOnce));
-                    if let Err(e) = self.client.try_subscribe_many(filters) {
-                        tracing::warn!(error = %e, "subscribing again after a reconnect failed");
-                    }
-                }
-                Ok(Event::Outgoing(Outgoing::Disconnect)) => {
-                    // Closing: what was queued before went out with it.
-                    drain_until_closed(&mut events).await;
-                    break;
-                }
-                Ok(_) => {}
-                Err(_) if self.deliveries.is_closed() => break,
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    }
-
-    fn take(&self, publish: Publish) {
-        let topic = String::from_utf8_lossy(&publish.topic).into_owned();
-        let topic = topic
-            .strip_prefix(&self.prefix)
-            .unwrap_or(&topic)
-            .to_string();
-        let covered = match &self.topics {
-            TopicSelector::Pattern(pattern) => glob_match(pattern, &topic),
-            selector => selector.matches(&topic),
-        };
-        // The component's own records (partition counts) are never messages.
-        let covered = covered && !topic.starts_with(records::RESERVED);
-        if !covered {
-            // Under the pattern's broker filter but not the pattern: not this group's.
-            let _ = self.client.try_ack(&publish);
-            return;
-        }
-        let message = convert(topic, &publish);
-        self.unacked
-            .lock()
-            .expect("unacked lock")
-            .insert(message.id.clone(), (publish, message.clone()));
-        let _ = self.deliveries.send(message);
-    }
 }
 
 fn convert(topic: String, publish: &Publish) -> ReceivedMessage {
@@ -719,21 +617,22 @@ fn convert(topic: String, publish: &Publish) -> ReceivedMessage {
 
 struct MqttConsumer {
     topics: TopicSelector,
-    client: AsyncClient,
     incoming: tokio::sync::Mutex<mpsc::UnboundedReceiver<ReceivedMessage>>,
-    /// Local redeliveries go back into the same queue.
-    deliveries: mpsc::UnboundedSender<ReceivedMessage>,
-    unacked: Unacked,
-    anchor: Option<(String, Arc<Mutex<HashSet<String>>>)>,
-    task: JoinHandle<()>,
-    /// Becomes true once the session's connection is closed.
-    done: watch::Receiver<bool>,
+    /// Its sessions, what they hand out and its place in the group; local
+    /// redeliveries go back into its queue.
+    member: Arc<members::Member>,
 }
 
 impl MqttConsumer {
     fn unsettled(&self, id: &MessageId) -> Result<()> {
         owner_topic(id, &self.topics)?;
-        if self.unacked.lock().expect("unacked lock").contains_key(id) {
+        if self
+            .member
+            .unacked
+            .lock()
+            .expect("unacked lock")
+            .contains_key(id)
+        {
             Ok(())
         } else {
             Err(PubSubError::NotFound(format!(
@@ -744,27 +643,11 @@ impl MqttConsumer {
 }
 
 impl Drop for MqttConsumer {
-    /// A member dropped without a close leaves its session as a close does (a
-    /// DISCONNECT, its reader running until the connection closed), so that the broker
-    /// hands what it held to the other members; an abrupt end would strand it.
+    /// A member dropped without a close leaves as a close does (a DISCONNECT, its
+    /// readers running until the connection closed), so that the broker hands what it
+    /// held to the other members; an abrupt end would strand it.
     fn drop(&mut self) {
-        let reader = self.task.abort_handle();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) if !*self.done.borrow() => {
-                let client = self.client.clone();
-                let mut done = self.done.clone();
-                runtime.spawn(async move {
-                    let _ = client.disconnect().await;
-                    let _ =
-                        tokio::time::timeout(SETUP_BOUND, done.wait_for(|closed| *closed)).await;
-                    reader.abort();
-                });
-            }
-            _ => reader.abort(),
-        }
-        if let Some((anchor, anchors)) = &self.anchor {
-            anchors.lock().expect("anchors lock").remove(anchor);
-        }
+        self.member.leave_in_background();
     }
 }
 
@@ -787,6 +670,8 @@ impl Consumer for MqttConsumer {
                 Err(_) => break,
             }
         }
+        let ids: Vec<MessageId> = received.iter().map(|m| m.id.clone()).collect();
+        self.member.handed_out(&ids);
         Ok(received)
     }
 
@@ -796,11 +681,11 @@ impl Consumer for MqttConsumer {
 
     async fn ack(&self, id: &MessageId) -> Result<()> {
         self.unsettled(id)?;
-        let entry = self.unacked.lock().expect("unacked lock").remove(id);
-        match entry {
-            Some((publish, _)) => self
+        let held = self.member.unacked.lock().expect("unacked lock").remove(id);
+        match held {
+            Some(held) => held
                 .client
-                .ack(&publish)
+                .ack(&held.publish)
                 .await
                 .map_err(mqtt("acknowledging")),
             None => Ok(()),
@@ -810,15 +695,17 @@ impl Consumer for MqttConsumer {
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
         self.unsettled(id)?;
         let again = {
-            let mut unacked = self.unacked.lock().expect("unacked lock");
-            let Some((_, message)) = unacked.get_mut(id) else {
+            let mut unacked = self.member.unacked.lock().expect("unacked lock");
+            let Some(held) = unacked.get_mut(id) else {
                 return Ok(());
             };
-            message.attempt += 1;
-            message.clone()
+            held.message.attempt += 1;
+            // Back in the queue: not the application's until received again.
+            held.handed_out = false;
+            held.message.clone()
         };
         // No negative ack in MQTT: hand it out again from here once the delay passed.
-        let deliveries = self.deliveries.clone();
+        let deliveries = self.member.deliveries.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let _ = deliveries.send(again);
@@ -827,13 +714,8 @@ impl Consumer for MqttConsumer {
     }
 
     async fn close(&self) -> Result<()> {
-        let _ = self.client.disconnect().await;
-        let mut done = self.done.clone();
-        let _ = tokio::time::timeout(SETUP_BOUND, done.wait_for(|closed| *closed)).await;
+        self.member.leave().await;
         self.incoming.lock().await.close();
-        if let Some((anchor, anchors)) = &self.anchor {
-            anchors.lock().expect("anchors lock").remove(anchor);
-        }
         Ok(())
     }
 }

@@ -86,6 +86,11 @@ pub enum Defect {
     EmptyAckManyAcksAll,
     /// Acks what a consumer still holds when it leaves its group.
     LosesUnackedOnLeave,
+    /// What a member holds when it leaves while others of its group stay connected
+    /// returns to the group only when a member opens after it left (as a broker keeps
+    /// it in the leaver's persistent session until that session is resumed): right
+    /// while members come one after another.
+    StrandsHeldWhileOthersStay,
     /// Drops the content type of enveloped messages, the envelope's marker, so the
     /// envelope reaches the app as data.
     StripsEnvelope,

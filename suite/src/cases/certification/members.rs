@@ -7,61 +7,107 @@ use crate::context::CaseContext;
 use crate::fault_injection::Faults;
 use crate::fault_proxy::NetworkFault;
 use crate::history::{History, Record, KEY};
-use crate::outcome::{CaseRun, Context, Outcome};
+use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use async_trait::async_trait;
 use pubsub_components::runtime::{Event, Handler, MessageHandler, Status, Subscription};
-use pubsub_components::{ConsumerSpec, TopicSelector};
+use pubsub_components::{Consumer, ConsumerSpec, TopicSelector};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-pub(in crate::cases) async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
+/// When the member that must get what a leaving member held joins its group.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(in crate::cases) enum Staying {
+    /// After the first member left.
+    Later,
+    /// After the first member received, before it leaves.
+    Meanwhile,
+    /// Before the first member joined.
+    Throughout,
+}
+
+/// A member leaves holding messages, and another member of its group, joined as
+/// `staying` says, must get them.
+pub(in crate::cases) async fn consumer_leaves(ctx: CaseContext, staying: Staying) -> CaseRun {
     let topic = ctx.topic("t");
     let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
     let component = ctx.runtime.component().clone();
     ctx.create_consumer_group(&spec).await?;
-    let keys = ctx.publish_numbered(&topic, "m", 40).await?;
-    let leaving = component
-        .consumer(spec.clone())
-        .await
-        .doing("opening the first member")?;
-    let mut received = Vec::new();
-    while received.len() < 20 && Instant::now() < ctx.delivery_deadline() {
-        let wait = ctx
-            .delivery_deadline()
-            .saturating_duration_since(Instant::now());
-        received.extend(
-            leaving
-                .receive(20 - received.len(), wait)
-                .await
-                .doing("receiving")?,
-        );
-    }
     let mut done = BTreeSet::new();
+    // Where the member that stays is there first, the messages come once both are
+    // (else the first would take them all).
+    let (first, leaving, keys) = if staying == Staying::Throughout {
+        let first = join_staying(&ctx, &spec, &mut done).await?;
+        let leaving = ctx
+            .open_consumer(spec.clone(), "opening the member that leaves")
+            .await?;
+        let keys = ctx.publish_numbered(&topic, "m", 40).await?;
+        (Some(first), leaving, keys)
+    } else {
+        let keys = ctx.publish_numbered(&topic, "m", 40).await?;
+        let leaving = ctx
+            .open_consumer(spec.clone(), "opening the member that leaves")
+            .await?;
+        (None, leaving, keys)
+    };
+    // Up to 20 messages, within one delivery bound; once some came, until a receive
+    // of half a second brings no more (the member there first may hold the rest).
+    let until = ctx.delivery_deadline();
+    let mut received = Vec::new();
+    while received.len() < 20 && Instant::now() < until {
+        let mut wait = until.saturating_duration_since(Instant::now());
+        if !received.is_empty() {
+            wait = wait.min(Duration::from_millis(500));
+        }
+        let more = leaving
+            .receive(20 - received.len(), wait)
+            .await
+            .doing("receiving")?;
+        if more.is_empty() && !received.is_empty() {
+            break;
+        }
+        received.extend(more);
+    }
     for message in received.iter().take(10) {
         leaving.ack(&message.id).await.doing("acking")?;
         done.insert(message.metadata.get(KEY).cloned().unwrap_or_default());
     }
-    leaving.close().await.doing("closing the first member")?;
-    let staying = component
-        .consumer(spec)
+    let first = match (first, staying) {
+        (None, Staying::Meanwhile) => Some(join_staying(&ctx, &spec, &mut done).await?),
+        (first, _) => first,
+    };
+    leaving
+        .close()
         .await
-        .doing("opening the second member")?;
+        .doing("closing the member that leaves")?;
+    let staying_member = match first {
+        Some(member) => member,
+        None => component
+            .consumer(spec)
+            .await
+            .doing("opening the member that stays")?,
+    };
+    let staying_label = match staying {
+        Staying::Later => "after it left",
+        Staying::Meanwhile => "before it left",
+        Staying::Throughout => "before it joined",
+    };
     let deadline =
         ctx.within(ctx.caps.redelivery_bound + ctx.caps.delivery_bound + returned_after(&ctx.caps));
     while done.len() < keys.len() && Instant::now() < deadline {
         let wait = deadline.saturating_duration_since(Instant::now());
-        for message in staying.receive(40, wait).await.doing("receiving")? {
-            staying.ack(&message.id).await.doing("acking")?;
+        for message in staying_member.receive(40, wait).await.doing("receiving")? {
+            staying_member.ack(&message.id).await.doing("acking")?;
             done.insert(message.metadata.get(KEY).cloned().unwrap_or_default());
         }
     }
-    let _ = staying.close().await;
+    let _ = staying_member.close().await;
     let mut outcome = Outcome::new();
     outcome.note(format!(
-        "the first member received {} and acked 10 before leaving",
-        received.len()
+        "the member that left received {} and acked {} before leaving; the member that stayed joined {staying_label}",
+        received.len(),
+        received.len().min(10),
     ));
     if !ctx.caps.returns_on_close {
         outcome.note(format!(
@@ -77,6 +123,27 @@ pub(in crate::cases) async fn consumer_leaves(ctx: CaseContext) -> CaseRun {
         )
     });
     Ok(outcome)
+}
+
+/// Opens the member that stays, and receives once (so that a component whose members
+/// join on their first receive has joined), at most one message, acknowledged.
+async fn join_staying(
+    ctx: &CaseContext,
+    spec: &ConsumerSpec,
+    done: &mut BTreeSet<String>,
+) -> Result<Box<dyn Consumer>, CaseError> {
+    let staying = ctx
+        .open_consumer(spec.clone(), "opening the member that stays")
+        .await?;
+    for message in staying
+        .receive(1, Duration::ZERO)
+        .await
+        .doing("receiving")?
+    {
+        staying.ack(&message.id).await.doing("acking")?;
+        done.insert(message.metadata.get(KEY).cloned().unwrap_or_default());
+    }
+    Ok(staying)
 }
 
 pub(in crate::cases) async fn consumer_crash(ctx: CaseContext) -> CaseRun {

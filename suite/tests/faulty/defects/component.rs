@@ -20,6 +20,9 @@ use std::time::{Duration, SystemTime};
 pub(super) struct Membership {
     /// group -> (members connected, when it last became empty)
     pub(super) groups: HashMap<String, (usize, Option<SystemTime>)>,
+    /// For [`Defect::StrandsHeldWhileOthersStay`]: group -> members that left holding
+    /// messages, not closed yet.
+    pub(super) stranded: HashMap<String, Vec<Arc<dyn Consumer>>>,
 }
 
 /// The delivery bound every faulty component declares.
@@ -184,8 +187,12 @@ impl Component for Faulty {
             }
             _ => {}
         }
-        let inner = self.inner.consumer(spec.clone()).await?;
+        let inner: Arc<dyn Consumer> = Arc::from(self.inner.consumer(spec.clone()).await?);
         self.note_group(&spec);
+        let stranded = self.membership.lock().unwrap().stranded.remove(&spec.group);
+        for leaver in stranded.into_iter().flatten() {
+            leaver.close().await?;
+        }
         let opened_at = SystemTime::now();
         let forget_since = {
             let mut membership = self.membership.lock().unwrap();

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 /// A member of a [`super::Faulty`] component: the in-memory consumer, with the
 /// component's defect.
 pub(super) struct FaultyConsumer {
-    pub(super) inner: Box<dyn Consumer>,
+    pub(super) inner: Arc<dyn Consumer>,
     pub(super) defect: Defect,
     pub(super) topics: TopicSelector,
     pub(super) received: AtomicU64,
@@ -403,11 +403,21 @@ impl Consumer for FaultyConsumer {
     async fn close(&self) -> Result<()> {
         {
             let mut membership = self.membership.lock().unwrap();
+            let mut others_stay = false;
             if let Some(entry) = membership.groups.get_mut(&self.group) {
                 entry.0 = entry.0.saturating_sub(1);
+                others_stay = entry.0 > 0;
                 if entry.0 == 0 {
                     entry.1 = Some(SystemTime::now());
                 }
+            }
+            if self.defect == Defect::StrandsHeldWhileOthersStay
+                && others_stay
+                && !self.held.lock().unwrap().is_empty()
+            {
+                let leavers = membership.stranded.entry(self.group.clone());
+                leavers.or_default().push(self.inner.clone());
+                return Ok(());
             }
         }
         if self.defect == Defect::LosesUnackedOnLeave {
