@@ -173,13 +173,15 @@ pub fn cell_status(verdicts: &[Verdict]) -> Status {
 }
 
 /// The status of a cell run `runs` times (`certify --repeat`): PASS when every run
-/// passed, FAIL when none did, FLAKY in between; a run that was ERROR (or
-/// UNSUPPORTED) makes the cell so.
+/// passed, FAIL when none did, FLAKY in between; a run that was ERROR, UNSUPPORTED or
+/// NOT PROVISIONED makes the cell so (a case that cannot run is never FLAKY).
 pub fn repeated_status(runs: &[Status]) -> Status {
-    if let Some(worst) = runs
-        .iter()
-        .find(|s| matches!(s, Status::Error | Status::Unsupported))
-    {
+    if let Some(worst) = runs.iter().find(|s| {
+        matches!(
+            s,
+            Status::Error | Status::Unsupported | Status::NotProvisioned
+        )
+    }) {
         return *worst;
     }
     let passes = runs.iter().filter(|s| **s == Status::Pass).count();
@@ -369,6 +371,10 @@ mod tests {
             Status::Flaky
         );
         assert_eq!(repeated_status(&[Status::Fail, Status::Fail]), Status::Fail);
+        assert_eq!(
+            repeated_status(&[Status::NotProvisioned; 2]),
+            Status::NotProvisioned
+        );
     }
 
     #[test]

@@ -106,6 +106,7 @@ fn assert_fails_saying(result: &CaseResult, broken: &dyn std::fmt::Debug, findin
 #[case::drops_trace_context(Defect::DropsTraceContext, &["tracing.per-entry", "tracing.bulk-parent"], "traceparent")]
 #[case::no_redelivery(Defect::NoRedelivery, &["retry.redelivery", "bulk-subscribe.statuses", "bulk-subscribe.handler-error"], "not redelivered")]
 #[case::loses_unacked_on_leave(Defect::LosesUnackedOnLeave, &["certification.consumer-leaves", "certification.consumer-leaves-others-stay", "certification.consumer-leaves-others-first"], "lost")]
+#[case::keeps_what_dropped_members_held(Defect::KeepsWhatDroppedMembersHeld, &["certification.consumer-dropped-others-stay"], "lost")]
 #[case::strands_held_while_others_stay(Defect::StrandsHeldWhileOthersStay, &["certification.consumer-leaves-others-stay", "certification.consumer-leaves-others-first"], "lost")]
 #[case::strips_envelope(Defect::StripsEnvelope, &["envelope.cloudevents"], "without a CloudEvent envelope")]
 #[case::strips_envelope_fidelity(Defect::StripsEnvelope, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
@@ -288,6 +289,21 @@ async fn leaving_while_others_stay_is_its_own_case() {
         Defect::StrandsHeldWhileOthersStay,
         &["certification.consumer-leaves"],
         "strands only while another member is connected",
+    )
+    .await;
+}
+
+/// A member dropped without a close is a case of its own: the defect that keeps what a
+/// dropped member held passes where members are closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_member_is_its_own_case() {
+    assert_faulty_passes(
+        Defect::KeepsWhatDroppedMembersHeld,
+        &[
+            "certification.consumer-leaves",
+            "certification.consumer-leaves-others-stay",
+        ],
+        "keeps messages only where a handle is dropped",
     )
     .await;
 }

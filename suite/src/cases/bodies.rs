@@ -10,7 +10,7 @@ use super::{
     ordering, partitions, publish, retry, subscribe, topics, tracing, ttl,
 };
 use crate::fault_proxy::NetworkFault;
-use members::Staying;
+use members::{Leaving, Staying};
 use ordering::Keys;
 
 /// `"id" => f, args;` rows: the case `id` runs `f(ctx, args)`.
@@ -43,9 +43,10 @@ pub(super) const BODIES: &[(&str, CaseFn)] = bodies! {
     "certification.close-stops-delivery" => members::close_stops_delivery;
     "certification.concurrent-publishers" => load::concurrent_publishers;
     "certification.consumer-crash" => members::consumer_crash;
-    "certification.consumer-leaves" => members::consumer_leaves, Staying::Later;
-    "certification.consumer-leaves-others-stay" => members::consumer_leaves, Staying::Meanwhile;
-    "certification.consumer-leaves-others-first" => members::consumer_leaves, Staying::Throughout;
+    "certification.consumer-dropped-others-stay" => members::consumer_leaves, Staying::Meanwhile, Leaving::Dropped;
+    "certification.consumer-leaves" => members::consumer_leaves, Staying::Later, Leaving::Closed;
+    "certification.consumer-leaves-others-first" => members::consumer_leaves, Staying::Throughout, Leaving::Closed;
+    "certification.consumer-leaves-others-stay" => members::consumer_leaves, Staying::Meanwhile, Leaving::Closed;
     "certification.crash-not-dead-lettered" => members::crash_not_dead_lettered;
     "certification.exhausted-stays-dead" => certification::exhausted_stays_dead, false;
     "certification.exhausted-stays-dead-after-restart" => certification::exhausted_stays_dead, true;
@@ -117,6 +118,10 @@ pub(super) const BODIES: &[(&str, CaseFn)] = bodies! {
 
 /// Bounds that depend on a declaration in a way a rule's sum cannot say, by id.
 pub(super) const CUSTOM_BOUNDS: &[(&str, BoundFn)] = &[
+    // As a crashed member's, a dropped member's messages may come back after the lease.
+    ("certification.consumer-dropped-others-stay", |c| {
+        c.delivery_bound * 2 + c.redelivery_bound * 2 + c.lease
+    }),
     ("certification.consumer-leaves", |c| {
         c.delivery_bound * 2 + c.redelivery_bound + returned_after(c)
     }),

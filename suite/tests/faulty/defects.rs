@@ -86,6 +86,9 @@ pub enum Defect {
     EmptyAckManyAcksAll,
     /// Acks what a consumer still holds when it leaves its group.
     LosesUnackedOnLeave,
+    /// What a member held when its handle is dropped without a close stays with it for
+    /// ever (a consumer whose close hands messages back and whose drop does nothing).
+    KeepsWhatDroppedMembersHeld,
     /// What a member holds when it leaves while others of its group stay connected
     /// returns to the group only when a member opens after it left (as a broker keeps
     /// it in the leaver's persistent session until that session is resumed): right

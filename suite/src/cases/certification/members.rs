@@ -27,9 +27,23 @@ pub(in crate::cases) enum Staying {
     Throughout,
 }
 
-/// A member leaves holding messages, and another member of its group, joined as
-/// `staying` says, must get them.
-pub(in crate::cases) async fn consumer_leaves(ctx: CaseContext, staying: Staying) -> CaseRun {
+/// How the member that leaves goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(in crate::cases) enum Leaving {
+    /// It is closed.
+    Closed,
+    /// Its handle is dropped without a close (as a crashed member's, what it held may
+    /// come back only after the lease).
+    Dropped,
+}
+
+/// A member leaves holding messages, as `leaving` says, and another member of its
+/// group, joined as `staying` says, must get them.
+pub(in crate::cases) async fn consumer_leaves(
+    ctx: CaseContext,
+    staying: Staying,
+    leaving_as: Leaving,
+) -> CaseRun {
     let topic = ctx.topic("t");
     let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
     let component = ctx.runtime.component().clone();
@@ -77,10 +91,13 @@ pub(in crate::cases) async fn consumer_leaves(ctx: CaseContext, staying: Staying
         (None, Staying::Meanwhile) => Some(join_staying(&ctx, &spec, &mut done).await?),
         (first, _) => first,
     };
-    leaving
-        .close()
-        .await
-        .doing("closing the member that leaves")?;
+    match leaving_as {
+        Leaving::Closed => leaving
+            .close()
+            .await
+            .doing("closing the member that leaves")?,
+        Leaving::Dropped => drop(leaving),
+    }
     let staying_member = match first {
         Some(member) => member,
         None => component
@@ -93,8 +110,11 @@ pub(in crate::cases) async fn consumer_leaves(ctx: CaseContext, staying: Staying
         Staying::Meanwhile => "before it left",
         Staying::Throughout => "before it joined",
     };
-    let deadline =
-        ctx.within(ctx.caps.redelivery_bound + ctx.caps.delivery_bound + returned_after(&ctx.caps));
+    let returned = match leaving_as {
+        Leaving::Closed => returned_after(&ctx.caps),
+        Leaving::Dropped => ctx.caps.lease + ctx.caps.redelivery_bound,
+    };
+    let deadline = ctx.within(ctx.caps.redelivery_bound + ctx.caps.delivery_bound + returned);
     while done.len() < keys.len() && Instant::now() < deadline {
         let wait = deadline.saturating_duration_since(Instant::now());
         for message in staying_member.receive(40, wait).await.doing("receiving")? {
@@ -105,7 +125,11 @@ pub(in crate::cases) async fn consumer_leaves(ctx: CaseContext, staying: Staying
     let _ = staying_member.close().await;
     let mut outcome = Outcome::new();
     outcome.note(format!(
-        "the member that left received {} and acked {} before leaving; the member that stayed joined {staying_label}",
+        "the member that left ({}) received {} and acked {} before leaving; the member that stayed joined {staying_label}",
+        match leaving_as {
+            Leaving::Closed => "closed",
+            Leaving::Dropped => "dropped without a close",
+        },
         received.len(),
         received.len().min(10),
     ));

@@ -167,6 +167,14 @@ fn on_every_topic<'a>(
     })
 }
 
+impl Drop for FaultyConsumer {
+    fn drop(&mut self) {
+        if self.defect == Defect::KeepsWhatDroppedMembersHeld {
+            std::mem::forget(self.inner.clone());
+        }
+    }
+}
+
 #[async_trait]
 impl Consumer for FaultyConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
