@@ -74,6 +74,7 @@ fn assert_fails_saying(result: &CaseResult, broken: &dyn std::fmt::Debug, findin
 #[rstest]
 #[case::drops(Defect::Drops, &["publish.delivery", "certification.concurrent-publishers"], "lost")]
 #[case::receive_zero_takes_one(Defect::ReceiveZeroTakesOne, &["subscribe.method-edges"], "lost after the edge calls")]
+#[case::batch_of_zero_takes_one(Defect::BatchOfZeroTakesOne, &["subscribe.method-edges"], "lost after the edge calls")]
 #[case::empty_ack_many_acks_all(Defect::EmptyAckManyAcksAll, &["subscribe.method-edges"], "lost after the edge calls")]
 #[case::delivers_one_late(Defect::DeliversOneLate, &["publish.delivery"], "late: 1 acknowledged publishes were delivered only after the delivery bound (2s): m-")]
 #[case::duplicates(Defect::Duplicates, &["publish.delivery"], "duplicated")]

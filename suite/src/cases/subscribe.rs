@@ -7,7 +7,9 @@ use crate::context::CaseContext;
 use crate::history::Record;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::Subscription;
-use pubsub_components::{Consumer, ConsumerSpec, ErrorKind, ReceivedMessage, TopicSelector};
+use pubsub_components::{
+    Consumer, ConsumerSpec, ErrorKind, PubSubError, ReceivedMessage, TopicSelector,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -537,6 +539,31 @@ async fn receive_one_of(
     }
 }
 
+/// What a receive (`what`) of at most 0 messages must give: none, or a refusal as an
+/// invalid request (or as unsupported, a batch receive the component does not have).
+fn expect_none_at_zero(
+    outcome: &mut Outcome,
+    what: &str,
+    result: Result<Vec<ReceivedMessage>, PubSubError>,
+) {
+    match result {
+        Ok(got) => {
+            outcome.expect(got.is_empty(), || {
+                format!("{what} of at most 0 messages handed out {}", got.len())
+            });
+        }
+        Err(e) if matches!(e.kind(), ErrorKind::InvalidRequest | ErrorKind::Unsupported) => {
+            outcome.note(format!("{what} of at most 0 messages is refused: {e}"));
+        }
+        Err(e) => {
+            outcome.fail(format!(
+                "{what} of at most 0 messages failed with {:?}, expected none handed out, InvalidRequest or Unsupported (a batch receive the component does not have): {e}",
+                e.kind()
+            ));
+        }
+    }
+}
+
 pub(super) async fn method_edges(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("g"));
@@ -546,23 +573,12 @@ pub(super) async fn method_edges(ctx: CaseContext) -> CaseRun {
         .open_consumer(spec.clone(), "opening the member")
         .await?;
     let mut outcome = Outcome::new();
-    // At most zero: nothing handed out, nothing taken.
-    match member.receive(0, Duration::from_millis(200)).await {
-        Ok(got) => {
-            outcome.expect(got.is_empty(), || {
-                format!("a receive of at most 0 messages handed out {}", got.len())
-            });
-        }
-        Err(e) if e.kind() == ErrorKind::InvalidRequest => {
-            outcome.note(format!("a receive of at most 0 messages is refused: {e}"));
-        }
-        Err(e) => {
-            outcome.fail(format!(
-                "a receive of at most 0 messages failed with {:?}, expected none handed out or InvalidRequest: {e}",
-                e.kind()
-            ));
-        }
-    }
+    // At most zero: nothing handed out, nothing taken, by either receive.
+    let short = Duration::from_millis(200);
+    let zero = member.receive(0, short).await;
+    expect_none_at_zero(&mut outcome, "a receive", zero);
+    let zero_batch = member.receive_batch(0, short).await;
+    expect_none_at_zero(&mut outcome, "a batch receive", zero_batch);
     // At most one: one.
     let first = receive_one_of(member.as_ref(), 1, ctx.delivery_deadline()).await?;
     outcome.expect(first.len() == 1, || {
@@ -586,6 +602,19 @@ pub(super) async fn method_edges(ctx: CaseContext) -> CaseRun {
             outcome.expect(e.kind() == ErrorKind::InvalidRequest, || {
                 format!("acknowledging an empty list failed with {:?}, expected Ok, InvalidRequest or Unsupported: {e}", e.kind())
             });
+        }
+    }
+    // Extending the lease of no message extends and settles nothing.
+    match member.extend_lease(&[]).await {
+        Ok(()) => {}
+        Err(e) if matches!(e.kind(), ErrorKind::Unsupported | ErrorKind::InvalidRequest) => {
+            outcome.note(format!("extending the lease of no message: {e}"));
+        }
+        Err(e) => {
+            outcome.fail(format!(
+                "extending the lease of no message failed with {:?}, expected Ok, InvalidRequest or Unsupported: {e}",
+                e.kind()
+            ));
         }
     }
     // A RETRY with no delay comes back within the redelivery bound.

@@ -81,6 +81,9 @@ pub enum Defect {
     /// A receive of at most 0 messages takes one off the queue and hands out none
     /// (`max.max(1)` on the way in, `truncate(max)` on the way out).
     ReceiveZeroTakesOne,
+    /// A batch receive of at most 0 messages takes one batch entry off the queue and
+    /// hands out none (the batch path's own `max.max(1)`; `receive` is right).
+    BatchOfZeroTakesOne,
     /// Acknowledging an empty list acknowledges everything the member holds (an
     /// empty list read as "all").
     EmptyAckManyAcksAll,

@@ -199,6 +199,12 @@ impl Consumer for FaultyConsumer {
     }
 
     async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
+        if max == 0 && self.defect == Defect::BatchOfZeroTakesOne {
+            for message in self.inner.receive_batch(1, max_await).await? {
+                self.inner.ack(&message.id).await?;
+            }
+            return Ok(Vec::new());
+        }
         let batch = match self.defect {
             Defect::OverfillsBatches => self.inner.receive_batch(max + 3, max_await).await?,
             Defect::HoldsPartialBatches => {
