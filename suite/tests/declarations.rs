@@ -1,0 +1,88 @@
+//! The in-memory reference component's declaration, pinned. The catalogue judges what a
+//! component does against what it declares, so a declaration grown weaker than the
+//! truth (a longer bound, a native feature declared emulated, a durability or a size
+//! limit left out) would pass every case: this test holds the reference's declaration,
+//! and kills the mutants that weaken it (docs/mutation-testing.md).
+
+use pubsub_conformance::components::config::ComponentDefinition;
+use std::path::Path;
+
+/// What `fixtures/memory.yaml` builds declares, and the version it reports.
+const DECLARED: &str = r#"
+{
+    "bulk_publish": "native",
+    "bulk_subscribe": "native",
+    "clock_tolerance": {
+        "nanos": 5000000,
+        "secs": 0
+    },
+    "dead_letter": "emulated",
+    "delay_precision": {
+        "nanos": 250000000,
+        "secs": 0
+    },
+    "delayed_delivery": "emulated",
+    "delivery": "at-least-once",
+    "delivery_bound": {
+        "nanos": 0,
+        "secs": 5
+    },
+    "durable": false,
+    "fan_out": true,
+    "headers": true,
+    "lease": {
+        "nanos": 0,
+        "secs": 0
+    },
+    "max_message_bytes": 65536,
+    "max_metadata_entries": null,
+    "multi_topic": true,
+    "ordering": "per-partition",
+    "partitions": {
+        "discovery_bound": {
+            "nanos": 500000000,
+            "secs": 0
+        },
+        "emulated": false
+    },
+    "receiver_delay": "emulated",
+    "recovery_bound": {
+        "nanos": 0,
+        "secs": 2
+    },
+    "redelivers_slow_handlers": false,
+    "redelivery_bound": {
+        "nanos": 0,
+        "secs": 1
+    },
+    "returns_on_close": true,
+    "seek": true,
+    "ttl": "emulated"
+}
+"#;
+
+#[tokio::test]
+async fn the_reference_component_declares_what_it_does() {
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/memory.yaml"
+    ));
+    let text = std::fs::read_to_string(path).expect("reading fixtures/memory.yaml");
+    let definition = ComponentDefinition::parse(&text, path).expect("parsing fixtures/memory.yaml");
+    let component = pubsub_conformance::components::registry::build(&definition, None)
+        .await
+        .expect("building the in-memory component");
+    let declared = serde_json::to_value(component.capabilities()).expect("the declaration as JSON");
+    let pinned: serde_json::Value = serde_json::from_str(DECLARED).expect("DECLARED is JSON");
+    assert_eq!(
+        declared,
+        pinned,
+        "the in-memory component's declaration changed; it declares:\n{}",
+        serde_json::to_string_pretty(&declared).unwrap_or_default()
+    );
+    let version = component
+        .broker_version()
+        .await
+        .expect("the in-memory component's version");
+    assert_eq!(version, format!("in-memory {}", env!("CARGO_PKG_VERSION")));
+}
