@@ -277,6 +277,31 @@ struct OmniqueueConsumer {
     positions: Arc<AtomicU64>,
 }
 
+impl Drop for OmniqueueConsumer {
+    /// A member dropped without a close hands back what it held, as a close does
+    /// (omniqueue's in-memory queue would keep an unsettled delivery for ever).
+    fn drop(&mut self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let unsettled: Vec<Pending> = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        if let (false, Ok(runtime)) = (unsettled.is_empty(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(async move {
+                for Pending { delivery, .. } in unsettled {
+                    let _ = delivery.nack().await;
+                }
+            });
+        }
+    }
+}
+
 impl OmniqueueConsumer {
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::SeqCst) {
