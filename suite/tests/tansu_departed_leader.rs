@@ -35,8 +35,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a member of a healthy group may take to be assigned (tansu pauses a
-/// joining follower 3 s).
-const ASSIGN_BOUND: Duration = Duration::from_secs(20);
+/// joining follower 3 s; 20 s was overrun twice on 2026-12-07 while the CI's
+/// fresh-clone build shared the two cores: a healthy group forms as soon as it can, so
+/// this wait only ends the test later where something is wrong).
+const ASSIGN_BOUND: Duration = Duration::from_secs(60);
 /// How long the new member of the broken group is watched.
 const WATCH: Duration = Duration::from_secs(20);
 /// How long the broker may take to accept connections.

@@ -347,6 +347,13 @@ impl Consumer for Member {
     }
 
     async fn close(&self) -> Result<()> {
+        self.leave()
+    }
+}
+
+impl Member {
+    /// Takes nothing more and hands back what it holds to the group.
+    fn leave(&self) -> Result<()> {
         {
             let _queue = self.queue.lock();
             self.closed.store(true, Ordering::Release);
@@ -359,6 +366,16 @@ impl Consumer for Member {
             )?;
         }
         Ok(())
+    }
+}
+
+impl Drop for Member {
+    /// A member dropped without a close leaves as a close does: what it held goes
+    /// back to the group (`certification.consumer-dropped-others-stay`).
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::Acquire) {
+            let _ = self.leave();
+        }
     }
 }
 
