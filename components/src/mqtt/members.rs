@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
 /// A message handed out and not settled yet, with the session that must settle it.
@@ -39,27 +39,60 @@ pub(super) struct Held {
     _ticket: Ticket,
 }
 
-/// Counts a session's unsettled messages while it lives.
-struct Ticket(Arc<AtomicUsize>);
+/// A session's unsettled messages, wherever they are: a retired session ends once
+/// none is left.
+#[derive(Default)]
+struct Outstanding {
+    count: AtomicUsize,
+    settled: Notify,
+}
+
+impl Outstanding {
+    /// Waits until no message of the session is unsettled.
+    async fn all_settled(&self) {
+        loop {
+            let settled = self.settled.notified();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            settled.await;
+        }
+    }
+}
+
+/// Counts one unsettled message of a session while it lives.
+struct Ticket(Arc<Outstanding>);
 
 impl Ticket {
-    fn new(outstanding: &Arc<AtomicUsize>) -> Self {
-        outstanding.fetch_add(1, Ordering::SeqCst);
+    fn new(outstanding: &Arc<Outstanding>) -> Self {
+        outstanding.count.fetch_add(1, Ordering::SeqCst);
         Ticket(outstanding.clone())
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.settled.notify_waiters();
+        }
     }
+}
+
+/// Takes the entries `pick` chooses out of `unacked`.
+fn take_held(unacked: &Unacked, pick: impl Fn(&Held) -> bool) -> Vec<(MessageId, Held)> {
+    let mut unacked = unacked.lock().expect("unacked lock");
+    let ids: Vec<MessageId> = unacked
+        .iter()
+        .filter(|(_, held)| pick(held))
+        .map(|(id, _)| id.clone())
+        .collect();
+    ids.into_iter()
+        .filter_map(|id| unacked.remove_entry(&id))
+        .collect()
 }
 
 /// Numbers every session of the process apart.
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(0);
-
-/// How often a retired session looks whether its heir settled what it handed over.
-const SETTLED_POLL: Duration = Duration::from_millis(50);
 
 pub(super) type Unacked = Arc<Mutex<HashMap<MessageId, Held>>>;
 
@@ -97,7 +130,7 @@ struct Session {
     /// Where its reader puts what arrives.
     target: Arc<Mutex<Target>>,
     /// Its unsettled messages, wherever they are.
-    outstanding: Arc<AtomicUsize>,
+    outstanding: Arc<Outstanding>,
 }
 
 impl Session {
@@ -117,9 +150,7 @@ impl Session {
             let _ = self.client.try_unsubscribe(filter.clone());
         }
         tokio::spawn(async move {
-            while self.outstanding.load(Ordering::SeqCst) > 0 {
-                tokio::time::sleep(SETTLED_POLL).await;
-            }
+            self.outstanding.all_settled().await;
             self.end().await;
         });
     }
@@ -128,18 +159,7 @@ impl Session {
     fn retire(self, from: &Unacked, heir: &Member) {
         {
             let mut target = self.target.lock().expect("target lock");
-            let moved: Vec<(MessageId, Held)> = {
-                let mut from = from.lock().expect("unacked lock");
-                let ids: Vec<MessageId> = from
-                    .iter()
-                    .filter(|(_, held)| held.session == self.id)
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                ids.into_iter()
-                    .filter_map(|id| from.remove_entry(&id))
-                    .collect()
-            };
-            hand_over(moved, heir);
+            hand_over(take_held(from, |held| held.session == self.id), heir);
             *target = heir.target();
         }
         self.wind_down();
@@ -242,7 +262,7 @@ impl Member {
             open_session(&self.config, client_id, persistent, self.filters.clone()).await?;
         let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
         let target = Arc::new(Mutex::new(self.target()));
-        let outstanding = Arc::new(AtomicUsize::new(0));
+        let outstanding = Arc::new(Outstanding::default());
         let reader = Reader {
             filters: self.filters.clone(),
             topics: self.topics.clone(),
@@ -283,21 +303,9 @@ impl Member {
         let (holder, heir) = self.forget();
         if let Some(heir) = &heir {
             // What came from other members' retired sessions goes on too.
-            let anchors: Vec<u64> = sessions.iter().filter(|s| s.anchor).map(|s| s.id).collect();
-            let foreign: Vec<(MessageId, Held)> = {
-                let mut unacked = self.unacked.lock().expect("unacked lock");
-                let ids: Vec<MessageId> = unacked
-                    .iter()
-                    .filter(|(_, held)| {
-                        !anchors.contains(&held.session)
-                            && !sessions.iter().any(|s| s.id == held.session)
-                    })
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                ids.into_iter()
-                    .filter_map(|id| unacked.remove_entry(&id))
-                    .collect()
-            };
+            let foreign = take_held(&self.unacked, |held| {
+                !sessions.iter().any(|s| s.id == held.session)
+            });
             hand_over(foreign, heir);
         }
         for session in sessions {
@@ -417,7 +425,7 @@ struct Reader {
     client: AsyncClient,
     /// Its member's queue, or its heir's once the session retired.
     target: Arc<Mutex<Target>>,
-    outstanding: Arc<AtomicUsize>,
+    outstanding: Arc<Outstanding>,
     /// Which session this is.
     session: u64,
 }
