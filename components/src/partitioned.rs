@@ -9,16 +9,17 @@
 
 use crate::capability::{Capabilities, OrderingScope, PartitionSupport};
 use crate::component::{
-    stable_hash, Component, Consumer, ConsumerSpec, PartitionUpdate, PartitionWatch, TopicSelector,
+    stable_hash, Component, Consumer, ConsumerSpec, PartitionUpdate, PartitionWatch, StartPosition,
+    TopicSelector,
 };
 use crate::error::{PubSubError, Result};
 use crate::message::{MessageId, OutgoingMessage, ReceivedMessage};
 use crate::runtime::controls::keys;
 use crate::typed_settings::Connecting;
 use async_trait::async_trait;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -28,6 +29,10 @@ use tokio::time::Instant;
 pub const POLL: Duration = Duration::from_millis(100);
 /// The declared discovery bound: a poll, the broker's round trip and slack.
 pub const DISCOVERY_BOUND: Duration = Duration::from_secs(1);
+/// The partitions a list of topics covers of each partitioned topic, at the least, on
+/// a broker that keeps no log: what is published to partitions added beyond them
+/// before the consumer sees them (within a poll) is not the group's.
+pub const LIST_HEADROOM: u32 = 16;
 /// How often watchers ask whether the broker restarted.
 const INCARNATION_CHECK: Duration = Duration::from_millis(500);
 /// Between a topic and its partition number in the broker's topic names.
@@ -142,12 +147,19 @@ impl Partitioned {
                 }
             }
             TopicSelector::List(topics) => {
+                // A broker that keeps no log (no seek) hands a group only what is
+                // published once the group covers a topic, so there a list covers
+                // partitions not added yet as well.
+                let least = if self.inner.capabilities().seek {
+                    0
+                } else {
+                    LIST_HEADROOM
+                };
                 let mut broker_topics = Vec::with_capacity(topics.len());
                 for topic in topics {
                     match self.count(topic).await? {
-                        Some(count) => {
-                            broker_topics.extend((0..count).map(|p| partition_topic(topic, p)))
-                        }
+                        Some(count) => broker_topics
+                            .extend((0..count.max(least)).map(|p| partition_topic(topic, p))),
                         None => broker_topics.push(topic.clone()),
                     }
                 }
@@ -248,6 +260,7 @@ impl Component for Partitioned {
     }
 
     async fn consumer(&self, spec: ConsumerSpec) -> Result<Box<dyn Consumer>> {
+        let asked = spec.clone();
         let spec = self.broker_spec(spec).await?;
         // Ids name the logical topic and partition wherever a partition's topic may
         // be covered: any pattern, and the selectors broker_spec expanded.
@@ -256,8 +269,34 @@ impl Component for Partitioned {
             TopicSelector::List(topics) => topics.iter().any(|t| split(t).is_some()),
             TopicSelector::Pattern(_) => true,
         };
-        let inner = self.inner.consumer(spec).await?;
-        Ok(Box::new(PartitionedConsumer { inner, partitioned }))
+        // A list names the partitions there are now: follow its partitioned topics.
+        let growth = match (&asked.topics, &spec.topics) {
+            (TopicSelector::List(_), TopicSelector::List(broker_topics)) if partitioned => {
+                let mut counts = BTreeMap::new();
+                for (topic, partition) in broker_topics.iter().filter_map(|t| split(t)) {
+                    let count = counts.entry(topic.to_string()).or_insert(0);
+                    *count = (*count).max(partition + 1);
+                }
+                Some(Growth {
+                    inner: self.inner.clone(),
+                    store: self.store.clone(),
+                    spec: asked,
+                    counts: tokio::sync::Mutex::new((Instant::now(), counts)),
+                })
+            }
+            _ => None,
+        };
+        let first = Part {
+            consumer: Arc::from(self.inner.consumer(spec).await?),
+            topics: None,
+        };
+        Ok(Box::new(PartitionedConsumer {
+            parts: Mutex::new(vec![first]),
+            partitioned,
+            growth,
+            closed: AtomicBool::new(false),
+            turns: AtomicUsize::new(0),
+        }))
     }
 
     async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
@@ -393,13 +432,188 @@ impl Component for Partitioned {
 }
 
 /// A consumer whose ids name the logical topic and partition.
+///
+/// A list of topics names the partitions its partitioned topics have when it opens;
+/// when one of them gains partitions, the consumer opens a further broker consumer, in
+/// the same group, for the added partitions (from their first message: all of it
+/// came after the growth), and receives from all of its parts.
 struct PartitionedConsumer {
-    inner: Box<dyn Consumer>,
+    /// The broker consumers: the one opened first, then one per growth seen.
+    parts: Mutex<Vec<Part>>,
     /// Whether it covers a partitioned topic (else ids pass unchanged).
     partitioned: bool,
+    /// Set for a list naming partitioned topics.
+    growth: Option<Growth>,
+    /// Set by close: no part is opened after it.
+    closed: AtomicBool,
+    /// Turns taken over the parts.
+    turns: AtomicUsize,
+}
+
+/// One broker consumer of a [`PartitionedConsumer`].
+#[derive(Clone)]
+struct Part {
+    consumer: Arc<dyn Consumer>,
+    /// The partitions' broker topics it was opened for; `None` for the first part,
+    /// which covers every topic the others do not.
+    topics: Option<Vec<String>>,
+}
+
+/// What a list consumer needs to open parts for partitions added to its topics.
+struct Growth {
+    inner: Arc<dyn Component>,
+    store: Arc<dyn PartitionStore>,
+    /// The spec as the application gave it.
+    spec: ConsumerSpec,
+    /// When the records were last read, and the partitions covered, by topic.
+    counts: tokio::sync::Mutex<(Instant, BTreeMap<String, u32>)>,
+}
+
+impl Growth {
+    /// A part for the partitions added since the last read (at most one read per
+    /// poll), or `None` when none were.
+    async fn added_part(&self) -> Result<Option<Part>> {
+        let mut counts = self.counts.lock().await;
+        if counts.0.elapsed() < POLL {
+            return Ok(None);
+        }
+        let mut added = Vec::new();
+        let mut now = counts.1.clone();
+        for (topic, covered) in now.iter_mut() {
+            let Some(record) = self.store.read_partitions(topic).await? else {
+                continue;
+            };
+            added.extend((*covered..record.partitions).map(|p| partition_topic(topic, p)));
+            *covered = (*covered).max(record.partitions);
+        }
+        counts.0 = Instant::now();
+        if added.is_empty() {
+            return Ok(None);
+        }
+        let mut spec = self.spec.clone();
+        spec.topics = TopicSelector::List(added.clone());
+        // Every message of an added partition came after the consumer opened.
+        spec.start = StartPosition::Earliest;
+        let consumer = self.inner.consumer(spec).await?;
+        counts.1 = now;
+        Ok(Some(Part {
+            consumer: Arc::from(consumer),
+            topics: Some(added),
+        }))
+    }
 }
 
 impl PartitionedConsumer {
+    fn lock_parts(&self) -> std::sync::MutexGuard<'_, Vec<Part>> {
+        self.parts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The parts as they are now.
+    fn parts(&self) -> Vec<Part> {
+        self.lock_parts().clone()
+    }
+
+    /// The first part, which answers for an empty list of ids as it would alone.
+    fn first(&self) -> Arc<dyn Consumer> {
+        self.lock_parts()[0].consumer.clone()
+    }
+
+    /// Opens a part for partitions added since the last look; true when it did.
+    async fn follow_growth(&self) -> Result<bool> {
+        let Some(growth) = &self.growth else {
+            return Ok(false);
+        };
+        if self.closed.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
+        match growth.added_part().await? {
+            Some(part) => {
+                self.lock_parts().push(part);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The part that covers the broker topic of `id` (an id as the broker knows it).
+    fn part_of(&self, id: &MessageId) -> Arc<dyn Consumer> {
+        let parts = self.lock_parts();
+        let covering = id.topic.as_ref().and_then(|topic| {
+            parts
+                .iter()
+                .find(|p| p.topics.as_ref().is_some_and(|t| t.contains(topic)))
+        });
+        covering.unwrap_or(&parts[0]).consumer.clone()
+    }
+
+    /// The ids as the broker knows them, grouped by the part that covers each, in
+    /// the order of their first appearance.
+    fn by_part<T: Clone>(
+        &self,
+        items: &[T],
+        id: impl Fn(&T) -> &MessageId,
+    ) -> Vec<(Arc<dyn Consumer>, Vec<T>)> {
+        let mut groups: Vec<(Arc<dyn Consumer>, Vec<T>)> = Vec::new();
+        for item in items {
+            let part = self.part_of(&inward(id(item)));
+            match groups.iter_mut().find(|(p, _)| Arc::ptr_eq(p, &part)) {
+                Some((_, group)) => group.push(item.clone()),
+                None => groups.push((part, vec![item.clone()])),
+            }
+        }
+        groups
+    }
+
+    /// What one receive (or batch receive) gets. A consumer that follows growth asks
+    /// each part in turn for at most a poll, never abandoning a receive (SUB-6 allows
+    /// it, but a broker may then hold the messages until the lease runs out), and
+    /// looks for added partitions between turns; a receive returns what the first part
+    /// with messages gave, a batch receive fills up from the parts in turn; each
+    /// receive starts with the part after the one the last started with.
+    async fn receive_from_parts(
+        &self,
+        max: usize,
+        wait: Duration,
+        batch: bool,
+    ) -> Result<Vec<ReceivedMessage>> {
+        if self.growth.is_none() || max == 0 {
+            let first = self.first();
+            let got = if batch {
+                first.receive_batch(max, wait).await?
+            } else {
+                first.receive(max, wait).await?
+            };
+            return Ok(self.outward_all(got));
+        }
+        let deadline = Instant::now() + wait;
+        let mut got = Vec::new();
+        loop {
+            self.follow_growth().await?;
+            // Each turn starts one part further on, so no part starves the others.
+            let mut parts = self.parts();
+            let first = self.turns.fetch_add(1, Ordering::Relaxed) % parts.len();
+            parts.rotate_left(first);
+            for part in parts {
+                let turn = deadline.saturating_duration_since(Instant::now()).min(POLL);
+                if batch {
+                    let room = max.saturating_sub(got.len());
+                    got.extend(part.consumer.receive_batch(room, turn).await?);
+                    if got.len() >= max {
+                        return Ok(self.outward_all(got));
+                    }
+                } else {
+                    got = part.consumer.receive(max, turn).await?;
+                    if !got.is_empty() {
+                        return Ok(self.outward_all(got));
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Ok(self.outward_all(got));
+            }
+        }
+    }
+
     /// The messages as the application sees them: ids with the logical topic and
     /// partition, and, on any topic (a dead-letter topic is not partitioned), the
     /// original topic a component that dead-letters natively named as the partition's
@@ -425,70 +639,111 @@ impl PartitionedConsumer {
 #[async_trait]
 impl Consumer for PartitionedConsumer {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
-        Ok(self.outward_all(self.inner.receive(max, wait).await?))
+        self.receive_from_parts(max, wait, false).await
     }
 
     async fn receive_batch(&self, max: usize, max_await: Duration) -> Result<Vec<ReceivedMessage>> {
-        Ok(self.outward_all(self.inner.receive_batch(max, max_await).await?))
+        self.receive_from_parts(max, max_await, true).await
     }
 
     async fn ack(&self, id: &MessageId) -> Result<()> {
-        self.inner.ack(&inward(id)).await
+        let id = inward(id);
+        self.part_of(&id).ack(&id).await
     }
 
     async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
-        let ids: Vec<MessageId> = ids.iter().map(inward).collect();
-        self.inner.ack_many(&ids).await
+        if ids.is_empty() {
+            return self.first().ack_many(&[]).await;
+        }
+        for (part, ids) in self.by_part(ids, |id| id) {
+            let ids: Vec<MessageId> = ids.iter().map(inward).collect();
+            part.ack_many(&ids).await?;
+        }
+        Ok(())
     }
 
     async fn ack_cumulative(&self, id: &MessageId) -> Result<()> {
-        self.inner.ack_cumulative(&inward(id)).await
+        let id = inward(id);
+        self.part_of(&id).ack_cumulative(&id).await
     }
 
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {
-        self.inner.nack(&inward(id), delay).await
+        let id = inward(id);
+        self.part_of(&id).nack(&id, delay).await
     }
 
     async fn defer(&self, id: &MessageId, delay: Duration) -> Result<()> {
-        self.inner.defer(&inward(id), delay).await
+        let id = inward(id);
+        self.part_of(&id).defer(&id, delay).await
     }
 
     async fn defer_many(&self, deferrals: &[(MessageId, Duration)]) -> Result<()> {
-        let deferrals: Vec<(MessageId, Duration)> =
-            deferrals.iter().map(|(id, d)| (inward(id), *d)).collect();
-        self.inner.defer_many(&deferrals).await
+        if deferrals.is_empty() {
+            return self.first().defer_many(&[]).await;
+        }
+        for (part, deferrals) in self.by_part(deferrals, |(id, _)| id) {
+            let deferrals: Vec<(MessageId, Duration)> =
+                deferrals.iter().map(|(id, d)| (inward(id), *d)).collect();
+            part.defer_many(&deferrals).await?;
+        }
+        Ok(())
     }
 
     async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
-        let ids: Vec<MessageId> = ids.iter().map(inward).collect();
-        self.inner.extend_lease(&ids).await
+        if ids.is_empty() {
+            return self.first().extend_lease(&[]).await;
+        }
+        for (part, ids) in self.by_part(ids, |id| id) {
+            let ids: Vec<MessageId> = ids.iter().map(inward).collect();
+            part.extend_lease(&ids).await?;
+        }
+        Ok(())
     }
 
     async fn handed_back(&self, ids: &[MessageId]) -> Result<Vec<MessageId>> {
-        let inner: Vec<MessageId> = ids.iter().map(inward).collect();
-        let gone = self.inner.handed_back(&inner).await?;
+        if ids.is_empty() {
+            return self.first().handed_back(&[]).await;
+        }
+        let mut gone_all = Vec::new();
+        for (part, ids) in self.by_part(ids, |id| id) {
+            let inner: Vec<MessageId> = ids.iter().map(inward).collect();
+            let gone = part.handed_back(&inner).await?;
+            gone_all.extend(
+                ids.iter()
+                    .zip(&inner)
+                    .filter(|(_, i)| gone.contains(i))
+                    .map(|(id, _)| id.clone()),
+            );
+        }
         Ok(ids
             .iter()
-            .zip(&inner)
-            .filter(|(_, i)| gone.contains(i))
-            .map(|(id, _)| id.clone())
+            .filter(|id| gone_all.contains(id))
+            .cloned()
             .collect())
     }
 
     async fn reject(&self, id: &MessageId, reason: &str) -> Result<()> {
-        self.inner.reject(&inward(id), reason).await
+        let id = inward(id);
+        self.part_of(&id).reject(&id, reason).await
     }
 
     async fn seek(&self, id: &MessageId) -> Result<()> {
-        self.inner.seek(&inward(id)).await
+        let id = inward(id);
+        self.part_of(&id).seek(&id).await
     }
 
-    async fn seek_all(&self, position: crate::component::StartPosition) -> Result<()> {
-        self.inner.seek_all(position).await
+    async fn seek_all(&self, position: StartPosition) -> Result<()> {
+        for part in self.parts() {
+            part.consumer.seek_all(position).await?;
+        }
+        Ok(())
     }
 
     async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
-        let ids = self.inner.last_message_ids().await?;
+        let mut ids = Vec::new();
+        for part in self.parts() {
+            ids.extend(part.consumer.last_message_ids().await?);
+        }
         Ok(if self.partitioned {
             ids.into_iter().map(outward).collect()
         } else {
@@ -497,7 +752,16 @@ impl Consumer for PartitionedConsumer {
     }
 
     async fn close(&self) -> Result<()> {
-        self.inner.close().await
+        self.closed.store(true, Ordering::SeqCst);
+        let mut first_error = Ok(());
+        for part in self.parts() {
+            if let Err(e) = part.consumer.close().await {
+                if first_error.is_ok() {
+                    first_error = Err(e);
+                }
+            }
+        }
+        first_error
     }
 }
 

@@ -41,21 +41,29 @@ impl Bystander {
         }
     }
 
-    /// Creates the bystander's group on the topic of `subscription`, the first time a
-    /// case creates a group there. A path that refuses a second group (a work queue,
-    /// one app per topic) leaves the topic without one, and a note says so.
-    pub async fn join(&self, runtime: &Runtime, subscription: &Subscription) {
-        let TopicSelector::Single(topic) = &subscription.topics else {
-            return;
-        };
-        if subscription.group == self.group || lock(&self.topics).contains_key(topic) {
+    /// Creates the bystander's group on each topic `topics` names (one, or each of a
+    /// list; a pattern names none), the first time a case creates a group of its own,
+    /// `group`, there. A path that refuses a second group (a work queue, one app per
+    /// topic) leaves the topic without one, and a note says so.
+    pub async fn join(&self, runtime: &Runtime, topics: &TopicSelector, group: &str) {
+        if group == self.group {
             return;
         }
-        lock(&self.topics).insert(topic.clone(), SystemTime::now());
-        let created = Subscription::new(topic.clone(), &self.group);
-        if let Err(e) = runtime.create_group(&created).await {
-            lock(&self.topics).remove(topic);
-            lock(&self.notes).push(format!("no bystander group on {topic}: {e}"));
+        let named = match topics {
+            TopicSelector::Single(topic) => std::slice::from_ref(topic),
+            TopicSelector::List(topics) => topics.as_slice(),
+            TopicSelector::Pattern(_) => &[],
+        };
+        for topic in named {
+            if lock(&self.topics).contains_key(topic) {
+                continue;
+            }
+            lock(&self.topics).insert(topic.clone(), SystemTime::now());
+            let created = Subscription::new(topic.clone(), &self.group);
+            if let Err(e) = runtime.create_group(&created).await {
+                lock(&self.topics).remove(topic);
+                lock(&self.notes).push(format!("no bystander group on {topic}: {e}"));
+            }
         }
     }
 

@@ -245,7 +245,9 @@ impl CaseContext {
             .await
             .doing(&what)?;
         if let (Some(bystander), Some(subscription)) = (&self.bystander, bystander_on) {
-            bystander.join(&self.runtime, &subscription).await;
+            bystander
+                .join(&self.runtime, &subscription.topics, &subscription.group)
+                .await;
         }
         Ok(handle)
     }
@@ -271,7 +273,9 @@ impl CaseContext {
             .await
             .doing(&what)?;
         if let Some(bystander) = &self.bystander {
-            bystander.join(&self.runtime, subscription).await;
+            bystander
+                .join(&self.runtime, &subscription.topics, &subscription.group)
+                .await;
         }
         Ok(())
     }
@@ -283,7 +287,12 @@ impl CaseContext {
         spec: ConsumerSpec,
         what: &str,
     ) -> Result<Box<dyn Consumer>, CaseError> {
-        self.runtime.component().consumer(spec).await.doing(what)
+        let (topics, group) = (spec.topics.clone(), spec.group.clone());
+        let consumer = self.runtime.component().consumer(spec).await.doing(what)?;
+        if let Some(bystander) = &self.bystander {
+            bystander.join(&self.runtime, &topics, &group).await;
+        }
+        Ok(consumer)
     }
 
     /// Creates a topic of the component with `partitions` partitions.
@@ -305,7 +314,13 @@ impl CaseContext {
         );
         self.acknowledged(self.runtime.component().create_group(spec))
             .await
-            .doing(&what)
+            .doing(&what)?;
+        if let Some(bystander) = &self.bystander {
+            bystander
+                .join(&self.runtime, &spec.topics, &spec.group)
+                .await;
+        }
+        Ok(())
     }
 
     /// Subscribes group `g` to `topic` with the recorder's SUCCESS handler `s1`: the

@@ -94,6 +94,9 @@ fn assert_fails_saying(result: &CaseResult, broken: &dyn std::fmt::Debug, findin
 #[case::duplicates_last_ids(Defect::DuplicatesLastIds, &["multi-topic.last-message-ids"], "duplicate owner topics")]
 #[case::ignores_partition_updates(Defect::IgnoresPartitionUpdates, &["partitions.watch"], "final count 5")]
 #[case::ignores_partition_updates_usage(Defect::IgnoresPartitionUpdates, &["partitions.update-seen"], "new partitions")]
+#[case::seeks_every_group(Defect::SeeksEveryGroup, &["multi-topic.seek", "multi-topic.seek-publish-id"], "bystander group")]
+#[case::acks_cumulatively_for_every_group(Defect::AcksCumulativelyForEveryGroup, &["multi-topic.ack-cumulative"], "bystander group")]
+#[case::lists_partitions_at_open(Defect::ListsPartitionsAtOpen, &["partitions.update-seen-in-list"], "new partitions")]
 #[case::reorders_non_ascii_keys(Defect::ReordersNonAsciiKeys, &["ordering.key-space"], "reordered")]
 #[case::misroutes_keys(Defect::MisroutesKeys, &["partitions.key-routing"], "landed on partitions")]
 #[case::routes_bulk_entries_in_turn(Defect::RoutesBulkEntriesInTurn, &["partitions.key-routing"], "landed on partitions")]
@@ -305,6 +308,19 @@ async fn dropping_a_member_is_its_own_case() {
             "certification.consumer-leaves-others-stay",
         ],
         "keeps messages only where a handle is dropped",
+    )
+    .await;
+}
+
+/// A partitioned topic named in a list is a case of its own: the defect that resolves a
+/// list into the partitions there are at open passes where the topic is subscribed
+/// alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_added_to_a_listed_topic_is_its_own_case() {
+    assert_faulty_passes(
+        Defect::ListsPartitionsAtOpen,
+        &["partitions.update-seen"],
+        "misses added partitions only through a list",
     )
     .await;
 }

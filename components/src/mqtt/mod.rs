@@ -337,7 +337,15 @@ impl Mqtt5 {
             TopicSelector::Pattern(pattern) => {
                 let literal = pattern.split('*').next().unwrap_or("");
                 let level = literal.rfind('/').map_or("", |i| &literal[..=i]);
-                vec![share(format!("{}{level}#", self.config.topic_prefix))]
+                // The filter covers more than the pattern (deliveries are filtered),
+                // so a group's patterns each get a share of their own: sharing one
+                // filter, two patterns of a group (two partitioned topics) would split
+                // each other's messages, and each drop what is not its own.
+                let digest = stable_hash(pattern.as_bytes());
+                vec![format!(
+                    "$share/{}.{digest:08x}/{}{level}#",
+                    spec.group, self.config.topic_prefix
+                )]
             }
         })
     }

@@ -87,6 +87,7 @@ pub(super) const BODIES: &[(&str, CaseFn)] = bodies! {
     "partitions.invalid-updates" => partitions::invalid_updates;
     "partitions.key-routing" => partitions::key_routing;
     "partitions.update-seen" => partitions::update_seen;
+    "partitions.update-seen-in-list" => partitions::update_seen_in_list;
     "partitions.watch" => partitions::watch;
     "partitions.watch-after-restart" => partitions::watch_after_restart;
     "partitions.watch-resend" => partitions::watch_resend;

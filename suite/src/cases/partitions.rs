@@ -5,8 +5,8 @@ use crate::context::CaseContext;
 use crate::fault_injection::Faults;
 use crate::history::Record;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
-use pubsub_components::runtime::BulkPublishRequest;
-use pubsub_components::{Feature, PartitionUpdate, PartitionWatch};
+use pubsub_components::runtime::{BulkPublishRequest, Subscription};
+use pubsub_components::{Feature, PartitionUpdate, PartitionWatch, TopicSelector};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -143,11 +143,44 @@ fn short(key: &str) -> String {
 }
 
 pub(super) async fn update_seen(ctx: CaseContext) -> CaseRun {
+    partitions_added(ctx, Subscribed::Alone).await
+}
+
+pub(super) async fn update_seen_in_list(ctx: CaseContext) -> CaseRun {
+    partitions_added(ctx, Subscribed::InList).await
+}
+
+/// How the subscriber names the topic that gains partitions.
+#[derive(Clone, Copy)]
+enum Subscribed {
+    /// As its one topic.
+    Alone,
+    /// In a list beside a topic without partitions, which a consumer may resolve
+    /// into the partitions there are when it opens.
+    InList,
+}
+
+async fn partitions_added(ctx: CaseContext, subscribed: Subscribed) -> CaseRun {
     let topic = ctx.topic("t");
     let component = ctx.runtime.component().clone();
     let mut watcher = watched_topic(&ctx, &topic, 2).await?;
-    let handle = ctx.subscribe_recorded(&topic).await?;
-    let mut keys = ctx.publish_numbered(&topic, "before", 8).await?;
+    let mut keys = Vec::new();
+    let handle = match subscribed {
+        Subscribed::Alone => ctx.subscribe_recorded(&topic).await?,
+        Subscribed::InList => {
+            let other = ctx.topic("other");
+            let selector = TopicSelector::List(vec![topic.clone(), other.clone()]);
+            let handle = ctx
+                .subscribe(
+                    Subscription::selecting(selector, ctx.group("g")),
+                    ctx.recorder.handler("s1"),
+                )
+                .await?;
+            keys.extend(ctx.publish_numbered(&other, "beside", 4).await?);
+            handle
+        }
+    };
+    keys.extend(ctx.publish_numbered(&topic, "before", 8).await?);
     let bound = discovery(&ctx.caps);
     component
         .update_partitions(&topic, 4)

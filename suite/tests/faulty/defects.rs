@@ -57,6 +57,18 @@ pub enum Defect {
     DuplicatesLastIds,
     /// Answers partition updates with success and changes nothing.
     IgnoresPartitionUpdates,
+    /// A seek moves the position of every group of the id's topic, not the seeking
+    /// member's group only (a cursor kept per topic): the others take it when they
+    /// next receive.
+    SeeksEveryGroup,
+    /// A cumulative acknowledgement settles up to the id for every group of its topic
+    /// (an acknowledged offset kept per topic): the others take it when they next
+    /// receive.
+    AcksCumulativelyForEveryGroup,
+    /// A consumer of a list of topics reads the partitions its partitioned topics had
+    /// when it opened, and settles what later partitions carry unseen (a list resolved
+    /// once into partitions); a consumer of one topic sees them all.
+    ListsPartitionsAtOpen,
     /// Ignores the partition key when routing.
     MisroutesKeys,
     /// Routes the entries of a bulk request in turn over the partitions, ignoring

@@ -2,7 +2,7 @@
 //! wrong (the publish path in published.rs, the partitions in partitions.rs, each
 //! consumer in consumer.rs).
 
-use super::consumer::{FaultyConsumer, IdleGroups, Leak, RetriesByGroup, FAULTY_LEASE};
+use super::consumer::{FaultyConsumer, GroupMove, IdleGroups, Leak, RetriesByGroup, FAULTY_LEASE};
 use super::{partitions, Defect};
 use async_trait::async_trait;
 use pubsub_components::memory::MemoryComponent;
@@ -36,6 +36,9 @@ pub struct Faulty {
     leaks: Arc<Mutex<Vec<Leak>>>,
     /// For [`Defect::CountsAttemptsAcrossGroups`]: retries per message, per group.
     retries: Arc<Mutex<RetriesByGroup>>,
+    /// For [`Defect::SeeksEveryGroup`] and [`Defect::AcksCumulativelyForEveryGroup`]:
+    /// the moves made, for the other groups to take.
+    group_moves: Arc<Mutex<Vec<GroupMove>>>,
     pub(super) consumers: AtomicU64,
     pub(super) published: AtomicU64,
     pub(super) last_envelope_id: Mutex<Option<String>>,
@@ -51,6 +54,7 @@ impl Faulty {
             defect,
             leaks: Arc::default(),
             retries: Arc::default(),
+            group_moves: Arc::default(),
             consumers: AtomicU64::new(0),
             published: AtomicU64::new(0),
             last_envelope_id: Mutex::new(None),
@@ -187,6 +191,20 @@ impl Component for Faulty {
             }
             _ => {}
         }
+        let mut partitions_at_open = HashMap::new();
+        if let (Defect::ListsPartitionsAtOpen, TopicSelector::List(topics)) =
+            (self.defect, &spec.topics)
+        {
+            for topic in topics {
+                // A watcher first reports the current count; a topic without
+                // partitions refuses one.
+                if let Ok(mut watch) = self.inner.watch_partitions(topic).await {
+                    if let Some(update) = watch.next().await {
+                        partitions_at_open.insert(topic.clone(), update.partitions);
+                    }
+                }
+            }
+        }
         let inner: Arc<dyn Consumer> = Arc::from(self.inner.consumer(spec.clone()).await?);
         self.note_group(&spec);
         let stranded = self.membership.lock().unwrap().stranded.remove(&spec.group);
@@ -226,6 +244,8 @@ impl Component for Faulty {
             leaked: Mutex::new(HashSet::new()),
             handed_at: Mutex::new(HashMap::new()),
             own_attempts: Mutex::new(HashMap::new()),
+            partitions_at_open,
+            group_moves: self.group_moves.clone(),
         }))
     }
 

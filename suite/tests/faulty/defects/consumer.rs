@@ -49,6 +49,12 @@ pub(super) struct FaultyConsumer {
     /// For [`Defect::ResetsAttemptsAcrossMembers`]: how often this member received
     /// each message.
     pub(super) own_attempts: Mutex<HashMap<MessageId, u32>>,
+    /// For [`Defect::ListsPartitionsAtOpen`]: the partitions of each listed
+    /// partitioned topic when the consumer opened.
+    pub(super) partitions_at_open: HashMap<String, u32>,
+    /// For [`Defect::SeeksEveryGroup`] and [`Defect::AcksCumulativelyForEveryGroup`]:
+    /// the component's moves.
+    pub(super) group_moves: Arc<Mutex<Vec<GroupMove>>>,
 }
 
 /// The groups of each topic and what the defects that reach idle groups did to them
@@ -73,6 +79,14 @@ pub(super) type RetriesByGroup = HashMap<MessageId, HashMap<String, u32>>;
 /// The lease the lease defects declare.
 pub(super) const FAULTY_LEASE: Duration = Duration::from_secs(1);
 
+/// A seek or cumulative acknowledgement of one group, which reaches the other groups
+/// of its topic.
+pub(super) struct GroupMove {
+    pub(super) from_group: String,
+    pub(super) to: MessageId,
+    pub(super) taken_by: HashSet<String>,
+}
+
 /// A retried message leaking to the other groups of its topic once `due`.
 pub(super) struct Leak {
     pub(super) due: SystemTime,
@@ -82,6 +96,46 @@ pub(super) struct Leak {
 }
 
 impl FaultyConsumer {
+    /// For [`Defect::SeeksEveryGroup`] and [`Defect::AcksCumulativelyForEveryGroup`]:
+    /// records a move this member's group made.
+    fn move_every_group(&self, to: &MessageId) {
+        self.group_moves.lock().unwrap().push(GroupMove {
+            from_group: self.group.clone(),
+            to: to.clone(),
+            taken_by: HashSet::new(),
+        });
+    }
+
+    /// For [`Defect::AcksCumulativelyForEveryGroup`]: whether another group
+    /// acknowledged cumulatively up to `id` or past it.
+    pub(super) fn settled_by_another_group(&self, id: &MessageId) -> bool {
+        self.group_moves.lock().unwrap().iter().any(|m| {
+            m.from_group != self.group && m.to.owner() == id.owner() && id.position <= m.to.position
+        })
+    }
+
+    /// For [`Defect::SeeksEveryGroup`]: makes, in this member's group, the seeks other
+    /// groups made on its topics.
+    async fn take_group_moves(&self) {
+        if self.defect != Defect::SeeksEveryGroup {
+            return;
+        }
+        let taken: Vec<MessageId> = {
+            let mut moves = self.group_moves.lock().unwrap();
+            moves
+                .iter_mut()
+                .filter_map(|m| {
+                    let theirs = m.from_group != self.group
+                        && m.to.topic.as_ref().is_some_and(|t| self.topics.matches(t));
+                    (theirs && m.taken_by.insert(self.group.clone())).then(|| m.to.clone())
+                })
+                .collect()
+        };
+        for to in taken {
+            let _ = self.inner.seek(&to).await;
+        }
+    }
+
     /// For [`Defect::SettlesOnPartitionZero`], an id of a partition other than 0 as
     /// the consumer misreads it: on partition 0 of its topic (whose broker takes a
     /// position it does not hold without a word).
@@ -185,6 +239,7 @@ impl Consumer for FaultyConsumer {
             return Ok(Vec::new());
         }
         self.expire_leases().await?;
+        self.take_group_moves().await;
         let messages = self.inner.receive(max, wait).await?;
         if self.defect == Defect::StrandsDroppedReceives && !messages.is_empty() {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -205,6 +260,7 @@ impl Consumer for FaultyConsumer {
             }
             return Ok(Vec::new());
         }
+        self.take_group_moves().await;
         let batch = match self.defect {
             Defect::OverfillsBatches => self.inner.receive_batch(max + 3, max_await).await?,
             Defect::HoldsPartialBatches => {
@@ -346,6 +402,9 @@ impl Consumer for FaultyConsumer {
             return Ok(());
         }
         self.inner.ack_cumulative(id).await?;
+        if self.defect == Defect::AcksCumulativelyForEveryGroup {
+            self.move_every_group(id);
+        }
         if let (Defect::AcksCumulativeEverywhere, TopicSelector::List(topics)) =
             (self.defect, &self.topics)
         {
@@ -379,6 +438,9 @@ impl Consumer for FaultyConsumer {
             return Ok(());
         }
         self.inner.seek(id).await?;
+        if self.defect == Defect::SeeksEveryGroup {
+            self.move_every_group(id);
+        }
         if self.defect == Defect::SeeksEverything {
             for last in self.inner.last_message_ids().await? {
                 if last.owner() != id.owner() {

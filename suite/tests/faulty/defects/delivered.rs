@@ -40,6 +40,33 @@ impl FaultyConsumer {
         mut messages: Vec<ReceivedMessage>,
     ) -> Result<Vec<ReceivedMessage>> {
         match self.defect {
+            Defect::AcksCumulativelyForEveryGroup => {
+                let mut kept = Vec::new();
+                for message in messages {
+                    if self.settled_by_another_group(&message.id) {
+                        self.inner.ack(&message.id).await?;
+                    } else {
+                        kept.push(message);
+                    }
+                }
+                messages = kept;
+            }
+            Defect::ListsPartitionsAtOpen => {
+                let mut kept = Vec::new();
+                for message in messages {
+                    let unseen = message.id.topic.as_ref().is_some_and(|topic| {
+                        self.partitions_at_open
+                            .get(topic)
+                            .is_some_and(|&count| message.id.partition.unwrap_or(0) >= count)
+                    });
+                    if unseen {
+                        self.inner.ack(&message.id).await?;
+                    } else {
+                        kept.push(message);
+                    }
+                }
+                messages = kept;
+            }
             Defect::Drops => {
                 let mut kept = Vec::new();
                 for message in messages {
