@@ -564,52 +564,42 @@ impl PartitionedConsumer {
         groups
     }
 
-    /// What one receive (or batch receive) gets. A consumer that follows growth asks
-    /// each part in turn for at most a poll, never abandoning a receive (SUB-6 allows
-    /// it, but a broker may then hold the messages until the lease runs out), and
-    /// looks for added partitions between turns; a receive returns what the first part
-    /// with messages gave, a batch receive fills up from the parts in turn; each
-    /// receive starts with the part after the one the last started with.
+    /// What one receive (or batch receive) gets. A consumer that follows growth looks
+    /// for added partitions first. With one broker consumer it waits there; with more,
+    /// it asks each in turn for at most a poll, starting one further on each time, and
+    /// returns what the first with messages gave (so a batch holds what one broker
+    /// consumer gathered: one topic where a broker's batches take one). It never
+    /// abandons a receive: SUB-6 allows it, but a broker may then hold the messages
+    /// until the lease runs out.
     async fn receive_from_parts(
         &self,
         max: usize,
         wait: Duration,
         batch: bool,
     ) -> Result<Vec<ReceivedMessage>> {
-        if self.growth.is_none() || max == 0 {
-            let first = self.first();
-            let got = if batch {
-                first.receive_batch(max, wait).await?
-            } else {
-                first.receive(max, wait).await?
-            };
-            return Ok(self.outward_all(got));
-        }
         let deadline = Instant::now() + wait;
-        let mut got = Vec::new();
         loop {
-            self.follow_growth().await?;
-            // Each turn starts one part further on, so no part starves the others.
+            if max > 0 {
+                self.follow_growth().await?;
+            }
             let mut parts = self.parts();
             let first = self.turns.fetch_add(1, Ordering::Relaxed) % parts.len();
             parts.rotate_left(first);
-            for part in parts {
-                let turn = deadline.saturating_duration_since(Instant::now()).min(POLL);
-                if batch {
-                    let room = max.saturating_sub(got.len());
-                    got.extend(part.consumer.receive_batch(room, turn).await?);
-                    if got.len() >= max {
-                        return Ok(self.outward_all(got));
-                    }
+            let alone = parts.len() == 1 || max == 0;
+            for part in &parts {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let turn = if alone { left } else { left.min(POLL) };
+                let got = if batch {
+                    part.consumer.receive_batch(max, turn).await?
                 } else {
-                    got = part.consumer.receive(max, turn).await?;
-                    if !got.is_empty() {
-                        return Ok(self.outward_all(got));
-                    }
+                    part.consumer.receive(max, turn).await?
+                };
+                if alone || !got.is_empty() {
+                    return Ok(self.outward_all(got));
                 }
             }
             if Instant::now() >= deadline {
-                return Ok(self.outward_all(got));
+                return Ok(Vec::new());
             }
         }
     }

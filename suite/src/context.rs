@@ -16,6 +16,10 @@ use tokio::time::Instant;
 /// The key of the marker [`CaseContext::await_subscribed`] publishes.
 pub const SUBSCRIBED_MARKER: &str = "subscribed-marker";
 
+/// What a case leaves, of its bound, for stopping its subscription once it waited for
+/// late messages.
+const STOP_ALLOWANCE: Duration = Duration::from_secs(1);
+
 /// The environment of one run of one case.
 pub struct CaseContext {
     /// The id of the case that runs.
@@ -187,7 +191,11 @@ impl CaseContext {
                 .collect()
         };
         if !missing.is_empty() {
-            self.recorder.wait_for_keys(&missing, self.deadline()).await;
+            // Until the bound, less what stopping the subscription may take (over the
+            // wire, a stop waits for deliveries in flight), so that the case reports
+            // its own findings rather than being cut at its bound.
+            let until = self.deadline().checked_sub(STOP_ALLOWANCE).unwrap_or(due);
+            self.recorder.wait_for_keys(&missing, until.max(due)).await;
         }
         subscription.stop().await;
         let mut outcome = self.check(&self.criteria());

@@ -606,6 +606,7 @@ impl Consumer for RedisConsumer {
         let now = SystemTime::now();
         let mut pipeline = redis::pipe();
         let mut first_error = None;
+        let mut queued = 0;
         for (id, delay) in deferrals {
             let (key, topic) = match (self.owned(id), owner_topic(id, &self.spec.topics)) {
                 (Ok(key), Ok(topic)) => (key, topic),
@@ -614,6 +615,7 @@ impl Consumer for RedisConsumer {
                     continue;
                 }
             };
+            queued += 1;
             let entry = stream_id(id.position);
             if *delay > self.claim_idle {
                 pipeline
@@ -635,11 +637,15 @@ impl Consumer for RedisConsumer {
                 .arg("JUSTID")
                 .ignore();
         }
-        let mut conn = self.connection.clone();
-        pipeline
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(broker("deferring entries"))?;
+        // Redis refuses an empty pipeline: nothing to defer (an empty list, or every
+        // id refused) is no round trip.
+        if queued > 0 {
+            let mut conn = self.connection.clone();
+            pipeline
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(broker("deferring entries"))?;
+        }
         first_error.map_or(Ok(()), Err)
     }
 

@@ -257,6 +257,12 @@ pub(super) async fn watch(ctx: CaseContext) -> CaseRun {
         .watch_partitions(&topic)
         .await
         .doing("watching partitions again")?;
+    // A watcher dropped while the others live on ends nothing but itself.
+    let dropped = component
+        .watch_partitions(&topic)
+        .await
+        .doing("watching partitions a third time")?;
+    drop(dropped);
     component
         .update_partitions(&topic, 5)
         .await

@@ -613,23 +613,33 @@ pub(super) async fn method_edges(ctx: CaseContext) -> CaseRun {
     expect_done_or_refused(&mut outcome, "acknowledging an empty list", acked);
     let extended = member.extend_lease(&[]).await;
     expect_done_or_refused(&mut outcome, "extending the lease of no message", extended);
-    // A RETRY with no delay comes back within the redelivery bound.
-    if let Some(retried) = held.first() {
-        let retried_key = received_key(retried);
-        member
-            .nack(&retried.id, Duration::ZERO)
-            .await
-            .doing("answering RETRY with no delay")?;
+    let deferred = member.defer_many(&[]).await;
+    expect_done_or_refused(&mut outcome, "deferring no message", deferred);
+    // A RETRY, and a deferral, with no delay come back within the redelivery bound.
+    for (index, handing_back) in ["answered RETRY with no delay", "deferred with no delay"]
+        .into_iter()
+        .enumerate()
+    {
+        let Some(message) = held.get(index) else {
+            continue;
+        };
+        let key = received_key(message);
+        let id = message.id.clone();
+        match index {
+            0 => member.nack(&id, Duration::ZERO).await,
+            _ => member.defer(&id, Duration::ZERO).await,
+        }
+        .doing(handing_back)?;
         let back_by = ctx.within(ctx.caps.redelivery_bound);
         let mut back = false;
         while !back && Instant::now() < back_by {
             let got = receive_one_of(member.as_ref(), 8, back_by).await?;
-            back = got.iter().any(|m| received_key(m) == retried_key);
+            back = got.iter().any(|m| received_key(m) == key);
             held.extend(got);
         }
         outcome.expect(back, || {
             format!(
-                "{retried_key}, answered RETRY with no delay, did not come back within the redelivery bound ({:?})",
+                "{key}, {handing_back}, did not come back within the redelivery bound ({:?})",
                 ctx.caps.redelivery_bound
             )
         });

@@ -57,6 +57,14 @@ pub enum Defect {
     DuplicatesLastIds,
     /// Answers partition updates with success and changes nothing.
     IgnoresPartitionUpdates,
+    /// Dropping a partition watcher ends every other watcher of its topic.
+    DroppedWatcherStopsOthers,
+    /// A deferral with no delay is read as one without a delay given: the component's
+    /// default deferral, 30 s.
+    DefersZeroByDefault,
+    /// Deferring an empty list defers everything the member holds by 30 s (a loop
+    /// over what is held, filtered by a list it reads as "all" when empty).
+    EmptyDeferManyDefersAll,
     /// A seek moves the position of every group of the id's topic, not the seeking
     /// member's group only (a cursor kept per topic): the others take it when they
     /// next receive.

@@ -39,6 +39,8 @@ pub struct Faulty {
     /// For [`Defect::SeeksEveryGroup`] and [`Defect::AcksCumulativelyForEveryGroup`]:
     /// the moves made, for the other groups to take.
     group_moves: Arc<Mutex<Vec<GroupMove>>>,
+    /// For [`Defect::DroppedWatcherStopsOthers`]: by topic, its watchers.
+    dropped_watchers: Mutex<HashMap<String, partitions::Siblings>>,
     pub(super) consumers: AtomicU64,
     pub(super) published: AtomicU64,
     pub(super) last_envelope_id: Mutex<Option<String>>,
@@ -55,6 +57,7 @@ impl Faulty {
             leaks: Arc::default(),
             retries: Arc::default(),
             group_moves: Arc::default(),
+            dropped_watchers: Mutex::default(),
             consumers: AtomicU64::new(0),
             published: AtomicU64::new(0),
             last_envelope_id: Mutex::new(None),
@@ -281,6 +284,16 @@ impl Component for Faulty {
         Ok(match self.defect {
             Defect::PhantomVersions => partitions::phantom_versions(watch),
             Defect::IgnoresRejectedPartitionUpdates => partitions::ignoring_rejections(watch),
+            Defect::DroppedWatcherStopsOthers => {
+                let dropped = self
+                    .dropped_watchers
+                    .lock()
+                    .unwrap()
+                    .entry(topic.to_string())
+                    .or_default()
+                    .clone();
+                partitions::stopped_by_dropped_watchers(watch, dropped)
+            }
             _ => watch,
         })
     }

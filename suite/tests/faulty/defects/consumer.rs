@@ -76,6 +76,9 @@ pub(super) struct IdleGroups {
 /// Retries of each message, by the group that answered them.
 pub(super) type RetriesByGroup = HashMap<MessageId, HashMap<String, u32>>;
 
+/// The deferral of [`Defect::DefersZeroByDefault`] and [`Defect::EmptyDeferManyDefersAll`].
+const DEFAULT_DEFERRAL: Duration = Duration::from_secs(30);
+
 /// The lease the lease defects declare.
 pub(super) const FAULTY_LEASE: Duration = Duration::from_secs(1);
 
@@ -326,6 +329,31 @@ impl Consumer for FaultyConsumer {
             },
             _ => self.inner.ack(id).await,
         }
+    }
+
+    async fn defer(&self, id: &MessageId, delay: Duration) -> Result<()> {
+        if delay.is_zero() && self.defect == Defect::DefersZeroByDefault {
+            return self.nack(id, DEFAULT_DEFERRAL).await;
+        }
+        self.nack(id, delay).await
+    }
+
+    async fn defer_many(&self, deferrals: &[(MessageId, Duration)]) -> Result<()> {
+        let all: Vec<(MessageId, Duration)>;
+        let deferrals = if deferrals.is_empty() && self.defect == Defect::EmptyDeferManyDefersAll {
+            let held = self.held.lock().unwrap().clone();
+            all = held.into_iter().map(|id| (id, DEFAULT_DEFERRAL)).collect();
+            &all
+        } else {
+            deferrals
+        };
+        let mut first_error = None;
+        for (id, delay) in deferrals {
+            if let Err(e) = self.defer(id, *delay).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     async fn nack(&self, id: &MessageId, delay: Duration) -> Result<()> {

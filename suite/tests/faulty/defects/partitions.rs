@@ -58,3 +58,31 @@ pub(super) fn ignoring_rejections(watch: PartitionWatch) -> PartitionWatch {
     let (updates, _rejections) = watch.into_parts();
     PartitionWatch::new(updates)
 }
+
+/// The outward ends of a topic's watchers, for [`super::Defect::DroppedWatcherStopsOthers`].
+pub(super) type Siblings =
+    std::sync::Arc<std::sync::Mutex<Vec<tokio::sync::mpsc::UnboundedSender<PartitionUpdate>>>>;
+
+/// For [`super::Defect::DroppedWatcherStopsOthers`]: `watch`, ended once any watcher of
+/// its topic has been dropped (`siblings` holds every watcher of the topic: they share
+/// one subscription to its record, which the first watcher dropped cancels).
+pub(super) fn stopped_by_dropped_watchers(
+    watch: PartitionWatch,
+    siblings: Siblings,
+) -> PartitionWatch {
+    let (mut updates, rejections) = watch.into_parts();
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    siblings.lock().unwrap().push(sender.clone());
+    tokio::spawn(async move {
+        while let Some(update) = updates.recv().await {
+            let cancelled = siblings.lock().unwrap().iter().any(|s| s.is_closed());
+            if cancelled || sender.send(update).is_err() {
+                break;
+            }
+        }
+    });
+    match rejections {
+        Some(rejections) => PartitionWatch::with_rejections(receiver, rejections),
+        None => PartitionWatch::new(receiver),
+    }
+}
