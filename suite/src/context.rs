@@ -54,10 +54,35 @@ pub struct CaseContext {
 /// queue declarations on a busy broker), so that time moves the case's deadline back, up to
 /// [`AckTime::MAX_FACTOR`] times the bound. Shared with the runner, whose timeout
 /// moves with it.
+/// A call still waiting counts for the time it has waited so far (the runner must not
+/// cut a case at its bound while the case waits on a slow subscription).
 #[derive(Clone)]
 pub struct AckTime {
-    spent: std::sync::Arc<std::sync::Mutex<Duration>>,
+    waits: std::sync::Arc<std::sync::Mutex<Waits>>,
     cap: Duration,
+}
+
+/// The waits of an [`AckTime`]: those over, and when each one still waiting began.
+#[derive(Default)]
+struct Waits {
+    over: Duration,
+    next: u64,
+    waiting: std::collections::BTreeMap<u64, Instant>,
+}
+
+/// One wait of an [`AckTime`]; it ends when dropped (also when its call is abandoned).
+struct Waiting<'a> {
+    time: &'a AckTime,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut waits = self.time.lock();
+        if let Some(started) = waits.waiting.remove(&self.id) {
+            waits.over += started.elapsed();
+        }
+    }
 }
 
 impl AckTime {
@@ -66,18 +91,30 @@ impl AckTime {
 
     fn new(bound: Duration) -> Self {
         AckTime {
-            spent: Default::default(),
+            waits: Default::default(),
             cap: bound * Self::MAX_FACTOR,
         }
     }
 
-    /// How far the deadline has moved so far.
+    /// How far the deadline has moved so far: the waits that are over, and those
+    /// still waiting as far as they got.
     pub fn extension(&self) -> Duration {
-        (*self.spent.lock().unwrap_or_else(|p| p.into_inner())).min(self.cap)
+        let waits = self.lock();
+        let waiting: Duration = waits.waiting.values().map(|s| s.elapsed()).sum();
+        (waits.over + waiting).min(self.cap)
     }
 
-    fn add(&self, spent: Duration) {
-        *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += spent;
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waits> {
+        self.waits.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Begins a wait, which ends when what this returns is dropped.
+    fn begin(&self) -> Waiting<'_> {
+        let mut waits = self.lock();
+        let id = waits.next;
+        waits.next += 1;
+        waits.waiting.insert(id, Instant::now());
+        Waiting { time: self, id }
     }
 }
 
@@ -263,10 +300,8 @@ impl CaseContext {
     /// Awaits a publish, subscribe or group-creation call whose duration moves the
     /// deadline back (see [`AckTime`]), for cases that inspect the call's error.
     pub async fn acknowledged<T>(&self, call: impl std::future::Future<Output = T>) -> T {
-        let started = Instant::now();
-        let result = call.await;
-        self.ack_time.add(started.elapsed());
-        result
+        let _waiting = self.ack_time.begin();
+        call.await
     }
 
     /// Creates a subscription's group before anything is published for it, so that
@@ -401,9 +436,9 @@ impl CaseContext {
                 bystander.expiring(&publish.key);
             }
         }
-        let started = Instant::now();
+        let waiting = self.ack_time.begin();
         let result = runtime.publish(request).await;
-        self.ack_time.add(started.elapsed());
+        drop(waiting);
         self.recorder.published_with(
             publish,
             result
@@ -484,9 +519,9 @@ impl CaseContext {
                 }
             }
         }
-        let started = Instant::now();
+        let waiting = self.ack_time.begin();
         let result = runtime.bulk_publish(request).await;
-        self.ack_time.add(started.elapsed());
+        drop(waiting);
         for (entry_id, publish) in entries {
             let outcome = match &result {
                 Ok(response) => match response

@@ -259,7 +259,9 @@ async fn watch_container(name: &'static str, id: String, health: HealthSender) {
             .kill_on_drop(true)
             .output()
             .await;
-        let state = inspect(&id).await;
+        let run = inspect_run(&id).await;
+        let started = run.as_ref().map(|(_, started)| started.clone());
+        let state = run.map(|(state, _)| state);
         if health.current() == Health::Up {
             let how = match (&waited, &state) {
                 (_, Some((status, code, oom))) if status != "running" => {
@@ -285,12 +287,14 @@ async fn watch_container(name: &'static str, id: String, health: HealthSender) {
         if state.is_none() {
             return; // removed
         }
-        // Stopped: watch again once the suite has started it again.
+        // Stopped: watch again once the suite has started it again, though it may
+        // have stopped once more between two looks (a new start time tells).
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            match inspect(&id).await {
+            match inspect_run(&id).await {
                 None => return,
-                Some((status, _, _)) if status == "running" => break,
+                Some(((status, _, _), _)) if status == "running" => break,
+                Some((_, again)) if Some(&again) != started.as_ref() => break,
                 Some(_) => {}
             }
         }
@@ -299,11 +303,16 @@ async fn watch_container(name: &'static str, id: String, health: HealthSender) {
 
 /// The container's state: (status, exit code, OOM-killed), or `None` when it is gone.
 async fn inspect(id: &str) -> Option<(String, i64, bool)> {
+    inspect_run(id).await.map(|(state, _)| state)
+}
+
+/// [`inspect`], and when the container last started.
+async fn inspect_run(id: &str) -> Option<((String, i64, bool), String)> {
     let out = tokio::process::Command::new("docker")
         .args([
             "inspect",
             "--format",
-            "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}",
+            "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}} {{.State.StartedAt}}",
             id,
         ])
         .kill_on_drop(true)
@@ -313,11 +322,12 @@ async fn inspect(id: &str) -> Option<(String, i64, bool)> {
         .filter(|out| out.status.success())?;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let mut fields = text.split_whitespace();
-    Some((
+    let state = (
         fields.next()?.to_string(),
         fields.next()?.parse().unwrap_or(-1),
         fields.next() == Some("true"),
-    ))
+    );
+    Some((state, fields.next().unwrap_or_default().to_string()))
 }
 
 async fn container_log_tail(id: &str) -> String {
