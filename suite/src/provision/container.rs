@@ -433,7 +433,19 @@ impl Broker for BrokerContainer {
             "{} paused by the suite",
             self.name
         )));
-        self.docker(&["pause", &self.id]).await
+        // The cgroup freezer gives up when a task does not stop in time (one in
+        // uninterruptible IO on a busy disk: "unable to freeze"); the container is
+        // left running, so asking again is safe.
+        let mut tries = 0;
+        loop {
+            match self.docker(&["pause", &self.id]).await {
+                Err(e) if e.contains("unable to freeze") && tries < 3 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                done => return done,
+            }
+        }
     }
 
     async fn resume(&self) -> Result<(), String> {
