@@ -34,6 +34,24 @@ impl FaultyConsumer {
         Ok(kept)
     }
 
+    /// `messages` without those `unseen` picks, which are acknowledged without being
+    /// handed out.
+    async fn settle_unseen(
+        &self,
+        messages: Vec<ReceivedMessage>,
+        mut unseen: impl FnMut(&ReceivedMessage) -> bool,
+    ) -> Result<Vec<ReceivedMessage>> {
+        let mut kept = Vec::new();
+        for message in messages {
+            if unseen(&message) {
+                self.inner.ack(&message.id).await?;
+            } else {
+                kept.push(message);
+            }
+        }
+        Ok(kept)
+    }
+
     /// `messages` as the defect hands them out.
     pub(super) async fn distort(
         &self,
@@ -41,42 +59,27 @@ impl FaultyConsumer {
     ) -> Result<Vec<ReceivedMessage>> {
         match self.defect {
             Defect::AcksCumulativelyForEveryGroup => {
-                let mut kept = Vec::new();
-                for message in messages {
-                    if self.settled_by_another_group(&message.id) {
-                        self.inner.ack(&message.id).await?;
-                    } else {
-                        kept.push(message);
-                    }
-                }
-                messages = kept;
+                messages = self
+                    .settle_unseen(messages, |m| self.settled_by_another_group(&m.id))
+                    .await?;
             }
             Defect::ListsPartitionsAtOpen => {
-                let mut kept = Vec::new();
-                for message in messages {
-                    let unseen = message.id.topic.as_ref().is_some_and(|topic| {
-                        self.partitions_at_open
-                            .get(topic)
-                            .is_some_and(|&count| message.id.partition.unwrap_or(0) >= count)
-                    });
-                    if unseen {
-                        self.inner.ack(&message.id).await?;
-                    } else {
-                        kept.push(message);
-                    }
-                }
-                messages = kept;
+                messages = self
+                    .settle_unseen(messages, |m| {
+                        m.id.topic.as_ref().is_some_and(|topic| {
+                            self.partitions_at_open
+                                .get(topic)
+                                .is_some_and(|&count| m.id.partition.unwrap_or(0) >= count)
+                        })
+                    })
+                    .await?;
             }
             Defect::Drops => {
-                let mut kept = Vec::new();
-                for message in messages {
-                    if self.received.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
-                        self.inner.ack(&message.id).await?;
-                    } else {
-                        kept.push(message);
-                    }
-                }
-                messages = kept;
+                messages = self
+                    .settle_unseen(messages, |_| {
+                        self.received.fetch_add(1, Ordering::Relaxed) % 3 == 2
+                    })
+                    .await?;
             }
             Defect::Duplicates => {
                 messages = messages.into_iter().flat_map(|m| [m.clone(), m]).collect();
