@@ -546,14 +546,17 @@ impl PartitionedConsumer {
         covering.unwrap_or(&parts[0]).consumer.clone()
     }
 
-    /// The ids as the broker knows them, grouped by the part that covers each, in
-    /// the order of their first appearance.
+    /// The ids as the broker knows them, grouped by the part that covers each: the
+    /// first part's group first (it also takes the ids no part covers, and refuses
+    /// them, so a refusal comes before any other part settled anything), the others
+    /// in the order of their first appearance.
     fn by_part<T: Clone>(
         &self,
         items: &[T],
         id: impl Fn(&T) -> &MessageId,
     ) -> Vec<(Arc<dyn Consumer>, Vec<T>)> {
-        let mut groups: Vec<(Arc<dyn Consumer>, Vec<T>)> = Vec::new();
+        let first = self.first();
+        let mut groups: Vec<(Arc<dyn Consumer>, Vec<T>)> = vec![(first, Vec::new())];
         for item in items {
             let part = self.part_of(&inward(id(item)));
             match groups.iter_mut().find(|(p, _)| Arc::ptr_eq(p, &part)) {
@@ -561,6 +564,7 @@ impl PartitionedConsumer {
                 None => groups.push((part, vec![item.clone()])),
             }
         }
+        groups.retain(|(_, group)| !group.is_empty());
         groups
     }
 
@@ -671,23 +675,31 @@ impl Consumer for PartitionedConsumer {
         if deferrals.is_empty() {
             return self.first().defer_many(&[]).await;
         }
+        // Like the trait's default: every part is tried, the first error returned.
+        let mut first_error = None;
         for (part, deferrals) in self.by_part(deferrals, |(id, _)| id) {
             let deferrals: Vec<(MessageId, Duration)> =
                 deferrals.iter().map(|(id, d)| (inward(id), *d)).collect();
-            part.defer_many(&deferrals).await?;
+            if let Err(e) = part.defer_many(&deferrals).await {
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     async fn extend_lease(&self, ids: &[MessageId]) -> Result<()> {
         if ids.is_empty() {
             return self.first().extend_lease(&[]).await;
         }
+        // Every part keeps what it can, the first error returned.
+        let mut first_error = None;
         for (part, ids) in self.by_part(ids, |id| id) {
             let ids: Vec<MessageId> = ids.iter().map(inward).collect();
-            part.extend_lease(&ids).await?;
+            if let Err(e) = part.extend_lease(&ids).await {
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     async fn handed_back(&self, ids: &[MessageId]) -> Result<Vec<MessageId>> {
@@ -768,5 +780,112 @@ mod tests {
         assert_eq!(inward(&seen), broker);
         let plain = MessageId::new("orders", None, 1);
         assert_eq!(outward(plain.clone()), plain);
+    }
+
+    /// A broker consumer that covers `topics`, refuses ids of any other topic whole,
+    /// fails every deferral when `broken`, and records what it settled.
+    struct Recorder {
+        topics: Vec<String>,
+        broken: bool,
+        settled: Mutex<Vec<MessageId>>,
+    }
+
+    impl Recorder {
+        fn new(topics: &[&str], broken: bool) -> Arc<Self> {
+            Arc::new(Recorder {
+                topics: topics.iter().map(|t| t.to_string()).collect(),
+                broken,
+                settled: Mutex::new(Vec::new()),
+            })
+        }
+
+        fn settled(&self) -> Vec<MessageId> {
+            self.settled.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait]
+    impl Consumer for Recorder {
+        async fn receive(&self, _: usize, _: Duration) -> Result<Vec<ReceivedMessage>> {
+            Ok(Vec::new())
+        }
+        async fn ack(&self, id: &MessageId) -> Result<()> {
+            self.ack_many(std::slice::from_ref(id)).await
+        }
+        async fn ack_many(&self, ids: &[MessageId]) -> Result<()> {
+            if ids
+                .iter()
+                .any(|id| !self.topics.contains(id.topic.as_ref().unwrap()))
+            {
+                return Err(PubSubError::NotAllowed("a topic not covered".into()));
+            }
+            self.settled.lock().unwrap().extend_from_slice(ids);
+            Ok(())
+        }
+        async fn nack(&self, id: &MessageId, _: Duration) -> Result<()> {
+            if self.broken {
+                return Err(PubSubError::broker("deferring", "connection reset"));
+            }
+            self.settled.lock().unwrap().push(id.clone());
+            Ok(())
+        }
+        async fn close(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A list consumer of `orders` (partitions 0 and 1 in its first part) that saw
+    /// partition 2 added (its second part).
+    fn grown(first: Arc<Recorder>, added: Arc<Recorder>) -> PartitionedConsumer {
+        let part = |consumer: Arc<Recorder>, topics: Option<Vec<String>>| Part { consumer, topics };
+        PartitionedConsumer {
+            parts: Mutex::new(vec![
+                part(first, None),
+                part(added, Some(vec!["orders--p2".to_string()])),
+            ]),
+            partitioned: true,
+            growth: None,
+            closed: AtomicBool::new(false),
+            turns: AtomicUsize::new(0),
+        }
+    }
+
+    fn id(partition: u32, position: u64) -> MessageId {
+        outward(MessageId::new(
+            partition_topic("orders", partition),
+            None,
+            position,
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_refused_ack_many_settles_nothing_on_any_part() {
+        let first = Recorder::new(&["orders--p0", "orders--p1"], false);
+        let added = Recorder::new(&["orders--p2"], false);
+        let consumer = grown(first.clone(), added.clone());
+        let foreign = MessageId::new("elsewhere", None, 1);
+        // The added partition's id comes first, the foreign one last.
+        let ids = [id(2, 5), id(0, 3), foreign];
+        let refused = consumer.ack_many(&ids).await.unwrap_err();
+        assert_eq!(refused.kind(), crate::error::ErrorKind::NotAllowed);
+        assert!(added.settled().is_empty(), "{:?}", added.settled());
+        assert!(first.settled().is_empty(), "{:?}", first.settled());
+        consumer.ack_many(&ids[..2]).await.unwrap();
+        assert_eq!(added.settled(), vec![inward(&ids[0])]);
+        assert_eq!(first.settled(), vec![inward(&ids[1])]);
+    }
+
+    #[tokio::test]
+    async fn defer_many_tries_every_part_and_returns_the_first_error() {
+        let first = Recorder::new(&["orders--p0"], true);
+        let added = Recorder::new(&["orders--p2"], false);
+        let consumer = grown(first.clone(), added.clone());
+        let second = Duration::from_secs(1);
+        let failed = consumer
+            .defer_many(&[(id(0, 1), second), (id(2, 7), second)])
+            .await
+            .unwrap_err();
+        assert_eq!(failed.kind(), crate::error::ErrorKind::Broker);
+        assert_eq!(added.settled(), vec![inward(&id(2, 7))]);
     }
 }

@@ -97,6 +97,8 @@ fn assert_fails_saying(result: &CaseResult, broken: &dyn std::fmt::Debug, findin
 #[case::ignores_partition_updates(Defect::IgnoresPartitionUpdates, &["partitions.watch"], "final count 5")]
 #[case::ignores_partition_updates_usage(Defect::IgnoresPartitionUpdates, &["partitions.update-seen"], "new partitions")]
 #[case::seeks_every_group(Defect::SeeksEveryGroup, &["multi-topic.seek", "multi-topic.seek-publish-id"], "bystander group")]
+#[case::seeks_last_as_latest(Defect::SeeksLastAsLatest, &["multi-topic.seek-edges", "multi-topic.seek-edges@partitioned"], "after seeking to the last id")]
+#[case::seeks_past_end_to_earliest(Defect::SeeksPastEndToEarliest, &["multi-topic.seek-edges", "multi-topic.seek-edges@partitioned"], "messages published before came back")]
 #[case::acks_cumulatively_for_every_group(Defect::AcksCumulativelyForEveryGroup, &["multi-topic.ack-cumulative"], "bystander group")]
 #[case::dropped_watcher_stops_others(Defect::DroppedWatcherStopsOthers, &["partitions.watch"], "first watcher")]
 #[case::lists_partitions_at_open(Defect::ListsPartitionsAtOpen, &["partitions.update-seen-in-list"], "new partitions")]

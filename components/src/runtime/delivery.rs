@@ -83,13 +83,14 @@ pub(super) fn start(
         bulk,
         handler,
         consumer,
+        stopped,
         held: BTreeMap::new(),
         held_seq: 0,
         can_extend: None,
         leases_extended: Instant::now(),
         pending: BTreeMap::new(),
     };
-    let task = tokio::spawn(delivery.run(stopped).with_current_subscriber());
+    let task = tokio::spawn(delivery.run().with_current_subscriber());
     SubscriptionHandle {
         stop,
         task: Some(task),
@@ -109,6 +110,8 @@ struct Delivery {
     bulk: BulkSubscribeOptions,
     handler: Handler,
     consumer: Box<dyn Consumer>,
+    /// Says true once the handle asks the subscription to stop (or is dropped).
+    stopped: watch::Receiver<bool>,
     ttl_emulated: bool,
     delay_emulated: bool,
     /// `receiverDelay` held here rather than by the component.
@@ -128,9 +131,10 @@ struct Delivery {
 }
 
 impl Delivery {
-    async fn run(mut self, mut stopped: watch::Receiver<bool>) {
+    async fn run(mut self) {
+        let mut stopped = self.stopped.clone();
         loop {
-            if *stopped.borrow() {
+            if self.stopping() {
                 break;
             }
             // A receive under way is not cut short by a stop: it ends within its wait,
@@ -138,7 +142,7 @@ impl Delivery {
             // to the group (a receive dropped halfway could strand what the broker was
             // handing it until a lease ran out).
             let received = self.fetch(self.next_wait()).await;
-            if *stopped.borrow() {
+            if self.stopping() {
                 break;
             }
             match received {
@@ -152,6 +156,9 @@ impl Delivery {
                     }
                 }
             }
+            if self.stopping() {
+                break;
+            }
             self.release_due().await;
             self.extend_held_leases().await;
             self.flush_batches(false).await;
@@ -159,6 +166,12 @@ impl Delivery {
         if let Err(e) = self.consumer.close().await {
             warn!(error = %e, "closing the consumer failed");
         }
+    }
+
+    /// Whether a stop was asked: no handler call starts after it, and what was not
+    /// handed over stays unsettled, for the close to hand back to the group.
+    fn stopping(&self) -> bool {
+        *self.stopped.borrow()
     }
 
     fn is_bulk(&self) -> bool {
@@ -221,6 +234,9 @@ impl Delivery {
         }
         if !self.is_bulk() {
             for (message, event) in ready {
+                if self.stopping() {
+                    break;
+                }
                 self.dispatch_single(message, event).await;
             }
         } else if self.bulk_native && as_received {
@@ -409,6 +425,9 @@ impl Delivery {
             .map(|(t, _)| t.clone())
             .collect();
         for topic in topics {
+            if self.stopping() {
+                break;
+            }
             self.flush_topic(&topic).await;
         }
     }

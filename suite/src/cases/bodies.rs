@@ -57,6 +57,7 @@ pub(super) const BODIES: &[(&str, CaseFn)] = bodies! {
     "certification.retry-while-members-change" => members::retry_while_members_change;
     "certification.slow-handler" => load::slow_handler;
     "certification.slow-network-bulk-subscribe" => network::slow_network_bulk_subscribe;
+    "certification.subscription-dropped-others-stay" => members::subscription_dropped_others_stay;
     "dead-letter.drop" => dead_letter::drop_to_dead_letter;
     "dead-letter.max-deliveries" => retry::exhausted, true;
     "delay.beyond-lease" => delay::beyond_lease;
@@ -78,6 +79,7 @@ pub(super) const BODIES: &[(&str, CaseFn)] = bodies! {
     "multi-topic.last-message-ids" => multi_topic::last_message_ids;
     "multi-topic.owner-topic" => multi_topic::owner_topic;
     "multi-topic.seek" => multi_topic::seek;
+    "multi-topic.seek-edges" => multi_topic::seek_edges;
     "multi-topic.seek-earliest-latest" => multi_topic::seek_earliest_latest;
     "multi-topic.seek-publish-id" => multi_topic::seek_publish_id;
     "multi-topic.seek-refused" => multi_topic::seek_refused;
@@ -122,6 +124,12 @@ pub(super) const CUSTOM_BOUNDS: &[(&str, BoundFn)] = &[
     // As a crashed member's, a dropped member's messages may come back after the lease.
     ("certification.consumer-dropped-others-stay", |c| {
         c.delivery_bound * 2 + c.redelivery_bound * 2 + c.lease
+    }),
+    ("certification.subscription-dropped-others-stay", |c| {
+        c.delivery_bound
+            + c.redelivery_bound
+            + std::time::Duration::from_secs(1)
+            + returned_after(c)
     }),
     ("certification.consumer-leaves", |c| {
         c.delivery_bound * 2 + c.redelivery_bound + returned_after(c)

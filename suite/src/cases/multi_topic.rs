@@ -359,6 +359,114 @@ pub(super) async fn seek_earliest_latest(ctx: CaseContext) -> CaseRun {
     Ok(outcome)
 }
 
+pub(super) async fn seek_edges(ctx: CaseContext) -> CaseRun {
+    let (a, _b, consumer, _) = two_topics(&ctx, 3).await?;
+    let first = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;
+    let mut outcome = Outcome::new();
+    outcome.expect(first.len() == 6, || {
+        format!("received {} of 6 messages", first.len())
+    });
+    for message in &first {
+        consumer.ack(&message.id).await.doing("acking")?;
+    }
+    // The last message of one of a's owners (a itself; a partition of it in the twin).
+    let lasts = consumer
+        .last_message_ids()
+        .await
+        .doing("asking for the last message ids")?;
+    let Some(last) = lasts
+        .into_iter()
+        .find(|id| id.topic.as_deref() == Some(a.as_str()))
+    else {
+        outcome.fail(format!("last_message_ids named no owner of {a}"));
+        return Ok(outcome);
+    };
+    let sought = owner_text(&last);
+    let Some(last_key) = first
+        .iter()
+        .find(|m| same_owner(&m.id, &last) && m.id.position == last.position)
+        .map(key)
+    else {
+        outcome.fail(format!(
+            "no message received carries the last id of {sought} ({last})"
+        ));
+        return Ok(outcome);
+    };
+    // Seek to the last id: that message, and only it, comes again.
+    consumer
+        .seek(&last)
+        .await
+        .doing(&format!("seeking to the last id of {sought} ({last})"))?;
+    let mut again = receive(consumer.as_ref(), 1, ctx.delivery_deadline()).await?;
+    again.extend(
+        drain(
+            consumer.as_ref(),
+            Duration::from_millis(300),
+            ctx.quiet_window(),
+        )
+        .await?,
+    );
+    for message in &again {
+        consumer.ack(&message.id).await.doing("acking")?;
+    }
+    let again = keys_of(&again);
+    outcome.expect(again == [last_key.clone()], || {
+        format!("after seeking to the last id of {sought} ({last_key}, {last}) got {again:?}; expected {last_key} alone")
+    });
+    // Seek past it (the position the next message takes): nothing old comes back, and
+    // what is published next is delivered, once, from its first message.
+    let past = MessageId {
+        position: last.position + 1,
+        ..last.clone()
+    };
+    consumer
+        .seek(&past)
+        .await
+        .doing(&format!("seeking past the last id of {sought} ({past})"))?;
+    let old = keys_of(
+        &drain(
+            consumer.as_ref(),
+            Duration::from_millis(300),
+            ctx.quiet_window(),
+        )
+        .await?,
+    );
+    outcome.expect(old.is_empty(), || {
+        format!("after seeking past the last id of {sought} ({past}), messages published before came back: {old:?}")
+    });
+    // Published to a until one lands on the sought owner (a partition of a is chosen
+    // by key in the twin), at most 16.
+    let mut fresh = Vec::new();
+    for i in 0..16 {
+        let key = format!("a-fresh-{i}");
+        let id = ctx
+            .publish(ctx.message(&a, &key))
+            .await
+            .doing(&format!("publishing {key}"))?;
+        fresh.push(key);
+        if id.partition.unwrap_or(0) == last.partition.unwrap_or(0) {
+            break;
+        }
+    }
+    let mut after =
+        keys_of(&receive(consumer.as_ref(), fresh.len(), ctx.delivery_deadline()).await?);
+    after.extend(keys_of(
+        &drain(
+            consumer.as_ref(),
+            Duration::from_millis(300),
+            ctx.quiet_window(),
+        )
+        .await?,
+    ));
+    let _ = consumer.close().await;
+    after.sort();
+    fresh.sort();
+    outcome.expect(after == fresh, || {
+        format!("after seeking past the last id of {sought}, got {after:?}; expected exactly what was published after the seek, {fresh:?}")
+    });
+    Ok(outcome)
+}
+
 pub(super) async fn ack_many(ctx: CaseContext) -> CaseRun {
     let (a, b, consumer, _) = two_topics(&ctx, 3).await?;
     let got = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;

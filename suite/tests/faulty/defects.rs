@@ -21,7 +21,7 @@ pub use component::Faulty;
 pub enum Defect {
     /// Silently acks and discards every third message it receives.
     Drops,
-    /// Hands the seventh message a consumer receives out only a second past the
+    /// Hands the seventh message a consumer receives out only half a second past the
     /// delivery bound (a retry path that backs off too long): late, not lost.
     DeliversOneLate,
     /// Delivers every message twice while claiming exactly-once.
@@ -69,6 +69,13 @@ pub enum Defect {
     /// member's group only (a cursor kept per topic): the others take it when they
     /// next receive.
     SeeksEveryGroup,
+    /// A seek to the last id of an owner goes past it, as to the latest position (an
+    /// end bound compared with `>=` where `>` was meant): the last message never comes
+    /// again; every other seek is right.
+    SeeksLastAsLatest,
+    /// A seek past the last id (out of range, as a log's reset policy reads it) goes
+    /// back to the owner's earliest message: what was published before comes again.
+    SeeksPastEndToEarliest,
     /// A cumulative acknowledgement settles up to the id for every group of its topic
     /// (an acknowledged offset kept per topic): the others take it when they next
     /// receive.

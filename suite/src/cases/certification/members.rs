@@ -341,6 +341,95 @@ pub(in crate::cases) async fn crash_not_dead_lettered(ctx: CaseContext) -> CaseR
     Ok(outcome.with_history(&history))
 }
 
+/// How long the member whose subscription is dropped works on each message.
+pub(in crate::cases) const PACE: Duration = Duration::from_millis(100);
+
+/// Records each delivery and works [`PACE`] on it before answering SUCCESS.
+struct Paced {
+    recorder: crate::history::Recorder,
+    member: &'static str,
+}
+
+#[async_trait]
+impl MessageHandler for Paced {
+    async fn handle(&self, event: pubsub_components::runtime::Event) -> Result<Status, String> {
+        self.recorder.delivered(&event, self.member, None);
+        tokio::time::sleep(PACE).await;
+        Ok(Status::Success)
+    }
+}
+
+/// A subscription's handle is dropped, without a stop, while its member works
+/// through what it received and another member of its group is subscribed: no
+/// handler call starts after the drop, and what it had not handled reaches the other.
+pub(in crate::cases) async fn subscription_dropped_others_stay(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.topic("t");
+    let subscription = || Subscription::new(topic.clone(), ctx.group("g"));
+    ctx.create_group(&subscription()).await?;
+    let keys = ctx.publish_numbered(&topic, "m", 40).await?;
+    let paced = Paced {
+        recorder: ctx.recorder.clone(),
+        member: "s1",
+    };
+    let leaving = ctx
+        .subscribe(subscription(), Handler::Single(Arc::new(paced)))
+        .await?;
+    ctx.recorder
+        .wait_until(ctx.delivery_deadline(), |h| {
+            delivered_to(h, "s1").len() >= 3
+        })
+        .await;
+    let staying = ctx
+        .subscribe(subscription(), ctx.recorder.handler("s2"))
+        .await?;
+    drop(leaving);
+    let dropped_at = std::time::SystemTime::now();
+    let returned = returned_after(&ctx.caps) + PACE;
+    let all_by = ctx.within(ctx.caps.delivery_bound + ctx.caps.redelivery_bound + returned);
+    ctx.recorder.wait_for_keys(&keys, all_by).await;
+    // A quiet window for calls the dropped subscription should not have started.
+    tokio::time::sleep_until(ctx.quiet_window().min(Instant::now() + 4 * PACE)).await;
+    staying.stop().await;
+    let history = ctx.recorder.history();
+    let mut outcome = Outcome::new();
+    let after_drop: Vec<String> = history
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Delivered {
+                key,
+                subscriber,
+                at,
+                ..
+            } if subscriber == "s1" && *at > dropped_at => key.clone(),
+            _ => None,
+        })
+        .collect();
+    outcome.note(format!(
+        "the dropped subscription's handler was called for {} messages, {} of them after the drop",
+        delivered_to(&history, "s1").len(),
+        after_drop.len()
+    ));
+    // One call may have started as the handle was dropped.
+    outcome.expect(after_drop.len() <= 1, || {
+        format!(
+            "handler calls started after the subscription's handle was dropped: {} ({})",
+            after_drop.len(),
+            after_drop.join(", ")
+        )
+    });
+    let delivered = history.delivered_keys();
+    let lost: Vec<&String> = keys.iter().filter(|k| !delivered.contains(*k)).collect();
+    outcome.expect(lost.is_empty(), || {
+        format!(
+            "lost: {} messages never reached a member after a subscription's handle was dropped: {}",
+            lost.len(),
+            listed(&lost)
+        )
+    });
+    Ok(outcome.with_history(&history))
+}
+
 pub(in crate::cases) async fn close_stops_delivery(ctx: CaseContext) -> CaseRun {
     let topic = ctx.topic("t");
     let group = ctx.group("g");

@@ -152,6 +152,30 @@ impl FaultyConsumer {
         }
     }
 
+    /// For [`Defect::SeeksLastAsLatest`] and [`Defect::SeeksPastEndToEarliest`]: where
+    /// a seek to `id` goes instead, when it is at or past the last id of its owner.
+    async fn seek_edge(&self, id: &MessageId) -> Result<Option<MessageId>> {
+        if !matches!(
+            self.defect,
+            Defect::SeeksLastAsLatest | Defect::SeeksPastEndToEarliest
+        ) {
+            return Ok(None);
+        }
+        let lasts = self.inner.last_message_ids().await?;
+        let Some(last) = lasts.iter().find(|last| last.owner() == id.owner()) else {
+            return Ok(None);
+        };
+        let position = match self.defect {
+            Defect::SeeksLastAsLatest if id.position >= last.position => last.position + 1,
+            Defect::SeeksPastEndToEarliest if id.position > last.position => 0,
+            _ => return Ok(None),
+        };
+        Ok(Some(MessageId {
+            position,
+            ..id.clone()
+        }))
+    }
+
     /// Settles a leaked copy here (it is in no queue); false for any other id.
     fn settles_leaked(&self, id: &MessageId) -> bool {
         self.leaked.lock().unwrap().remove(id)
@@ -464,6 +488,9 @@ impl Consumer for FaultyConsumer {
         }
         if self.defect == Defect::AcceptsForeignSeeks && id.topic.is_none() {
             return Ok(());
+        }
+        if let Some(moved) = self.seek_edge(id).await? {
+            return self.inner.seek(&moved).await;
         }
         self.inner.seek(id).await?;
         if self.defect == Defect::SeeksEveryGroup {

@@ -89,7 +89,10 @@ impl FaultyConsumer {
                 let mut kept = Vec::new();
                 for message in messages {
                     if self.received.fetch_add(1, Ordering::Relaxed) == 6 {
-                        let late = super::component::FAULTY_DELIVERY_BOUND + Duration::from_secs(1);
+                        // Past the delivery bound, and back well before the case stops
+                        // its subscription (its bound less a second for the stop).
+                        let late =
+                            super::component::FAULTY_DELIVERY_BOUND + Duration::from_millis(500);
                         self.inner.defer(&message.id, late).await?;
                     } else {
                         kept.push(message);
