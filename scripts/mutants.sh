@@ -4,7 +4,7 @@
 # PCS_MUTANTS_ROOT names): every mutant of components/src/memory and components/src/runtime
 # is judged by the in-memory catalogue and the pinned declaration (.cargo/mutants.toml).
 # Arguments go to `cargo mutants`: `--list`, `--shard 3/16` (a full run is about 526
-# mutants of up to two minutes each on 2 cores: run it in shards and keep each shard's
+# mutants of up to 45 s each on 2 cores: run it in shards and keep each shard's
 # mutants.out),
 # `--in-diff change.diff`. Results land in $PCS_MUTANTS_OUT (default mutants-run/),
 # which git ignores; docs/mutation-testing.md keeps the counts and the equivalents.

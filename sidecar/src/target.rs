@@ -377,6 +377,12 @@ impl RemoteRuntime for SidecarTarget {
         self.sdk_subscribes().then_some(crate::sdk_app::DATA_ONLY)
     }
 
+    /// Dapr's HTTP API carries no attempt number: each app counts the deliveries it
+    /// saw, so a member that joins a group counts a message's attempts from 1.
+    fn counts_attempts_per_app(&self) -> Option<&'static str> {
+        Some("Dapr's HTTP API carries no attempt number: each app counts the deliveries it saw, from 1 for a member that joins")
+    }
+
     /// `serve` started in this process records its delivery spans here; a sidecar
     /// process, started or attached, records them in its own.
     fn records_spans_here(&self) -> bool {

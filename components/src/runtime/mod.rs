@@ -148,6 +148,14 @@ impl Runtime {
         self.remote.as_ref().and_then(|r| r.hands_over_data_only())
     }
 
+    /// Why each subscriber's attempts are as its app counted them, if they are
+    /// ([`RemoteRuntime::counts_attempts_per_app`]).
+    pub fn counts_attempts_per_app(&self) -> Option<&'static str> {
+        self.remote
+            .as_ref()
+            .and_then(|r| r.counts_attempts_per_app())
+    }
+
     /// The pub/sub name.
     pub fn name(&self) -> &str {
         &self.name

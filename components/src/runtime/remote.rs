@@ -53,4 +53,11 @@ pub trait RemoteRuntime: Send + Sync {
     fn hands_over_data_only(&self) -> Option<&'static str> {
         None
     }
+
+    /// Why a delivery's attempt is as the app that received it counted it (the API
+    /// carries no attempt number), so that attempts do not count on across the
+    /// members of a group; `None`: the component's own count. Default: `None`.
+    fn counts_attempts_per_app(&self) -> Option<&'static str> {
+        None
+    }
 }

@@ -332,8 +332,19 @@ async fn run(ctx: CaseContext) -> CaseRun {
     let planned = row_of(&ctx.case_id).ok_or_else(|| {
         CaseError::Harness(format!("{} names no row of feature pairs", ctx.case_id))
     })?;
-    let (parts, left_out): (Vec<Part>, Vec<Part>) =
+    let (mut parts, left_out): (Vec<Part>, Vec<Part>) =
         planned.iter().partition(|p| declared(&ctx, **p));
+    // Where each app counts its own attempts, a member that joins counts from 1: the
+    // handlers' answers and RT-1 across members would judge the path, not the
+    // component (the other rows, and the row in process, pair churn with retries).
+    let mut churn_out = None;
+    if let Some(why) = ctx.runtime.counts_attempts_per_app() {
+        let attempts_matter = parts.contains(&Part::Retry) || parts.contains(&Part::DeadLetter);
+        if attempts_matter && parts.contains(&Part::MemberChurn) {
+            parts.retain(|p| *p != Part::MemberChurn);
+            churn_out = Some(format!("left out, member churn beside retries: {why}"));
+        }
+    }
     if parts.len() < 2 {
         return Err(CaseError::CannotProvoke(format!(
             "of {} the component declares {}: no two of them meet here (the other rows pair them)",
@@ -345,7 +356,7 @@ async fn run(ctx: CaseContext) -> CaseRun {
             }
         )));
     }
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = churn_out.into_iter().collect();
     if !left_out.is_empty() {
         notes.push(format!(
             "left out, not declared: {}; {} meet",
