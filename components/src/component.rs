@@ -73,7 +73,9 @@ pub enum StartPosition {
     /// From the oldest retained message.
     #[default]
     Earliest,
-    /// Only messages published after the group is created.
+    /// Only messages published after the group comes into being: when its first
+    /// member opens (queue brokers: when `create_group` declares it). Later members
+    /// read on from the group's position.
     Latest,
 }
 

@@ -2,10 +2,26 @@
 //! component does against what it declares, so a declaration grown weaker than the
 //! truth (a longer bound, a native feature declared emulated, a durability or a size
 //! limit left out) would pass every case: this test holds the reference's declaration,
-//! and kills the mutants that weaken it (docs/mutation-testing.md).
+//! and kills the mutants that weaken it (docs/mutation-testing.md). So does what the
+//! reference does that no case sees: letting go of a topic (only `bench` asks).
 
 use pubsub_conformance::components::config::ComponentDefinition;
+use pubsub_conformance::components::{Component, ConsumerSpec, OutgoingMessage, TopicSelector};
 use std::path::Path;
+use std::time::Duration;
+
+/// The component `fixtures/memory.yaml` builds.
+async fn reference() -> std::sync::Arc<dyn Component> {
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/memory.yaml"
+    ));
+    let text = std::fs::read_to_string(path).expect("reading fixtures/memory.yaml");
+    let definition = ComponentDefinition::parse(&text, path).expect("parsing fixtures/memory.yaml");
+    pubsub_conformance::components::registry::build(&definition, None)
+        .await
+        .expect("building the in-memory component")
+}
 
 /// What `fixtures/memory.yaml` builds declares, and the version it reports.
 const DECLARED: &str = r#"
@@ -63,15 +79,7 @@ const DECLARED: &str = r#"
 
 #[tokio::test]
 async fn the_reference_component_declares_what_it_does() {
-    let path = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../fixtures/memory.yaml"
-    ));
-    let text = std::fs::read_to_string(path).expect("reading fixtures/memory.yaml");
-    let definition = ComponentDefinition::parse(&text, path).expect("parsing fixtures/memory.yaml");
-    let component = pubsub_conformance::components::registry::build(&definition, None)
-        .await
-        .expect("building the in-memory component");
+    let component = reference().await;
     let declared = serde_json::to_value(component.capabilities()).expect("the declaration as JSON");
     let pinned: serde_json::Value = serde_json::from_str(DECLARED).expect("DECLARED is JSON");
     assert_eq!(
@@ -85,4 +93,65 @@ async fn the_reference_component_declares_what_it_does() {
         .await
         .expect("the in-memory component's version");
     assert_eq!(version, format!("in-memory {}", env!("CARGO_PKG_VERSION")));
+}
+
+/// Discarding a topic frees its messages and its groups' positions, and no other
+/// topic's: a bench run discards each topic it is done with while others run.
+#[tokio::test]
+async fn discarding_a_topic_frees_it_and_leaves_the_others() {
+    let component = reference().await;
+    let spec = |topic: &str| ConsumerSpec::new(TopicSelector::Single(topic.to_string()), "g");
+    for topic in ["kept", "discarded"] {
+        component
+            .create_group(&spec(topic))
+            .await
+            .expect("creating a group");
+        for n in 0..2 {
+            component
+                .publish(OutgoingMessage::new(topic, format!("{topic}-{n}")))
+                .await
+                .expect("publishing");
+        }
+    }
+    // The group on `kept` has a position: its first message acknowledged.
+    let member = component
+        .consumer(spec("kept"))
+        .await
+        .expect("opening a member");
+    let first = member
+        .receive(1, Duration::from_secs(1))
+        .await
+        .expect("receiving");
+    assert_eq!(first.len(), 1);
+    member.ack(&first[0].id).await.expect("acknowledging");
+    member.close().await.expect("closing");
+    component
+        .discard_topic("discarded")
+        .await
+        .expect("discarding");
+    let payloads = |topic: &'static str| {
+        let component = &component;
+        async move {
+            let member = component
+                .consumer(spec(topic))
+                .await
+                .expect("opening a member");
+            let got = member
+                .receive(10, Duration::from_millis(300))
+                .await
+                .expect("receiving");
+            got.into_iter()
+                .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        payloads("kept").await,
+        ["kept-1"],
+        "the other topic kept its position"
+    );
+    assert!(
+        payloads("discarded").await.is_empty(),
+        "the discarded topic's messages are gone"
+    );
 }

@@ -107,6 +107,7 @@ pub(super) const BODIES: &[(&str, CaseFn)] = bodies! {
     "subscribe.cancelled-receive" => subscribe::cancelled_receive;
     "subscribe.competing-consumers" => subscribe::competing_consumers;
     "subscribe.method-edges" => subscribe::method_edges;
+    "subscribe.start-latest" => subscribe::start_latest;
     "subscribe.fan-out" => subscribe::fan_out;
     "subscribe.group-isolation" => subscribe::group_isolation;
     "subscribe.group-without-members" => subscribe::group_without_members;

@@ -6,7 +6,7 @@ use crate::fault_injection::Faults;
 use crate::history::Record;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use pubsub_components::runtime::{BulkPublishRequest, Subscription};
-use pubsub_components::{Feature, PartitionUpdate, PartitionWatch, TopicSelector};
+use pubsub_components::{ErrorKind, Feature, PartitionUpdate, PartitionWatch, TopicSelector};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -367,6 +367,9 @@ pub(super) async fn invalid_updates(ctx: CaseContext) -> CaseRun {
         .create_topic(&topic, 3)
         .await
         .doing("creating a topic")?;
+    ctx.create_group(&Subscription::new(topic.clone(), ctx.group("g")))
+        .await?;
+    let keys = ctx.publish_numbered(&topic, "m", 6).await?;
     match component.update_partitions(&topic, 2).await {
         Ok(()) => {
             outcome.fail("lowering the partition count from 3 to 2 was accepted");
@@ -375,6 +378,60 @@ pub(super) async fn invalid_updates(ctx: CaseContext) -> CaseRun {
             outcome.note(format!("lowering: {e}"));
         }
     }
+    // Created again: with the count it has, nothing happens; with another, or none,
+    // refused as an invalid request (partitions are added by an update).
+    if let Err(e) = component.create_topic(&topic, 3).await {
+        outcome.fail(format!(
+            "creating {topic} again with the 3 partitions it has was refused: {e}"
+        ));
+    }
+    let none = ctx.topic("no-partitions");
+    for (name, count, what) in [
+        (&topic, 5, "again with 5 partitions where it has 3"),
+        (&topic, 1, "again with 1 partition where it has 3"),
+        (&none, 0, "with no partition"),
+    ] {
+        match component.create_topic(name, count).await {
+            Ok(()) => {
+                outcome.fail(format!("creating {name} {what} was accepted"));
+            }
+            Err(e) if e.kind() == ErrorKind::InvalidRequest => {
+                outcome.note(format!("creating {name} {what}: {e}"));
+            }
+            Err(e) => {
+                outcome.fail(format!(
+                    "creating {name} {what} was refused with {:?}, expected InvalidRequest: {e}",
+                    e.kind()
+                ));
+            }
+        }
+    }
+    // The refused calls changed nothing: 3 partitions, every message there.
+    let mut watch = component
+        .watch_partitions(&topic)
+        .await
+        .doing("watching the topic")?;
+    let wait = discovery(&ctx.caps) + ctx.caps.delivery_bound;
+    match watch.next_within(wait).await {
+        Some(update) => {
+            outcome.expect(update.partitions == 3, || {
+                format!(
+                    "after the refused calls {topic} has {} partitions, not the 3 it was created with",
+                    update.partitions
+                )
+            });
+        }
+        None => {
+            outcome.fail(format!(
+                "a watcher of {topic} reported no count within {wait:?}"
+            ));
+        }
+    }
+    drop(watch);
+    let subscription = ctx.subscribe_recorded(&topic).await?;
+    let delivered = ctx.conclude(&keys, subscription).await;
+    outcome.findings.extend(delivered.findings);
+    outcome.notes.extend(delivered.notes);
     Ok(outcome)
 }
 

@@ -8,7 +8,7 @@ use crate::history::Record;
 use crate::outcome::{CaseRun, Context, Outcome};
 use pubsub_components::runtime::Subscription;
 use pubsub_components::{
-    Consumer, ConsumerSpec, ErrorKind, PubSubError, ReceivedMessage, TopicSelector,
+    Consumer, ConsumerSpec, ErrorKind, PubSubError, ReceivedMessage, StartPosition, TopicSelector,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -670,4 +670,78 @@ pub(super) async fn method_edges(ctx: CaseContext) -> CaseRun {
         keys.len()
     ));
     Ok(outcome)
+}
+
+/// A group whose first member opens at the latest position gets what is published
+/// after that, and a member that opens later reads on from the group's position.
+pub(super) async fn start_latest(ctx: CaseContext) -> CaseRun {
+    let topic = ctx.new_topic("t").await?;
+    // Published before the group, while another group reads the topic: a group that
+    // read from the earliest would get them where the broker keeps a log.
+    let mut early = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("early"));
+    early.start = StartPosition::Earliest;
+    ctx.create_consumer_group(&early).await?;
+    let before = ctx.publish_numbered(&topic, "before", 3).await?;
+    let mut spec = ConsumerSpec::new(TopicSelector::Single(topic.clone()), ctx.group("latest"));
+    spec.start = StartPosition::Latest;
+    let first = ctx
+        .open_consumer(
+            spec.clone(),
+            "opening the first member of a group that starts at the latest",
+        )
+        .await?;
+    let after = ctx.publish_numbered(&topic, "after", 3).await?;
+    let mut got = take_all(&ctx, first.as_ref(), &after).await?;
+    let _ = first.close().await;
+    // Published while the group has no member: the next member reads on from the
+    // group's position, whatever start it asks.
+    let meanwhile = ctx.publish_numbered(&topic, "meanwhile", 3).await?;
+    let second = ctx
+        .open_consumer(spec, "opening a later member of that group")
+        .await?;
+    got.extend(take_all(&ctx, second.as_ref(), &meanwhile).await?);
+    let _ = second.close().await;
+    let mut outcome = Outcome::new();
+    let old: Vec<&String> = got.iter().filter(|k| before.contains(k)).collect();
+    outcome.expect(old.is_empty(), || {
+        format!("a group whose first member opened at the latest position got messages published before: {old:?}")
+    });
+    let missing: Vec<&String> = after.iter().filter(|k| !got.contains(k)).collect();
+    outcome.expect(missing.is_empty(), || {
+        format!("lost: a group whose first member opened at the latest position never got {missing:?}, published after it opened")
+    });
+    let skipped: Vec<&String> = meanwhile.iter().filter(|k| !got.contains(k)).collect();
+    outcome.expect(skipped.is_empty(), || {
+        format!("lost: a later member of a group that started at the latest position never got {skipped:?}, published while the group had no member (it started at the latest again instead of reading on from the group's position)")
+    });
+    Ok(outcome)
+}
+
+/// Receives and acknowledges until every key of `expected` came (or the delivery
+/// bound passed), then whatever more comes within a quiet window.
+async fn take_all(
+    ctx: &CaseContext,
+    member: &dyn Consumer,
+    expected: &[String],
+) -> Result<Vec<String>, crate::outcome::CaseError> {
+    let mut got: Vec<String> = Vec::new();
+    let deadline = ctx.delivery_deadline();
+    while !expected.iter().all(|k| got.contains(k)) && Instant::now() < deadline {
+        for message in receive_one_of(member, 16, deadline).await? {
+            member.ack(&message.id).await.doing("acknowledging")?;
+            got.push(received_key(&message));
+        }
+    }
+    let quiet = ctx.quiet_window();
+    while Instant::now() < quiet {
+        let more = receive_one_of(member, 16, quiet).await?;
+        if more.is_empty() {
+            break;
+        }
+        for message in more {
+            member.ack(&message.id).await.doing("acknowledging")?;
+            got.push(received_key(&message));
+        }
+    }
+    Ok(got)
 }

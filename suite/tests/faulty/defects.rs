@@ -73,6 +73,19 @@ pub enum Defect {
     /// end bound compared with `>=` where `>` was meant): the last message never comes
     /// again; every other seek is right.
     SeeksLastAsLatest,
+    /// Creating a topic that exists with more partitions adds them (a create that
+    /// falls back to an update) instead of refusing.
+    GrowsOnCreate,
+    /// Every member of a group to start at the latest position starts there (a
+    /// consumer's offset reset policy applied at each open rather than once for the
+    /// group): what came while the group had no member is skipped.
+    StartsLatestPerMember,
+    /// A group to start at the latest position reads from the earliest (the start
+    /// option dropped on the way to the broker).
+    IgnoresStartLatest,
+    /// Creating a topic that exists answers `Ok` whatever the count asked (an
+    /// idempotent create that never compares the count).
+    IgnoresCountOnCreate,
     /// A seek past the last id (out of range, as a log's reset policy reads it) goes
     /// back to the owner's earliest message: what was published before comes again.
     SeeksPastEndToEarliest,

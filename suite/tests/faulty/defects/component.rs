@@ -181,6 +181,7 @@ impl Component for Faulty {
         match self.defect {
             Defect::IgnoresGroups => spec.group = format!("{}-{n}", spec.group),
             Defect::MergesGroups => spec.group = "everyone".into(),
+            Defect::IgnoresStartLatest => spec.start = Default::default(),
             Defect::FoldsGroupCase => spec.group = spec.group.to_lowercase(),
             Defect::StarvesOneGroup if spec.group.ends_with("ga") => {
                 if let TopicSelector::Single(topic) = &spec.topics {
@@ -209,6 +210,13 @@ impl Component for Faulty {
             }
         }
         let inner: Arc<dyn Consumer> = Arc::from(self.inner.consumer(spec.clone()).await?);
+        if self.defect == Defect::StartsLatestPerMember
+            && spec.start == pubsub_components::StartPosition::Latest
+        {
+            inner
+                .seek_all(pubsub_components::StartPosition::Latest)
+                .await?;
+        }
         self.note_group(&spec);
         let stranded = self.membership.lock().unwrap().stranded.remove(&spec.group);
         for leaver in stranded.into_iter().flatten() {
@@ -254,11 +262,25 @@ impl Component for Faulty {
 
     async fn create_group(&self, spec: &ConsumerSpec) -> Result<()> {
         self.note_group(spec);
-        self.inner.create_group(spec).await
+        let mut spec = spec.clone();
+        if self.defect == Defect::IgnoresStartLatest {
+            spec.start = Default::default();
+        }
+        self.inner.create_group(&spec).await
     }
 
     async fn create_topic(&self, topic: &str, partitions: u32) -> Result<()> {
-        self.inner.create_topic(topic, partitions).await
+        let result = self.inner.create_topic(topic, partitions).await;
+        // A topic that exists refuses another count; these defects do not say so.
+        let exists = result.is_err() && partitions > 0;
+        match self.defect {
+            Defect::GrowsOnCreate if exists => {
+                let _ = self.inner.update_partitions(topic, partitions).await;
+                Ok(())
+            }
+            Defect::IgnoresCountOnCreate if exists => Ok(()),
+            _ => result,
+        }
     }
 
     async fn update_partitions(&self, topic: &str, partitions: u32) -> Result<()> {
