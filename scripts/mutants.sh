@@ -3,7 +3,7 @@
 # cargo-mutants (pinned below; installed on first use into the cache
 # PCS_MUTANTS_ROOT names): every mutant of components/src/memory and components/src/runtime
 # is judged by the in-memory catalogue and the pinned declaration (.cargo/mutants.toml).
-# Arguments go to `cargo mutants`: `--list`, `--shard 3/16` (a full run is about 526
+# Arguments go to `cargo mutants`: `--list`, `--shard 3/16` (a full run is about 531
 # mutants of up to 45 s each on 2 cores: run it in shards and keep each shard's
 # mutants.out),
 # `--in-diff change.diff`. Results land in $PCS_MUTANTS_OUT (default mutants-run/),

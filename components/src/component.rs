@@ -74,8 +74,9 @@ pub enum StartPosition {
     #[default]
     Earliest,
     /// Only messages published after the group comes into being: when its first
-    /// member opens (queue brokers: when `create_group` declares it). Later members
-    /// read on from the group's position.
+    /// member opens, or where `create_group` made it first, then or at the first
+    /// member, as the broker keeps groups. Later members read on from the group's
+    /// position.
     Latest,
 }
 

@@ -445,6 +445,9 @@ impl Delivery {
         let Handler::Single(handler) = &self.handler else {
             return;
         };
+        if self.stopping() {
+            return;
+        }
         let span = tracing::info_span!(
             "pubsub.deliver",
             pubsub = %self.runtime.name(),
@@ -468,6 +471,9 @@ impl Delivery {
         let Handler::Bulk(handler) = &self.handler else {
             return;
         };
+        if self.stopping() {
+            return;
+        }
         let batch_id = uuid::Uuid::new_v4().to_string();
         let topic = entries[0].1.topic.clone();
         let batch_span = tracing::info_span!(

@@ -454,8 +454,8 @@ async fn run(ctx: CaseContext) -> CaseRun {
     }
 
     // The member there first, alone until it has answered one (a RETRY, where the row
-    // retries), leaves once the member that stays has joined: what it retried and what
-    // it held, still on their way, go to the member that stays.
+    // retries); then the member that stays joins, and the first leaves at once: what
+    // it retried and what it held, still on their way, go to the member that stays.
     let mut left = None;
     if let Some(second) = leaving {
         let wanted = if mix.has(Part::Retry) { "RETRY" } else { "" };

@@ -379,6 +379,7 @@ pub(in crate::cases) async fn subscription_dropped_others_stay(ctx: CaseContext)
             delivered_to(h, "s1").len() >= 3
         })
         .await;
+    let subscribed_at = std::time::SystemTime::now();
     let staying = ctx
         .subscribe(subscription(), ctx.recorder.handler("s2"))
         .await?;
@@ -391,6 +392,18 @@ pub(in crate::cases) async fn subscription_dropped_others_stay(ctx: CaseContext)
     tokio::time::sleep_until(ctx.quiet_window().min(Instant::now() + 4 * PACE)).await;
     staying.stop().await;
     let history = ctx.recorder.history();
+    let before_drop = history
+        .records
+        .iter()
+        .filter(|r| matches!(r, Record::Delivered { subscriber, at, .. } if subscriber == "s1" && *at <= dropped_at))
+        .count();
+    if before_drop >= keys.len() {
+        return Err(CaseError::CannotProvoke(format!(
+            "the member handled all {} messages before its handle was dropped (the other member took {:?} to subscribe): nothing was left mid-work",
+            keys.len(),
+            dropped_at.duration_since(subscribed_at).unwrap_or_default()
+        )));
+    }
     let mut outcome = Outcome::new();
     let after_drop: Vec<String> = history
         .records

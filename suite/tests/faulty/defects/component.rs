@@ -275,8 +275,7 @@ impl Component for Faulty {
         let exists = result.is_err() && partitions > 0;
         match self.defect {
             Defect::GrowsOnCreate if exists => {
-                let _ = self.inner.update_partitions(topic, partitions).await;
-                Ok(())
+                self.inner.update_partitions(topic, partitions).await
             }
             Defect::IgnoresCountOnCreate if exists => Ok(()),
             _ => result,
