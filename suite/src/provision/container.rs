@@ -254,6 +254,7 @@ fn short(id: &str) -> &str {
 /// run again (a restart by the suite) before watching anew.
 async fn watch_container(name: &'static str, id: String, health: HealthSender) {
     loop {
+        let watched = inspect_run(&id).await.map(|(_, started)| started);
         let waited = tokio::process::Command::new("docker")
             .args(["wait", &id])
             .kill_on_drop(true)
@@ -262,6 +263,14 @@ async fn watch_container(name: &'static str, id: String, health: HealthSender) {
         let run = inspect_run(&id).await;
         let started = run.as_ref().map(|(_, started)| started.clone());
         let state = run.map(|(state, _)| state);
+        // Running again with a new start time: the stop was followed by a restart
+        // before this look (the suite's kill and restart, on a busy machine); the
+        // suite restarts only what it stopped itself, so there is nothing to report.
+        let restarted =
+            matches!(&state, Some((status, _, _)) if status == "running") && started != watched;
+        if restarted {
+            continue;
+        }
         if health.current() == Health::Up {
             let how = match (&waited, &state) {
                 (_, Some((status, code, oom))) if status != "running" => {
