@@ -392,11 +392,10 @@ pub(in crate::cases) async fn subscription_dropped_others_stay(ctx: CaseContext)
     tokio::time::sleep_until(ctx.quiet_window().min(Instant::now() + 4 * PACE)).await;
     staying.stop().await;
     let history = ctx.recorder.history();
-    let before_drop = history
-        .records
-        .iter()
-        .filter(|r| matches!(r, Record::Delivered { subscriber, at, .. } if subscriber == "s1" && *at <= dropped_at))
-        .count();
+    let after_drop = delivered_after(&history, "s1", dropped_at);
+    let before_drop = delivered_to(&history, "s1")
+        .len()
+        .saturating_sub(after_drop.len());
     if before_drop >= keys.len() {
         return Err(CaseError::CannotProvoke(format!(
             "the member handled all {} messages before its handle was dropped (the other member took {:?} to subscribe): nothing was left mid-work",
@@ -405,19 +404,6 @@ pub(in crate::cases) async fn subscription_dropped_others_stay(ctx: CaseContext)
         )));
     }
     let mut outcome = Outcome::new();
-    let after_drop: Vec<String> = history
-        .records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Delivered {
-                key,
-                subscriber,
-                at,
-                ..
-            } if subscriber == "s1" && *at > dropped_at => key.clone(),
-            _ => None,
-        })
-        .collect();
     outcome.note(format!(
         "the dropped subscription's handler was called for {} messages, {} of them after the drop",
         delivered_to(&history, "s1").len(),
@@ -477,19 +463,7 @@ pub(in crate::cases) async fn close_stops_delivery(ctx: CaseContext) -> CaseRun 
     .await;
     second.stop().await;
     let history = ctx.recorder.history();
-    let late: Vec<String> = history
-        .records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Delivered {
-                key,
-                subscriber,
-                at,
-                ..
-            } if subscriber == "s1" && *at > stopped_at => key.clone(),
-            _ => None,
-        })
-        .collect();
+    let late = delivered_after(&history, "s1", stopped_at);
     outcome.expect(late.is_empty(), || {
         format!(
             "delivered to a stopped subscription's handler: {}",
@@ -634,4 +608,25 @@ pub(in crate::cases) async fn retry_while_members_change(ctx: CaseContext) -> Ca
         )
     });
     Ok(outcome.with_history(&history))
+}
+
+/// The keys whose deliveries to `subscriber` began after `since`, in order.
+fn delivered_after(
+    history: &History,
+    subscriber: &str,
+    since: std::time::SystemTime,
+) -> Vec<String> {
+    history
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Delivered {
+                key,
+                subscriber: s,
+                at,
+                ..
+            } if s == subscriber && *at > since => key.clone(),
+            _ => None,
+        })
+        .collect()
 }
