@@ -114,6 +114,8 @@ fn assert_fails_saying(result: &CaseResult, broken: &dyn std::fmt::Debug, findin
 // (`topology_defects_pass_on_one_partition`).
 #[case::settles_on_partition_zero_acks(Defect::SettlesOnPartitionZero, &["multi-topic.ack-owner@partitioned"], "redelivered")]
 #[case::settles_on_partition_zero_round_trip(Defect::SettlesOnPartitionZero, &["message-id.round-trip@partitioned"], "acked through round-tripped ids came back")]
+#[case::partitionless_as_first(Defect::PartitionlessAsFirst, &["multi-topic.ack-refused@partitioned", "multi-topic.seek-refused@partitioned"], "an id naming no partition of a partitioned topic")]
+#[case::acks_ahead(Defect::AcksAhead, &["multi-topic.ack-refused", "multi-topic.ack-refused@partitioned"], "messages published later never came")]
 #[case::settles_on_partition_zero_seeks(Defect::SettlesOnPartitionZero, &["multi-topic.seek@partitioned", "multi-topic.seek-publish-id@partitioned"], "other topics or partitions")]
 #[case::last_ids_per_topic(Defect::LastIdsPerTopic, &["multi-topic.last-message-ids@partitioned"], "last_message_ids returned")]
 #[case::drops_trace_context(Defect::DropsTraceContext, &["tracing.per-entry", "tracing.bulk-parent"], "traceparent")]
@@ -223,6 +225,7 @@ async fn faulty_component_fails_the_cases_it_breaks(
 #[rstest]
 #[case::settles_on_partition_zero(Defect::SettlesOnPartitionZero, &["multi-topic.ack-owner", "message-id.round-trip", "multi-topic.seek", "multi-topic.seek-publish-id", "multi-topic.ack-cumulative"])]
 #[case::last_ids_per_topic(Defect::LastIdsPerTopic, &["multi-topic.last-message-ids"])]
+#[case::partitionless_as_first(Defect::PartitionlessAsFirst, &["multi-topic.ack-refused", "multi-topic.seek-refused", "multi-topic.ack-owner", "multi-topic.seek"])]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topology_defects_pass_on_one_partition(#[case] defect: Defect, #[case] case_ids: &[&str]) {
     assert_faulty_passes(defect, case_ids, "is right on one partition").await;

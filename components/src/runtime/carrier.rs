@@ -123,8 +123,20 @@ impl Component for HeaderCarrier {
         self.inner.broker_version().await
     }
 
+    fn client_version(&self) -> Option<String> {
+        self.inner.client_version()
+    }
+
+    async fn version_text(&self) -> Result<String> {
+        self.inner.version_text().await
+    }
+
     async fn unmet_broker_requirement(&self) -> Result<Option<String>> {
         self.inner.unmet_broker_requirement().await
+    }
+
+    async fn discard_topic(&self, topic: &str) -> Result<()> {
+        self.inner.discard_topic(topic).await
     }
 
     async fn publish(&self, message: OutgoingMessage) -> Result<MessageId> {

@@ -6,7 +6,8 @@ use crate::context::CaseContext;
 use crate::outcome::{CaseError, CaseRun, Context, Outcome};
 use pubsub_components::runtime::Subscription;
 use pubsub_components::{
-    Consumer, ConsumerSpec, ErrorKind, MessageId, ReceivedMessage, StartPosition, TopicSelector,
+    Consumer, ConsumerSpec, ErrorKind, MessageId, PubSubError, ReceivedMessage, StartPosition,
+    TopicSelector,
 };
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -161,7 +162,8 @@ fn published_id(published: &[(String, MessageId)], key: &str, topic: &str) -> Op
 
 pub(super) async fn seek_refused(ctx: CaseContext) -> CaseRun {
     let (a, _b, consumer, published) = two_topics(&ctx, 3).await?;
-    let got = receive(consumer.as_ref(), 6, ctx.delivery_deadline()).await?;
+    let extra = publish_to_first_partition(&ctx, &a).await?;
+    let got = receive(consumer.as_ref(), 6 + extra, ctx.delivery_deadline()).await?;
     let mut outcome = Outcome::new();
     let position = published[1].1.position;
     let foreign = ctx.topic("not-subscribed");
@@ -179,19 +181,20 @@ pub(super) async fn seek_refused(ctx: CaseContext) -> CaseRun {
             MessageId::new(&foreign, None, position),
         ),
     ] {
-        match consumer.seek(&id).await {
-            Ok(()) => {
-                outcome.fail(format!("seek to {what} ({id}) was accepted"));
-            }
-            Err(e) if e.kind() == ErrorKind::NotAllowed => {
-                outcome.note(format!("seek to {what}: {e}"));
-            }
-            Err(e) => {
-                outcome.fail(format!(
-                    "seek to {what} was refused with {:?}, expected NotAllowed: {e}",
-                    e.kind()
-                ));
-            }
+        let result = consumer.seek(&id).await;
+        judge_refusal(&mut outcome, "seek to", what, &id, result, ONLY_NOT_ALLOWED);
+    }
+    if let Some(on_first) = first_partition_id(&got, &a) {
+        for (what, id) in partition_edges(&ctx, &on_first) {
+            let result = consumer.seek(&id).await;
+            judge_refusal(
+                &mut outcome,
+                "seek to",
+                what,
+                &id,
+                result,
+                PARTITION_REFUSALS,
+            );
         }
     }
     // Nothing moved: acknowledging what was received leaves nothing to come back.
@@ -664,11 +667,12 @@ pub(super) async fn ack_refused(ctx: CaseContext) -> CaseRun {
     let (a, _, spec) = two_topic_group(&ctx).await?;
     let other = ctx.topic("not-subscribed");
     ctx.publish_numbered(&a, "a", 1).await?;
+    let extra = publish_to_first_partition(&ctx, &a).await?;
     ctx.publish_numbered(&other, "other", 1).await?;
     let consumer = ctx
         .open_consumer(spec, "opening a multi-topic consumer")
         .await?;
-    let received = receive(consumer.as_ref(), 1, ctx.delivery_deadline()).await?;
+    let received = receive(consumer.as_ref(), 1 + extra, ctx.delivery_deadline()).await?;
     let mut outcome = Outcome::new();
     let Some(message) = received.first() else {
         outcome.fail("no message received");
@@ -686,26 +690,68 @@ pub(super) async fn ack_refused(ctx: CaseContext) -> CaseRun {
         ("an id without owner topic", no_topic),
         ("an id of an unsubscribed topic", foreign),
     ] {
-        match consumer.ack(&id).await {
-            Err(e) if e.kind() == ErrorKind::NotAllowed => {
-                outcome.note(format!("{what} ({id}): {e}"));
-            }
-            Err(e) => {
-                outcome.fail(format!(
-                    "ack of {what} ({id}) failed with {:?}, not NotAllowed: {e}",
-                    e.kind()
-                ));
-            }
-            Ok(()) => {
-                outcome.fail(format!("ack of {what} ({id}) was accepted"));
-            }
+        let result = consumer.ack(&id).await;
+        judge_refusal(&mut outcome, "ack of", what, &id, result, ONLY_NOT_ALLOWED);
+    }
+    let on_first = first_partition_id(&received, &a).unwrap_or_else(|| message.id.clone());
+    for (what, id) in partition_edges(&ctx, &on_first) {
+        let result = consumer.ack(&id).await;
+        judge_refusal(
+            &mut outcome,
+            "ack of",
+            what,
+            &id,
+            result,
+            PARTITION_REFUSALS,
+        );
+    }
+    // An id one past the last message of its owner names none yet: whatever the ack
+    // answers, it settles nothing, and the message that takes that place later comes.
+    let last = received
+        .iter()
+        .filter(|m| same_owner(&m.id, &message.id))
+        .map(|m| m.id.clone())
+        .max_by_key(|id| id.position)
+        .unwrap_or_else(|| message.id.clone());
+    let next = MessageId {
+        position: last.position + 1,
+        ..last.clone()
+    };
+    match consumer.ack(&next).await {
+        Ok(()) => outcome.note(format!(
+            "ack of the id after the last ({next}) was accepted"
+        )),
+        Err(e) => outcome.note(format!("ack of the id after the last ({next}): {e}")),
+    };
+    for m in &received {
+        consumer
+            .ack(&m.id)
+            .await
+            .doing(&format!("acking {} with its proper id", m.id))?;
+    }
+    // Published to a until one lands on the owner of that id, at most 16.
+    let mut later = Vec::new();
+    for i in 0..16 {
+        let key = format!("a-later-{i}");
+        let id = ctx
+            .publish(ctx.message(&a, &key))
+            .await
+            .doing(&format!("publishing {key}"))?;
+        later.push(key);
+        if id.partition.unwrap_or(0) == last.partition.unwrap_or(0) {
+            break;
         }
     }
-    consumer
-        .ack(&message.id)
-        .await
-        .doing("acking with the proper id")?;
+    let came = receive(consumer.as_ref(), later.len(), ctx.delivery_deadline()).await?;
     let _ = consumer.close().await;
+    let came: BTreeSet<String> = came.iter().map(key).collect();
+    let missing: Vec<&String> = later.iter().filter(|k| !came.contains(*k)).collect();
+    outcome.expect(missing.is_empty(), || {
+        format!(
+            "after an ack of the id after the last of {} ({next}), messages published later never came: {missing:?}",
+            owner_text(&last)
+        )
+    });
     Ok(outcome)
 }
 
@@ -822,6 +868,104 @@ pub(super) async fn last_message_ids(ctx: CaseContext) -> CaseRun {
         format!("last_message_ids returned {got:?}; the last publishes were {expected:?}")
     });
     Ok(outcome)
+}
+
+/// In a partitioned twin, publishes to `topic` until a message lands on its partition 0
+/// (at most 16: unkeyed messages are spread by the component), so that one of the
+/// delivered ids is on the partition an id naming none is most likely read as. Returns
+/// how many it published (none on one partition).
+async fn publish_to_first_partition(ctx: &CaseContext, topic: &str) -> Result<usize, CaseError> {
+    if ctx.partitions.is_none() {
+        return Ok(0);
+    }
+    for i in 0..16 {
+        let key = format!("first-{i}");
+        let id = ctx
+            .publish(ctx.message(topic, &key))
+            .await
+            .doing(&format!("publishing {key}"))?;
+        if id.partition == Some(0) {
+            return Ok(i + 1);
+        }
+    }
+    Ok(16)
+}
+
+/// The id of a message of `topic` among `received`, on its partition 0 if one is.
+fn first_partition_id(received: &[ReceivedMessage], topic: &str) -> Option<MessageId> {
+    let of_topic = || {
+        received
+            .iter()
+            .filter(|m| m.id.topic.as_deref() == Some(topic))
+    };
+    of_topic()
+        .find(|m| m.id.partition == Some(0))
+        .or_else(|| of_topic().next())
+        .map(|m| m.id.clone())
+}
+
+/// Ids of `id`'s owner topic that name no partition of it, in a partitioned twin (where
+/// the count is the one the case created): the first partition past its last and, on
+/// more than one partition, none at all. A consumer cannot tell which message such an
+/// id means.
+fn partition_edges(ctx: &CaseContext, id: &MessageId) -> Vec<(&'static str, MessageId)> {
+    let Some(count) = ctx.partitions else {
+        return Vec::new();
+    };
+    let mut edges = vec![(
+        "an id naming a partition its topic lacks",
+        MessageId {
+            partition: Some(count),
+            ..id.clone()
+        },
+    )];
+    if count > 1 {
+        edges.push((
+            "an id naming no partition of a partitioned topic",
+            MessageId {
+                partition: None,
+                ..id.clone()
+            },
+        ));
+    }
+    edges
+}
+
+/// The refusals of an id naming no partition of its topic: as not allowed, as an
+/// invalid request, or as naming no message the consumer holds.
+const PARTITION_REFUSALS: &[ErrorKind] = &[
+    ErrorKind::NotAllowed,
+    ErrorKind::InvalidRequest,
+    ErrorKind::NotFound,
+];
+
+/// The refusal an id naming no message of the consumer's topics must get (MT-3, MT-5).
+const ONLY_NOT_ALLOWED: &[ErrorKind] = &[ErrorKind::NotAllowed];
+
+/// Judges the answer to `call` (`"ack of"`, `"seek to"`) `what` (`id`): it MUST be
+/// refused with one of the `refusals` kinds.
+fn judge_refusal(
+    outcome: &mut Outcome,
+    call: &str,
+    what: &str,
+    id: &MessageId,
+    result: Result<(), PubSubError>,
+    refusals: &[ErrorKind],
+) {
+    match result {
+        Ok(()) => outcome.fail(format!("{call} {what} ({id}) was accepted")),
+        Err(e) if refusals.contains(&e.kind()) => {
+            outcome.note(format!("{call} {what} ({id}): {e}"))
+        }
+        Err(e) => {
+            let expected: Vec<String> = refusals.iter().map(|k| format!("{k:?}")).collect();
+            outcome.fail(format!(
+                "{call} {what} ({id}) was refused with {:?}, expected {}: {e}",
+                e.kind(),
+                expected.join(" or ")
+            ))
+        }
+    };
 }
 
 /// Topics `a` and `b`, and the spec of a group reading both, created.

@@ -109,6 +109,14 @@ pub enum Defect {
     /// topic, whichever partition the id names (an id parser that drops the
     /// partition): right on every topic of one partition.
     SettlesOnPartitionZero,
+    /// Reads an id that names no partition as one of partition 0 when it acknowledges
+    /// or seeks (an optional field read with its default): right for every id the
+    /// component gave out, and on every topic of one partition.
+    PartitionlessAsFirst,
+    /// Takes an acknowledgement of an id it never handed out and keeps it: the message
+    /// that later takes that id is settled on arrival, never handed over
+    /// (acknowledgements kept by id, not checked against what was delivered).
+    AcksAhead,
     /// Gives one last id per topic, the one furthest along, not one per partition.
     LastIdsPerTopic,
     /// Hands the messages of non-ASCII partition keys out in reverse within each

@@ -255,6 +255,7 @@ impl Component for Faulty {
             leaked: Mutex::new(HashSet::new()),
             handed_at: Mutex::new(HashMap::new()),
             own_attempts: Mutex::new(HashMap::new()),
+            acked_ahead: Mutex::new(HashSet::new()),
             partitions_at_open,
             group_moves: self.group_moves.clone(),
         }))

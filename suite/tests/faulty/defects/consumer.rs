@@ -49,6 +49,8 @@ pub(super) struct FaultyConsumer {
     /// For [`Defect::ResetsAttemptsAcrossMembers`]: how often this member received
     /// each message.
     pub(super) own_attempts: Mutex<HashMap<MessageId, u32>>,
+    /// For [`Defect::AcksAhead`]: ids acknowledged before they were handed out.
+    pub(super) acked_ahead: Mutex<HashSet<MessageId>>,
     /// For [`Defect::ListsPartitionsAtOpen`]: the partitions of each listed
     /// partitioned topic when the consumer opened.
     pub(super) partitions_at_open: HashMap<String, u32>,
@@ -149,6 +151,18 @@ impl FaultyConsumer {
                 ..id.clone()
             }),
             _ => None,
+        }
+    }
+
+    /// `id` as the consumer reads it: for [`Defect::PartitionlessAsFirst`], one naming
+    /// no partition is on partition 0.
+    fn partitioned(&self, id: &MessageId) -> MessageId {
+        match id.partition {
+            None if self.defect == Defect::PartitionlessAsFirst => MessageId {
+                partition: Some(0),
+                ..id.clone()
+            },
+            _ => id.clone(),
         }
     }
 
@@ -326,6 +340,11 @@ impl Consumer for FaultyConsumer {
     }
 
     async fn ack(&self, id: &MessageId) -> Result<()> {
+        let id = &self.partitioned(id);
+        if self.defect == Defect::AcksAhead && !self.held.lock().unwrap().contains(id) {
+            self.acked_ahead.lock().unwrap().insert(id.clone());
+            return Ok(());
+        }
         if let Some(misread) = self.misread(id) {
             let _ = self.inner.ack(&misread).await;
             return Ok(());
@@ -482,6 +501,7 @@ impl Consumer for FaultyConsumer {
     }
 
     async fn seek(&self, id: &MessageId) -> Result<()> {
+        let id = &self.partitioned(id);
         if let Some(misread) = self.misread(id) {
             let _ = self.inner.seek(&misread).await;
             return Ok(());

@@ -63,6 +63,11 @@ impl FaultyConsumer {
                     .settle_unseen(messages, |m| self.settled_by_another_group(&m.id))
                     .await?;
             }
+            Defect::AcksAhead => {
+                messages = self
+                    .settle_unseen(messages, |m| self.acked_ahead.lock().unwrap().remove(&m.id))
+                    .await?;
+            }
             Defect::ListsPartitionsAtOpen => {
                 messages = self
                     .settle_unseen(messages, |m| {
