@@ -155,4 +155,22 @@ if ! cmp -s sdk/js/package-lock.json sdk/js/node_modules/.pcs-installed-lock; th
     npm ci --silent --no-audit --no-fund --prefix sdk/js
     cp sdk/js/package-lock.json sdk/js/node_modules/.pcs-installed-lock
 fi
+# Dapr's Python SDK, pinned by sdk/python/requirements.txt, in a virtual environment
+# (sdk/python/.venv), for the test that drives serve over gRPC with its generated stubs
+# (sidecar/tests/sdk_python.rs); python3 and its venv module from the machine, or Debian.
+if ! need python3 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv
+    else
+        echo "install.sh: please install python3 and python3-venv (needs root)" >&2
+        exit 1
+    fi
+fi
+if ! cmp -s sdk/python/requirements.txt sdk/python/.venv/.pcs-installed-requirements; then
+    echo "install.sh: installing Dapr's Python SDK (pip install -r sdk/python/requirements.txt into sdk/python/.venv)"
+    python3 -m venv sdk/python/.venv
+    sdk/python/.venv/bin/pip install --quiet --disable-pip-version-check -r sdk/python/requirements.txt
+    cp sdk/python/requirements.txt sdk/python/.venv/.pcs-installed-requirements
+fi
 echo "install.sh: ready"

@@ -66,17 +66,7 @@ pub fn cloud_event_text(event: &Event, route: &Route) -> String {
     let Some(published) = published else {
         return as_written();
     };
-    let mut rest = object.clone();
-    rest.remove("data");
-    let mut text = serde_json::to_string(&rest).unwrap_or_default();
-    text.pop();
-    if !rest.is_empty() {
-        text.push(',');
-    }
-    text.push_str("\"data\":");
-    text.push_str(published.trim());
-    text.push('}');
-    text
+    wire::envelope_with_json_data(object, published)
 }
 
 /// The bytes of `event` as the broker carried them: its envelope, or the raw payload.

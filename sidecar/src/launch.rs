@@ -4,6 +4,7 @@
 //! group, and two members of a group are two apps with two sidecars.
 
 use crate::app::AppChannel;
+use crate::grpc::app::GrpcAppChannel;
 use crate::serve::{ServeOptions, ServedComponent, Sidecar};
 use async_trait::async_trait;
 use std::collections::BTreeMap;
@@ -27,6 +28,20 @@ pub trait Launcher: Send + Sync {
         app_port: u16,
         http_port: u16,
     ) -> anyhow::Result<Box<dyn Launched>>;
+    /// Starts a sidecar with app id `app_id` and no app, its gRPC API answering: the
+    /// sidecar of an app that only publishes over gRPC. Default: refused, for
+    /// launchers whose sidecars serve apps with ports over HTTP only.
+    async fn launch_without_app(&self, app_id: &str) -> anyhow::Result<Box<dyn Launched>> {
+        anyhow::bail!(
+            "{} starts sidecars for apps with ports over HTTP only, not one without an app answering gRPC (app id {app_id})",
+            self.describe()
+        )
+    }
+    /// Whether the sidecars deliver to their apps over gRPC (daprd's `--app-protocol
+    /// grpc`), so the app must serve Dapr's app callbacks. Default: over HTTP.
+    fn delivers_over_grpc(&self) -> bool {
+        false
+    }
     /// What the sidecars are, for reports (e.g. `serve (in process)`).
     fn describe(&self) -> String;
     /// Whether the sidecars run in this process (their spans reach its tracing
@@ -41,6 +56,10 @@ pub trait Launcher: Send + Sync {
 pub trait Launched: Send + Sync {
     /// Its API's address, e.g. `http://127.0.0.1:3500`.
     fn base(&self) -> String;
+    /// Its gRPC API's address, e.g. `http://127.0.0.1:50001`, where it serves one.
+    fn grpc_base(&self) -> Option<String> {
+        None
+    }
     /// Stops it; messages it had not settled go back to the broker.
     async fn stop(self: Box<Self>);
 }
@@ -52,6 +71,18 @@ pub struct ServeLauncher {
     pub app_timeout: Duration,
     /// The largest request body each sidecar takes (daprd's `--max-body-size`).
     pub max_body_bytes: usize,
+    /// Whether each sidecar delivers to its app over gRPC.
+    pub grpc_apps: bool,
+}
+
+impl ServeLauncher {
+    fn options(&self, app_id: &str) -> ServeOptions {
+        ServeOptions {
+            app_id: app_id.to_string(),
+            max_body_bytes: self.max_body_bytes,
+            ..ServeOptions::default()
+        }
+    }
 }
 
 #[async_trait]
@@ -62,23 +93,43 @@ impl Launcher for ServeLauncher {
         app_port: u16,
         http_port: u16,
     ) -> anyhow::Result<Box<dyn Launched>> {
-        let app = AppChannel::new(format!("http://127.0.0.1:{app_port}"), self.app_timeout)?;
+        let base = format!("http://127.0.0.1:{app_port}");
+        let (app, grpc_app) = match self.grpc_apps {
+            false => (Some(AppChannel::new(base, self.app_timeout)?), None),
+            true => (None, Some(GrpcAppChannel::new(base, self.app_timeout)?)),
+        };
         let sidecar = Sidecar::start(
             self.components.clone(),
             ServeOptions {
                 listen: std::net::SocketAddr::from(([127, 0, 0, 1], http_port)),
-                app: Some(app),
-                app_id: app_id.to_string(),
-                max_body_bytes: self.max_body_bytes,
-                ..ServeOptions::default()
+                app,
+                grpc_app,
+                ..self.options(app_id)
             },
         )
         .await?;
         Ok(Box::new(sidecar))
     }
 
+    async fn launch_without_app(&self, app_id: &str) -> anyhow::Result<Box<dyn Launched>> {
+        let options = ServeOptions {
+            grpc_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+            ..self.options(app_id)
+        };
+        Ok(Box::new(
+            Sidecar::start(self.components.clone(), options).await?,
+        ))
+    }
+
+    fn delivers_over_grpc(&self) -> bool {
+        self.grpc_apps
+    }
+
     fn describe(&self) -> String {
-        "serve (in process)".to_string()
+        match self.grpc_apps {
+            false => "serve (in process)".to_string(),
+            true => "serve (in process, apps over gRPC)".to_string(),
+        }
     }
 
     fn in_process(&self) -> bool {
@@ -90,6 +141,10 @@ impl Launcher for ServeLauncher {
 impl Launched for Sidecar {
     fn base(&self) -> String {
         format!("http://{}", self.address())
+    }
+
+    fn grpc_base(&self) -> Option<String> {
+        self.grpc_address().map(|at| format!("http://{at}"))
     }
 
     async fn stop(self: Box<Self>) {

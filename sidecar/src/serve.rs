@@ -5,6 +5,8 @@
 
 use crate::app::AppChannel;
 use crate::deliver::{BulkDeliveryHandler, Route, SingleDelivery};
+use crate::grpc::app::{GrpcAppChannel, GrpcBulkDelivery, GrpcRoute, GrpcSingleDelivery};
+use crate::publish::{self, ReadEntry};
 use crate::wire::{
     self, ApiError, AppSubscription, BulkPublishFailure, FailedEntry, API_TOKEN_HEADER,
     METADATA_PREFIX,
@@ -18,11 +20,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use pubsub_components::runtime::{
-    BulkPublishEntry, BulkPublishRequest, BulkSubscribeOptions, Handler, PublishRequest, Runtime,
-    Subscription, SubscriptionHandle,
+    BulkPublishRequest, BulkSubscribeOptions, Handler, PublishRequest, Runtime, Subscription,
+    SubscriptionHandle,
 };
-use pubsub_components::{Metadata, PubSubError};
-use std::collections::{BTreeMap, HashSet};
+use pubsub_components::Metadata;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,10 +46,15 @@ pub struct ServedComponent {
 /// How `serve` runs.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    /// The address the API listens on (port 0: a free one).
+    /// The address the HTTP API listens on (port 0: a free one).
     pub listen: SocketAddr,
-    /// The app whose subscriptions are delivered, if any.
+    /// The address the gRPC API listens on, if it is served (port 0: a free one).
+    pub grpc_listen: Option<SocketAddr>,
+    /// The app whose subscriptions are delivered, if any, over HTTP.
     pub app: Option<AppChannel>,
+    /// The app whose subscriptions are delivered, if any, over gRPC (daprd's
+    /// `--app-protocol grpc`); not with `app`.
+    pub grpc_app: Option<GrpcAppChannel>,
     /// The app id: each subscription's consumer group, and the CloudEvent source.
     pub app_id: String,
     /// Requests must carry this in `dapr-api-token` when set (health checks excepted).
@@ -67,7 +74,9 @@ impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            grpc_listen: None,
             app: None,
+            grpc_app: None,
             app_id: "pcs-app".into(),
             api_token: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -81,8 +90,12 @@ impl Default for ServeOptions {
 /// A running sidecar.
 pub struct Sidecar {
     address: SocketAddr,
+    grpc_address: Option<SocketAddr>,
+    /// Ends the open streams.
+    stopping: watch::Sender<bool>,
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
+    grpc_server: Option<JoinHandle<()>>,
     subscriptions: Vec<SubscriptionHandle>,
     declared: Vec<AppSubscription>,
     /// The declarative subscriptions, and the task that reloads them.
@@ -96,15 +109,93 @@ struct Declarative {
     running: BTreeMap<String, (AppSubscription, SubscriptionHandle)>,
 }
 
-struct ApiState {
-    components: BTreeMap<String, ServedComponent>,
-    app_id: String,
-    /// The app's subscriptions (`PROGRAMMATIC`) and the resources' (`DECLARATIVE`),
-    /// as `GET /v1.0/metadata` lists them.
+/// The app a sidecar delivers to, over the protocol it speaks.
+#[derive(Clone, Debug)]
+enum App {
+    Http(AppChannel),
+    Grpc(GrpcAppChannel),
+}
+
+impl App {
+    fn of(options: &ServeOptions) -> Option<App> {
+        match (&options.app, &options.grpc_app) {
+            (Some(app), _) => Some(App::Http(app.clone())),
+            (None, Some(app)) => Some(App::Grpc(app.clone())),
+            (None, None) => None,
+        }
+    }
+
+    async fn subscriptions(&self, within: Duration) -> anyhow::Result<Vec<AppSubscription>> {
+        match self {
+            App::Http(app) => app.subscriptions(within).await,
+            App::Grpc(app) => app.subscriptions(within).await,
+        }
+    }
+}
+
+/// What both transports of the API serve from.
+pub(crate) struct ApiState {
+    pub(crate) components: BTreeMap<String, ServedComponent>,
+    pub(crate) app_id: String,
+    /// The app's subscriptions (`PROGRAMMATIC`), the resources' (`DECLARATIVE`) and
+    /// the open streams' (`STREAMING`, by stream), as the metadata calls list them.
     declared: std::sync::Mutex<Vec<AppSubscription>>,
     declarative: std::sync::Mutex<Vec<AppSubscription>>,
+    pub(crate) streaming: std::sync::Mutex<BTreeMap<u64, AppSubscription>>,
+    /// Says true once the sidecar stops: open streams end then.
+    pub(crate) stopping: watch::Receiver<bool>,
     max_body_bytes: usize,
     hot_reload: bool,
+}
+
+/// How a subscription came to be, as the metadata calls tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SubscriptionKind {
+    Programmatic,
+    Declarative,
+    Streaming,
+}
+
+impl SubscriptionKind {
+    fn name(self) -> &'static str {
+        match self {
+            SubscriptionKind::Programmatic => "PROGRAMMATIC",
+            SubscriptionKind::Declarative => "DECLARATIVE",
+            SubscriptionKind::Streaming => "STREAMING",
+        }
+    }
+}
+
+impl ApiState {
+    /// Every subscription being delivered, with how it came to be.
+    pub(crate) fn subscriptions(&self) -> Vec<(AppSubscription, SubscriptionKind)> {
+        let lock = |m: &std::sync::Mutex<Vec<AppSubscription>>| {
+            m.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        };
+        let streaming: Vec<AppSubscription> = self
+            .streaming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let tag = |list: Vec<AppSubscription>, kind| list.into_iter().map(move |s| (s, kind));
+        tag(lock(&self.declared), SubscriptionKind::Programmatic)
+            .chain(tag(lock(&self.declarative), SubscriptionKind::Declarative))
+            .chain(tag(streaming, SubscriptionKind::Streaming))
+            .collect()
+    }
+
+    pub(crate) fn runtime_version(&self) -> String {
+        format!("pubsub-conformance serve {}", env!("CARGO_PKG_VERSION"))
+    }
+
+    pub(crate) fn enabled_features(&self) -> Vec<String> {
+        match self.hot_reload {
+            true => vec!["HotReload".to_string()],
+            false => Vec::new(),
+        }
+    }
 }
 
 impl Sidecar {
@@ -115,11 +206,17 @@ impl Sidecar {
         components: BTreeMap<String, ServedComponent>,
         options: ServeOptions,
     ) -> anyhow::Result<Sidecar> {
+        if options.app.is_some() && options.grpc_app.is_some() {
+            anyhow::bail!("an app is reached over HTTP or over gRPC, not both");
+        }
+        let (stopping, stopping_seen) = watch::channel(false);
         let state = Arc::new(ApiState {
             components,
             app_id: options.app_id.clone(),
             declared: std::sync::Mutex::new(Vec::new()),
             declarative: std::sync::Mutex::new(Vec::new()),
+            streaming: std::sync::Mutex::new(BTreeMap::new()),
+            stopping: stopping_seen,
             max_body_bytes: options.max_body_bytes,
             hot_reload: options.hot_reload,
         });
@@ -127,18 +224,39 @@ impl Sidecar {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.listen))?;
         let address = listener.local_addr()?;
+        let grpc_listener = match options.grpc_listen {
+            Some(at) => Some(
+                tokio::net::TcpListener::bind(at)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot listen for gRPC on {at}: {e}"))?,
+            ),
+            None => None,
+        };
+        let grpc_address = grpc_listener.as_ref().map(|l| l.local_addr()).transpose()?;
         let router = router(state.clone(), &options);
         let (stop, server) = crate::server::spawn(listener, router, "the sidecar's HTTP server");
+        let grpc_server = grpc_listener.map(|listener| {
+            let service = crate::grpc::service(
+                state.clone(),
+                options.api_token.clone(),
+                options.max_body_bytes,
+            );
+            crate::server::spawn_grpc(listener, service, stop.subscribe())
+        });
         let mut sidecar = Sidecar {
             address,
+            grpc_address,
+            stopping,
             stop,
             server,
+            grpc_server,
             subscriptions: Vec::new(),
             declared: Vec::new(),
             declarative: Arc::default(),
             reloader: None,
         };
-        if let Some(app) = &options.app {
+        let app = App::of(&options);
+        if let Some(app) = &app {
             let declared = app.subscriptions(options.app_start_within).await?;
             for subscription in &declared {
                 match subscribe(&state, app, &options.app_id, subscription).await {
@@ -154,7 +272,7 @@ impl Sidecar {
         }
         if let Some(dir) = &options.resources {
             let wanted = crate::resources::load_subscriptions(dir, &options.app_id)?;
-            let Some(app) = &options.app else {
+            let Some(app) = &app else {
                 if wanted.is_empty() {
                     return Ok(sidecar);
                 }
@@ -187,9 +305,14 @@ impl Sidecar {
         Ok(sidecar)
     }
 
-    /// Where the API listens.
+    /// Where the HTTP API listens.
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// Where the gRPC API listens, if it is served.
+    pub fn grpc_address(&self) -> Option<SocketAddr> {
+        self.grpc_address
     }
 
     /// The subscriptions the app declared.
@@ -199,6 +322,7 @@ impl Sidecar {
 
     /// Stops delivery (unsettled messages go back to their brokers) and the API.
     pub async fn stop(self) {
+        let _ = self.stopping.send(true);
         let _ = self.stop.send(true);
         if let Some(reloader) = self.reloader {
             let _ = reloader.await;
@@ -212,6 +336,9 @@ impl Sidecar {
         }
         let _ = self.stop.send(true);
         let _ = self.server.await;
+        if let Some(grpc) = self.grpc_server {
+            let _ = grpc.await;
+        }
     }
 }
 
@@ -222,7 +349,7 @@ impl Sidecar {
 /// tried again at the next reconcile.
 async fn reconcile(
     state: &ApiState,
-    app: &AppChannel,
+    app: &App,
     app_id: &str,
     declarative: &mut Declarative,
     wanted: BTreeMap<String, AppSubscription>,
@@ -277,7 +404,7 @@ async fn reconcile(
 /// again on the next change, as daprd's hot reload does.
 async fn reload_while_running(
     state: Arc<ApiState>,
-    app: AppChannel,
+    app: App,
     app_id: String,
     dir: PathBuf,
     declarative: Arc<tokio::sync::Mutex<Declarative>>,
@@ -313,7 +440,7 @@ async fn reload_while_running(
 /// Starts delivering one declared subscription.
 async fn subscribe(
     state: &ApiState,
-    app: &AppChannel,
+    app: &App,
     app_id: &str,
     declared: &AppSubscription,
 ) -> anyhow::Result<SubscriptionHandle> {
@@ -331,31 +458,50 @@ async fn subscribe(
         )
     })?;
     let path = declared.path().map_err(|e| anyhow::anyhow!(e))?;
-    let raw_payload = flag(&declared.metadata, "rawPayload").map_err(|e| anyhow::anyhow!(e))?;
+    let raw_payload =
+        publish::flag(&declared.metadata, "rawPayload").map_err(|e| anyhow::anyhow!(e))?;
     let mut subscription = Subscription::new(&declared.topic, app_id);
     subscription.dead_letter_topic = declared.dead_letter_topic.clone().filter(|t| !t.is_empty());
     apply_subscription_metadata(&mut subscription, &declared.metadata)
         .map_err(|e| anyhow::anyhow!("subscription to {}: {e}", declared.topic))?;
-    let route = Route {
-        app: app.clone(),
-        pubsub_name: declared.pubsub_name.clone(),
-        path,
-        raw_payload,
-    };
-    let handler = match declared.bulk_subscribe.filter(|b| b.enabled) {
-        Some(bulk) => {
-            let defaults = BulkSubscribeOptions::default();
-            subscription.bulk = Some(BulkSubscribeOptions {
-                max_messages_count: bulk
-                    .max_messages_count
-                    .map_or(defaults.max_messages_count, |n| n as usize),
-                max_await_duration: bulk
-                    .max_await_duration_ms
-                    .map_or(defaults.max_await_duration, Duration::from_millis),
-            });
-            Handler::Bulk(Arc::new(BulkDeliveryHandler { route }))
+    let bulk = declared.bulk_subscribe.filter(|b| b.enabled);
+    if let Some(bulk) = bulk {
+        let defaults = BulkSubscribeOptions::default();
+        subscription.bulk = Some(BulkSubscribeOptions {
+            max_messages_count: bulk
+                .max_messages_count
+                .map_or(defaults.max_messages_count, |n| n as usize),
+            max_await_duration: bulk
+                .max_await_duration_ms
+                .map_or(defaults.max_await_duration, Duration::from_millis),
+        });
+    }
+    let pubsub_name = declared.pubsub_name.clone();
+    let handler = match (app, bulk.is_some()) {
+        (App::Http(app), bulk) => {
+            let route = Route {
+                app: app.clone(),
+                pubsub_name,
+                path,
+                raw_payload,
+            };
+            match bulk {
+                true => Handler::Bulk(Arc::new(BulkDeliveryHandler { route })),
+                false => Handler::Single(Arc::new(SingleDelivery { route })),
+            }
         }
-        None => Handler::Single(Arc::new(SingleDelivery { route })),
+        (App::Grpc(app), bulk) => {
+            let route = GrpcRoute {
+                app: app.clone(),
+                pubsub_name,
+                path,
+                raw_payload,
+            };
+            match bulk {
+                true => Handler::Bulk(Arc::new(GrpcBulkDelivery { route })),
+                false => Handler::Single(Arc::new(GrpcSingleDelivery { route })),
+            }
+        }
     };
     served
         .runtime
@@ -374,7 +520,7 @@ async fn subscribe(
 /// Subscription settings the runtime has and Dapr's subscription API spells as
 /// metadata: `maxDeliveries`, `retryDelay` and `receiverDelay` (durations such as
 /// `500ms`). Other keys are the component's and are left alone.
-fn apply_subscription_metadata(
+pub(crate) fn apply_subscription_metadata(
     subscription: &mut Subscription,
     metadata: &BTreeMap<String, String>,
 ) -> Result<(), String> {
@@ -402,13 +548,6 @@ fn apply_subscription_metadata(
         subscription.receiver_delay = Some(delay);
     }
     Ok(())
-}
-
-/// A boolean metadata value, as the runtime reads one (absent is false).
-fn flag(metadata: &BTreeMap<String, String>, key: &str) -> Result<bool, String> {
-    metadata.get(key).map_or(Ok(false), |value| {
-        pubsub_components::runtime::controls::parse_bool(key, value).map_err(|e| e.to_string())
-    })
 }
 
 fn router(state: Arc<ApiState>, options: &ServeOptions) -> Router {
@@ -472,17 +611,6 @@ fn query_metadata(query: Option<&str>) -> Metadata {
     metadata
 }
 
-/// The component a request names, or the documented error.
-fn served<'a>(state: &'a ApiState, pubsub: &str) -> Result<&'a ServedComponent, ApiError> {
-    if pubsub.is_empty() {
-        return Err(ApiError::pubsub_empty());
-    }
-    state
-        .components
-        .get(pubsub)
-        .ok_or_else(|| ApiError::pubsub_not_found(pubsub))
-}
-
 /// The component a publish names and the request's metadata, or the documented error
 /// (an unknown pubsub, a `rawPayload` that is neither true nor false).
 fn request_target<'a>(
@@ -490,23 +618,10 @@ fn request_target<'a>(
     pubsub: &str,
     query: Option<&str>,
 ) -> Result<(&'a ServedComponent, Metadata), ApiError> {
-    let served = served(state, pubsub)?;
+    let served = publish::component(&state.components, pubsub)?;
     let metadata = query_metadata(query);
-    let map: BTreeMap<String, String> = metadata
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    flag(&map, "rawPayload").map_err(ApiError::request_metadata)?;
+    publish::check_metadata(pubsub, &metadata)?;
     Ok((served, metadata))
-}
-
-/// A publish error as daprd answers it: a request the runtime refuses as malformed
-/// is 400 (its metadata), anything else 500.
-fn publish_error(pubsub: &str, topic: &str, error: PubSubError) -> ApiError {
-    match error {
-        PubSubError::InvalidRequest(why) => ApiError::request_metadata(why),
-        other => ApiError::publish_message(pubsub, topic, other),
-    }
 }
 
 async fn publish_without_topic(Path(pubsub): Path<String>) -> Response {
@@ -577,9 +692,9 @@ async fn publish(
             .entry("traceparent".to_string())
             .or_insert_with(|| traceparent.to_string());
     }
-    match read.served.runtime.publish(request).await {
-        Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => error_response(publish_error(&read.pubsub, &read.topic, e)),
+    match publish::publish(read.served, &read.pubsub, request).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => error_response(e),
     }
 }
 
@@ -597,51 +712,29 @@ async fn bulk_publish(
         Ok(entries) => entries,
         Err(e) => return error_response(ApiError::unmarshal_events(&read.pubsub, &read.topic, e)),
     };
-    // Every entry is checked before anything is published: a bad one refuses the
-    // whole request, and nothing is half-published.
-    let mut seen = HashSet::new();
-    let mut entries = Vec::with_capacity(wire_entries.len());
-    for (index, entry) in wire_entries.into_iter().enumerate() {
-        if entry.entry_id.is_empty() || !seen.insert(entry.entry_id.clone()) {
-            return error_response(ApiError::marshal_events(
-                &read.pubsub,
-                &read.topic,
-                format!(
-                    "entryId is duplicated or not present for the entry at index {index} ('{}')",
-                    entry.entry_id
-                ),
-            ));
-        }
-        let event = match wire::event_bytes(&entry.event, &entry.content_type) {
-            Ok(bytes) => bytes,
-            Err(why) => {
-                return error_response(ApiError::marshal_events(
-                    &read.pubsub,
-                    &read.topic,
-                    format!("entry '{}': {why}", entry.entry_id),
-                ))
-            }
-        };
-        entries.push(BulkPublishEntry {
+    let read_entries = wire_entries
+        .into_iter()
+        .map(|entry| ReadEntry {
+            event: wire::event_bytes(&entry.event, &entry.content_type),
             entry_id: entry.entry_id,
-            event,
-            content_type: Some(entry.content_type).filter(|c| !c.is_empty()),
+            content_type: Some(entry.content_type),
             metadata: entry.metadata.unwrap_or_default().into_iter().collect(),
-        });
-    }
+        })
+        .collect();
+    let entries = match publish::bulk_entries(&read.pubsub, &read.topic, read_entries) {
+        Ok(entries) => entries,
+        Err(e) => return error_response(e),
+    };
     let request = BulkPublishRequest {
         topic: read.topic.clone(),
         entries,
         metadata: read.metadata,
     };
-    match read.served.runtime.bulk_publish(request).await {
-        Ok(response) if response.failed_entries.is_empty() => {
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Ok(response) => {
+    match publish::bulk_publish(read.served, &read.pubsub, request).await {
+        Ok(failed) if failed.is_empty() => StatusCode::NO_CONTENT.into_response(),
+        Ok(failed) => {
             let failure = BulkPublishFailure {
-                failed_entries: response
-                    .failed_entries
+                failed_entries: failed
                     .into_iter()
                     .map(|f| FailedEntry {
                         entry_id: f.entry_id,
@@ -652,7 +745,7 @@ async fn bulk_publish(
             };
             (StatusCode::INTERNAL_SERVER_ERROR, Json(failure)).into_response()
         }
-        Err(e) => error_response(publish_error(&read.pubsub, &read.topic, e)),
+        Err(e) => error_response(e),
     }
 }
 
@@ -669,20 +762,9 @@ async fn metadata(State(state): State<Arc<ApiState>>) -> Response {
             })
         })
         .collect();
-    let programmatic = state
-        .declared
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let declarative = state
-        .declarative
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let subscriptions: Vec<serde_json::Value> = programmatic
-        .iter()
-        .map(|s| (s, "PROGRAMMATIC"))
-        .chain(declarative.iter().map(|s| (s, "DECLARATIVE")))
+    let subscriptions: Vec<serde_json::Value> = state
+        .subscriptions()
+        .into_iter()
         .map(|(s, kind)| {
             serde_json::json!({
                 "pubsubname": s.pubsub_name,
@@ -691,14 +773,14 @@ async fn metadata(State(state): State<Arc<ApiState>>) -> Response {
                 // daprd lists the rules flat, a match left out when empty.
                 "rules": [{"path": s.path().unwrap_or_default()}],
                 "deadLetterTopic": s.dead_letter_topic.clone().unwrap_or_default(),
-                "type": kind,
+                "type": kind.name(),
             })
         })
         .collect();
     Json(serde_json::json!({
         "id": state.app_id,
-        "runtimeVersion": format!("pubsub-conformance serve {}", env!("CARGO_PKG_VERSION")),
-        "enabledFeatures": if state.hot_reload { vec!["HotReload"] } else { Vec::new() },
+        "runtimeVersion": state.runtime_version(),
+        "enabledFeatures": state.enabled_features(),
         "components": components,
         "subscriptions": subscriptions,
         "extended": {},

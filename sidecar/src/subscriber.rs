@@ -83,7 +83,7 @@ pub fn declaration(
 ) -> Result<AppSubscription, String> {
     let TopicSelector::Single(topic) = &subscription.topics else {
         return Err(format!(
-            "a subscription to {} (several topics) is not part of Dapr's HTTP API",
+            "a subscription to {} (several topics) is not part of Dapr's API (HTTP or gRPC)",
             subscription.topics.describe()
         ));
     };
@@ -136,7 +136,15 @@ struct AppState {
     handler: Option<Handler>,
     discovered: Arc<Notify>,
     asked: Arc<std::sync::atomic::AtomicBool>,
-    /// Deliveries seen per CloudEvent id: the attempt the HTTP API does not carry.
+    deliveries: Deliveries,
+}
+
+/// What an app reads its deliveries into: each CloudEvent an event of the runtime,
+/// its attempt counted by the app (neither of Dapr's APIs carries one) and its
+/// position numbered.
+#[derive(Default)]
+pub(crate) struct Deliveries {
+    /// Deliveries seen per CloudEvent id.
     attempts: Mutex<HashMap<String, u32>>,
     positions: AtomicU64,
 }
@@ -175,7 +183,28 @@ impl SubscriberApp {
         self.address.port()
     }
 
-    /// Waits until a sidecar has asked for the subscriptions (`GET /dapr/subscribe`).
+    /// An app of the suite's already serving on `address`: `asked` is set and
+    /// `discovered` notified once a sidecar has read its subscriptions, and its server
+    /// ends once `stop` says true (an app over HTTP, or over gRPC:
+    /// [`crate::grpc_subscriber`]).
+    pub(crate) fn running(
+        address: SocketAddr,
+        discovered: Arc<Notify>,
+        asked: Arc<std::sync::atomic::AtomicBool>,
+        stop: watch::Sender<bool>,
+        server: JoinHandle<()>,
+    ) -> SubscriberApp {
+        SubscriberApp {
+            address,
+            discovered,
+            asked,
+            stop,
+            server,
+        }
+    }
+
+    /// Waits until a sidecar has read the subscriptions (`GET /dapr/subscribe`, or
+    /// `ListTopicSubscriptions` over gRPC).
     pub async fn discovered(&self) {
         let notified = self.discovered.notified();
         if self.asked.load(Ordering::SeqCst) {
@@ -334,8 +363,7 @@ impl AppState {
             handler,
             discovered: Arc::new(Notify::new()),
             asked: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            attempts: Mutex::new(HashMap::new()),
-            positions: AtomicU64::new(0),
+            deliveries: Deliveries::default(),
         }
     }
 
@@ -348,7 +376,7 @@ impl AppState {
             .get("traceparent")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let mut event = self.decode(body, metadata)?;
+        let mut event = self.deliveries.decode(body, metadata)?;
         event.trace_parent = event.trace_parent.or(trace_header);
         Ok(event)
     }
@@ -367,14 +395,16 @@ impl AppState {
                         .map_err(|e| {
                             format!("entry {}: raw event is not base64: {e}", entry.entry_id)
                         })?;
-                    self.raw(
+                    self.deliveries.raw(
                         &delivery.topic,
                         data,
                         Some(entry.content_type.clone()),
                         metadata,
                     )
                 }
-                Err(_) => self.decode(entry.event.get().as_bytes(), metadata)?,
+                Err(_) => self
+                    .deliveries
+                    .decode(entry.event.get().as_bytes(), metadata)?,
             };
             entries.push(BatchEntry {
                 entry_id: entry.entry_id,
@@ -387,10 +417,12 @@ impl AppState {
             entries,
         })
     }
+}
 
+impl Deliveries {
     /// A CloudEvent body as an event; `data_base64` of a raw payload wrapped by the
     /// sidecar (`application/octet-stream`) is the raw payload.
-    fn decode(&self, body: &[u8], metadata: Metadata) -> Result<Event, String> {
+    pub(crate) fn decode(&self, body: &[u8], metadata: Metadata) -> Result<Event, String> {
         let decoded =
             envelope::decode(body).map_err(|e| format!("the delivery is not a CloudEvent: {e}"))?;
         let text = |name: &str| {
@@ -423,7 +455,7 @@ impl AppState {
         })
     }
 
-    fn raw(
+    pub(crate) fn raw(
         &self,
         topic: &str,
         data: Vec<u8>,
@@ -491,6 +523,6 @@ mod tests {
         let several =
             Subscription::selecting(TopicSelector::List(vec!["a".into(), "b".into()]), "g");
         let refused = declaration("ps", &several, false).unwrap_err();
-        assert!(refused.contains("not part of Dapr's HTTP API"), "{refused}");
+        assert!(refused.contains("not part of Dapr's API"), "{refused}");
     }
 }

@@ -7,6 +7,7 @@
 
 use crate::attach::{AttachOptions, Attached, AttachedMember};
 use crate::client::SidecarClient;
+use crate::grpc_client::GrpcClient;
 use crate::launch::free_port;
 use crate::launch::{Launched, Launcher};
 use crate::sdk::SdkPublisher;
@@ -39,19 +40,23 @@ pub struct SidecarTarget {
     sidecars: Sidecars,
 }
 
-/// Who publishes: the suite's own HTTP client, or Dapr's JavaScript SDK.
+/// Who publishes: the suite's own HTTP or gRPC client, or Dapr's JavaScript SDK.
 enum Publisher {
     Http(SidecarClient),
+    Grpc(GrpcClient),
     JsSdk(Box<SdkPublisher>),
 }
+
+/// The publishing sidecar, and its app (which declares nothing) if it has one.
+type Publishing = (Box<dyn Launched>, Option<SubscriberApp>);
 
 enum Sidecars {
     Launched {
         launcher: Arc<dyn Launcher>,
         /// How long a sidecar may take to read its app's subscriptions.
         discovery_within: Duration,
-        /// The publishing sidecar and its app (which declares nothing).
-        publishing: Mutex<Option<(Box<dyn Launched>, SubscriberApp)>>,
+        /// The publishing sidecar and its app (which declares nothing), if it has one.
+        publishing: Mutex<Option<Publishing>>,
         /// Dapr's JavaScript SDK's directory, when its `DaprServer` is the app
         /// that subscribes (else the suite's own app does).
         sdk_app: Option<std::path::PathBuf>,
@@ -109,7 +114,41 @@ impl SidecarTarget {
             sidecars: Sidecars::Launched {
                 launcher,
                 discovery_within,
-                publishing: Mutex::new(Some((sidecar, app))),
+                publishing: Mutex::new(Some((sidecar, Some(app)))),
+                sdk_app: None,
+            },
+        })
+    }
+
+    /// Starts the publishing sidecar (no app: it only publishes) and publishes
+    /// through its gRPC API with the suite's own gRPC client.
+    pub async fn start_publishing_over_grpc(
+        launcher: Arc<dyn Launcher>,
+        pubsub: &str,
+        discovery_within: Duration,
+    ) -> anyhow::Result<SidecarTarget> {
+        let sidecar = launcher.launch_without_app(PUBLISHER_APP_ID).await?;
+        let client = match sidecar.grpc_base() {
+            Some(base) => GrpcClient::connect(base, pubsub, None, Duration::from_secs(60)).await,
+            None => Err(anyhow::anyhow!(
+                "the sidecars of {} serve no gRPC API",
+                launcher.describe()
+            )),
+        };
+        let client = match client {
+            Ok(client) => client,
+            Err(e) => {
+                sidecar.stop().await;
+                return Err(e);
+            }
+        };
+        Ok(SidecarTarget {
+            pubsub: pubsub.to_string(),
+            publisher: Publisher::Grpc(client),
+            sidecars: Sidecars::Launched {
+                launcher,
+                discovery_within,
+                publishing: Mutex::new(Some((sidecar, None))),
                 sdk_app: None,
             },
         })
@@ -184,7 +223,9 @@ impl SidecarTarget {
             Sidecars::Launched { publishing, .. } => {
                 if let Some((sidecar, app)) = publishing.lock().await.take() {
                     sidecar.stop().await;
-                    app.stop().await;
+                    if let Some(app) = app {
+                        app.stop().await;
+                    }
                 }
             }
             Sidecars::Attached(attached) => attached.stop().await,
@@ -289,9 +330,15 @@ impl SidecarTarget {
             // The app that only creates the group is the suite's own.
             _ => {}
         }
-        let app = SubscriberApp::start(vec![declared], handler)
-            .await
-            .map_err(|e| failed("starting the suite's app", e))?;
+        // The suite's app, over the protocol the sidecars deliver with.
+        let (app, reading) = if launcher.delivers_over_grpc() {
+            let app = crate::grpc_subscriber::start(vec![declared], handler).await;
+            (app, "call ListTopicSubscriptions")
+        } else {
+            let app = SubscriberApp::start(vec![declared], handler).await;
+            (app, "read GET /dapr/subscribe")
+        };
+        let app = app.map_err(|e| failed("starting the suite's app", e))?;
         let sidecar = match launcher.launch(&subscription.group, app.port()).await {
             Ok(sidecar) => sidecar,
             Err(e) => {
@@ -308,7 +355,7 @@ impl SidecarTarget {
             return Err(PubSubError::Timeout {
                 after: discovery_within,
                 what: format!(
-                    "waiting for the sidecar ({}) to read GET /dapr/subscribe",
+                    "waiting for the sidecar ({}) to {reading}",
                     launcher.describe()
                 ),
             });
@@ -356,6 +403,7 @@ impl RemoteRuntime for SidecarTarget {
     async fn publish(&self, request: PublishRequest) -> Result<MessageId> {
         match &self.publisher {
             Publisher::Http(client) => client.publish(request).await,
+            Publisher::Grpc(client) => client.publish(request).await,
             Publisher::JsSdk(sdk) => sdk.publish(request).await,
         }
     }
@@ -363,6 +411,7 @@ impl RemoteRuntime for SidecarTarget {
     async fn bulk_publish(&self, request: BulkPublishRequest) -> Result<BulkPublishResponse> {
         match &self.publisher {
             Publisher::Http(client) => client.bulk_publish(request).await,
+            Publisher::Grpc(client) => client.bulk_publish(request).await,
             Publisher::JsSdk(sdk) => sdk.bulk_publish(request).await,
         }
     }
@@ -377,10 +426,10 @@ impl RemoteRuntime for SidecarTarget {
         self.sdk_subscribes().then_some(crate::sdk_app::DATA_ONLY)
     }
 
-    /// Dapr's HTTP API carries no attempt number: each app counts the deliveries it
+    /// Dapr's API (HTTP or gRPC) carries no attempt number: each app counts the deliveries it
     /// saw, so a member that joins a group counts a message's attempts from 1.
     fn counts_attempts_per_app(&self) -> Option<&'static str> {
-        Some("Dapr's HTTP API carries no attempt number: each app counts the deliveries it saw, from 1 for a member that joins")
+        Some("Dapr's API (HTTP or gRPC) carries no attempt number: each app counts the deliveries it saw, from 1 for a member that joins")
     }
 
     /// `serve` started in this process records its delivery spans here; a sidecar
@@ -451,7 +500,7 @@ pub struct WireDescription {
 fn not_on_the_wire(what: &str) -> PubSubError {
     PubSubError::Unsupported {
         component: BEYOND_REMOTE_API.into(),
-        feature: format!("{what} (not part of Dapr's HTTP API)"),
+        feature: format!("{what} (not part of Dapr's API, HTTP or gRPC)"),
     }
 }
 

@@ -105,22 +105,40 @@ pub struct ErrorBody {
     pub message: String,
 }
 
-/// An API error: the HTTP status and the body daprd answers with (the codes of
-/// daprd's `pkg/api/errors/pubsub.go` and `pkg/messages/errorcodes`).
+/// An API error as daprd answers it on either transport (the codes of daprd's
+/// `pkg/api/errors/pubsub.go` and `pkg/messages/errorcodes`): over HTTP the status
+/// and the body, over gRPC the status code, the message and the details (a
+/// `ResourceInfo` naming the pub/sub where daprd adds one, then an `ErrorInfo`
+/// with the reason).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     pub status: u16,
     pub body: ErrorBody,
+    pub grpc: Box<GrpcError>,
+}
+
+/// What an [`ApiError`] is over gRPC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcError {
+    pub code: tonic::Code,
+    /// The `ErrorInfo` reason, e.g. `DAPR_PUBSUB_NOT_FOUND`; empty where daprd sends
+    /// no `ErrorInfo` (or the error is never answered over gRPC).
+    pub reason: &'static str,
+    /// The pub/sub a `ResourceInfo` names; none where daprd sends `ErrorInfo` only.
+    pub resource: Option<String>,
+    /// The `ErrorInfo` metadata.
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl ApiError {
-    fn new(status: u16, code: &str, message: impl Into<String>) -> Self {
+    fn new(status: u16, code: &str, message: impl Into<String>, grpc: GrpcError) -> Self {
         ApiError {
             status,
             body: ErrorBody {
                 error_code: code.to_string(),
                 message: message.into(),
             },
+            grpc: Box::new(grpc),
         }
     }
 
@@ -130,12 +148,18 @@ impl ApiError {
             404,
             "ERR_PUBSUB_NOT_FOUND",
             format!("pubsub {pubsub} is not found"),
+            GrpcError::invalid("DAPR_PUBSUB_NOT_FOUND", None),
         )
     }
 
     /// An empty pub/sub name: 404 `ERR_PUBSUB_EMPTY`.
     pub fn pubsub_empty() -> Self {
-        ApiError::new(404, "ERR_PUBSUB_EMPTY", "pubsub name is empty")
+        ApiError::new(
+            404,
+            "ERR_PUBSUB_EMPTY",
+            "pubsub name is empty",
+            GrpcError::invalid("DAPR_PUBSUB_NAME_EMPTY", Some("")),
+        )
     }
 
     /// An empty topic: 404 `ERR_TOPIC_NAME_EMPTY`.
@@ -144,16 +168,18 @@ impl ApiError {
             404,
             "ERR_TOPIC_NAME_EMPTY",
             format!("topic is empty in pubsub {pubsub}"),
+            GrpcError::invalid("DAPR_PUBSUB_TOPIC_NAME_EMPTY", Some(pubsub)),
         )
     }
 
     /// Metadata that cannot be read (e.g. `rawPayload=maybe`): 400
     /// `ERR_PUBSUB_REQUEST_METADATA`.
-    pub fn request_metadata(why: impl std::fmt::Display) -> Self {
+    pub fn request_metadata(pubsub: &str, why: impl std::fmt::Display) -> Self {
         ApiError::new(
             400,
             "ERR_PUBSUB_REQUEST_METADATA",
             format!("failed deserializing metadata. Error: {why}"),
+            GrpcError::invalid("DAPR_PUBSUB_METADATA_DESERIALIZATION", Some(pubsub)),
         )
     }
 
@@ -163,6 +189,7 @@ impl ApiError {
             400,
             "ERR_PUBSUB_EVENTS_SER",
             format!("error when unmarshaling the request for topic {topic} pubsub {pubsub}: {why}"),
+            GrpcError::invalid("", Some(pubsub)),
         )
     }
 
@@ -175,6 +202,8 @@ impl ApiError {
             format!(
                 "error marshaling events to bytes for topic {topic} pubsub {pubsub}. error: {why}"
             ),
+            GrpcError::invalid("DAPR_PUBSUB_MARSHAL_EVENTS", Some(pubsub))
+                .with("error", why.to_string()),
         )
     }
 
@@ -184,13 +213,31 @@ impl ApiError {
             500,
             "ERR_PUBSUB_PUBLISH_MESSAGE",
             format!("error when publishing to topic {topic} in pubsub {pubsub}: {why}"),
+            GrpcError {
+                code: tonic::Code::Internal,
+                reason: "DAPR_PUBSUB_PUBLISH_MESSAGE",
+                resource: Some(pubsub.to_string()),
+                metadata: BTreeMap::new(),
+            }
+            .with("topic", topic.to_string())
+            .with("error", why.to_string()),
         )
     }
 
     /// A request without the configured API token: 401 `ERR_UNAUTHORIZED` (the text
     /// daprd's token middleware answers with).
     pub fn unauthorized() -> Self {
-        ApiError::new(401, "ERR_UNAUTHORIZED", "invalid api token")
+        ApiError::new(
+            401,
+            "ERR_UNAUTHORIZED",
+            "invalid api token",
+            GrpcError {
+                code: tonic::Code::Unauthenticated,
+                reason: "",
+                resource: None,
+                metadata: BTreeMap::new(),
+            },
+        )
     }
 
     /// A request that cannot be read (a path that is not UTF-8 once decoded): 400
@@ -200,6 +247,7 @@ impl ApiError {
             400,
             "ERR_MALFORMED_REQUEST",
             format!("malformed request: {why}"),
+            GrpcError::invalid("", None),
         )
     }
 
@@ -209,8 +257,51 @@ impl ApiError {
             413,
             "ERR_BODY_TOO_LARGE",
             format!("the request body is larger than {limit} bytes"),
+            GrpcError {
+                code: tonic::Code::ResourceExhausted,
+                reason: "",
+                resource: None,
+                metadata: BTreeMap::new(),
+            },
         )
     }
+}
+
+impl GrpcError {
+    /// `InvalidArgument` with `reason`, naming `pubsub` in a `ResourceInfo` if given.
+    fn invalid(reason: &'static str, pubsub: Option<&str>) -> Self {
+        GrpcError {
+            code: tonic::Code::InvalidArgument,
+            reason,
+            resource: pubsub.map(str::to_string),
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    fn with(mut self, key: &str, value: String) -> Self {
+        self.metadata.insert(key.to_string(), value);
+        self
+    }
+}
+
+/// `envelope` (its own `data` left out) as JSON text whose `data` is `json`, the JSON
+/// text as written: bytes and all, where re-serializing would sort keys and drop
+/// spacing.
+pub fn envelope_with_json_data(
+    envelope: &serde_json::Map<String, serde_json::Value>,
+    json: &str,
+) -> String {
+    let mut rest = envelope.clone();
+    rest.remove("data");
+    let mut text = serde_json::to_string(&rest).unwrap_or_default();
+    text.pop();
+    if !rest.is_empty() {
+        text.push(',');
+    }
+    text.push_str("\"data\":");
+    text.push_str(json.trim());
+    text.push('}');
+    text
 }
 
 /// How an entry's event turns into bytes, by its content type (daprd's

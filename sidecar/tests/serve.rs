@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use pubsub_components::memory::MemoryComponent;
-use pubsub_components::runtime::{Runtime, RuntimeOptions};
+use pubsub_components::runtime::Runtime;
 use pubsub_sidecar::wire::AppSubscription;
 use pubsub_sidecar::{AppChannel, ServeOptions, Sidecar};
 use serde_json::{json, Value};
@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 mod common;
-use common::served_in_memory;
+use common::{memory_runtime, served_in_memory};
 
 /// What the test app received, per route.
 #[derive(Default)]
@@ -103,14 +103,7 @@ fn subscription(topic: &str, route: &str) -> AppSubscription {
 }
 
 async fn start_sidecar(app: Option<&TestApp>, token: Option<&str>) -> Sidecar {
-    let runtime = Runtime::with_options(
-        "mem",
-        Arc::new(MemoryComponent::default()),
-        RuntimeOptions {
-            app_id: "test-app".into(),
-            ..Default::default()
-        },
-    );
+    let runtime = memory_runtime("test-app");
     let components = served_in_memory(runtime);
     let options = ServeOptions {
         app: app.map(|a| AppChannel::new(&a.base, Duration::from_secs(5)).unwrap()),

@@ -7,6 +7,9 @@ use std::path::PathBuf;
 
 /// The suffix of a row certified through `serve` in this process.
 pub const ROW_SUFFIX: &str = " via serve";
+/// The suffix of a row certified through `serve` in this process, publishing over its
+/// gRPC API.
+pub const GRPC_ROW_SUFFIX: &str = " via serve over gRPC";
 /// The suffix of a row certified through sidecars started from a command line.
 pub const COMMAND_ROW_SUFFIX: &str = " via sidecar";
 /// The suffix of a row certified through a running sidecar.
@@ -17,8 +20,9 @@ pub const JS_SDK_CLIENT_ROW_SUFFIX: &str = " via @dapr/dapr client";
 pub const JS_SDK_SERVER_ROW_SUFFIX: &str = " via @dapr/dapr server";
 /// Every path a row can take besides in process, by its row suffix: what an expected
 /// failure's `via` may name (the suffix without ` via `).
-pub const PATH_ROW_SUFFIXES: [&str; 5] = [
+pub const PATH_ROW_SUFFIXES: [&str; 6] = [
     ROW_SUFFIX,
+    GRPC_ROW_SUFFIX,
     COMMAND_ROW_SUFFIX,
     ATTACHED_ROW_SUFFIX,
     JS_SDK_CLIENT_ROW_SUFFIX,

@@ -1,10 +1,12 @@
 //! `pubsub-conformance serve`: the components of a directory of YAML definitions
-//! behind Dapr's pub/sub HTTP API ([`pubsub_sidecar`]), until interrupted.
+//! behind Dapr's pub/sub API over HTTP, and over gRPC when asked
+//! ([`pubsub_sidecar`]), until interrupted.
 
 use crate::certify::load_definitions;
 use anyhow::Context as _;
 use pubsub_components::registry;
 use pubsub_components::runtime::{Runtime, RuntimeOptions};
+use pubsub_sidecar::grpc::app::GrpcAppChannel;
 use pubsub_sidecar::{AppChannel, ServeOptions, ServedComponent, Sidecar};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,9 +28,17 @@ pub struct ServeCommand {
     /// The port of the HTTP API.
     #[arg(long, default_value_t = 3500)]
     pub http_port: u16,
+    /// The port of the gRPC API (daprd's is 50001), if it is served; 0 takes a free
+    /// one. The HTTP API is served beside it (SDKs probe its health endpoint).
+    #[arg(long)]
+    pub grpc_port: Option<u16>,
     /// The app's port on 127.0.0.1 (its subscriptions are read at start).
     #[arg(long)]
     pub app_port: Option<u16>,
+    /// How the app is reached: `http` (`GET /dapr/subscribe`, POSTs) or `grpc`
+    /// (Dapr's app callbacks: ListTopicSubscriptions, OnTopicEvent, OnBulkTopicEvent).
+    #[arg(long, default_value = "http", value_parser = ["http", "grpc"])]
+    pub app_protocol: String,
     /// The app id: the consumer group of every subscription, the CloudEvent source.
     #[arg(long, default_value = "pcs-app")]
     pub app_id: String,
@@ -113,13 +123,21 @@ pub async fn serve(command: ServeCommand) -> anyhow::Result<()> {
             },
         );
     }
-    let app = command
+    let base = command
         .app_port
-        .map(|port| AppChannel::new(format!("http://127.0.0.1:{port}"), command.app_timeout))
-        .transpose()?;
+        .map(|port| format!("http://127.0.0.1:{port}"));
+    let (app, grpc_app) = match (base, command.app_protocol.as_str()) {
+        (None, _) => (None, None),
+        (Some(base), "grpc") => (None, Some(GrpcAppChannel::new(base, command.app_timeout)?)),
+        (Some(base), _) => (Some(AppChannel::new(base, command.app_timeout)?), None),
+    };
     let options = ServeOptions {
         listen: SocketAddr::from(([127, 0, 0, 1], command.http_port)),
+        grpc_listen: command
+            .grpc_port
+            .map(|port| SocketAddr::from(([127, 0, 0, 1], port))),
         app,
+        grpc_app,
         app_id: command.app_id.clone(),
         api_token: command.api_token.clone(),
         resources: Some(command.components.clone()),
@@ -129,8 +147,12 @@ pub async fn serve(command: ServeCommand) -> anyhow::Result<()> {
     };
     let names: Vec<String> = components.keys().cloned().collect();
     let sidecar = Sidecar::start(components, options).await?;
+    let grpc = sidecar
+        .grpc_address()
+        .map(|at| format!(" and grpc://{at}"))
+        .unwrap_or_default();
     eprintln!(
-        "serving {} on http://{} (app id {}; {} subscriptions)",
+        "serving {} on http://{}{grpc} (app id {}; {} subscriptions)",
         names.join(", "),
         sidecar.address(),
         command.app_id,

@@ -1,10 +1,10 @@
-//! Rows certified over Dapr's HTTP API: a component's cases run through sidecars,
-//! beside its in-process row. The sidecars are `serve` in this process in front of
-//! the same component, or processes started from a command line (`serve` as its own
-//! program, daprd, any sidecar that speaks the API).
+//! Rows certified over Dapr's API: a component's cases run through sidecars, beside
+//! its in-process row. The sidecars are `serve` in this process in front of the same
+//! component (over HTTP, and over gRPC), or processes started from a
+//! command line (`serve` as its own program, daprd, any sidecar that speaks the API).
 
 use crate::row_paths::{
-    AttachTo, ATTACHED_ROW_SUFFIX, COMMAND_ROW_SUFFIX, JS_SDK_CLIENT_ROW_SUFFIX,
+    AttachTo, ATTACHED_ROW_SUFFIX, COMMAND_ROW_SUFFIX, GRPC_ROW_SUFFIX, JS_SDK_CLIENT_ROW_SUFFIX,
     JS_SDK_SERVER_ROW_SUFFIX, ROW_SUFFIX,
 };
 use crate::row_runtime::{RowRuntime, RuntimeWrapper};
@@ -35,6 +35,9 @@ const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 pub enum Sidecars {
     /// `serve` in this process, in front of the component itself.
     Serve,
+    /// `serve` in this process over gRPC: the suite publishes through its gRPC API,
+    /// and each subscription is an app of the suite's answering Dapr's app callbacks.
+    ServeGrpc,
     /// A command line run by `sh -c` per sidecar, with `{app_port}`, `{http_port}`,
     /// `{app_id}` and `{components_dir}` (a directory holding the component's
     /// definition, as certified) replaced.
@@ -55,6 +58,7 @@ impl Sidecars {
     pub fn row_suffix(&self) -> &'static str {
         match self {
             Sidecars::Serve => ROW_SUFFIX,
+            Sidecars::ServeGrpc => GRPC_ROW_SUFFIX,
             Sidecars::Command(_) => COMMAND_ROW_SUFFIX,
             Sidecars::Attached(_) => ATTACHED_ROW_SUFFIX,
             Sidecars::JsSdkClient => JS_SDK_CLIENT_ROW_SUFFIX,
@@ -155,6 +159,27 @@ pub async fn runtime(
     remote(launcher, name, component, ROW_SUFFIX, broker_version).await
 }
 
+/// A runtime over gRPC to `serve` in front of `component`, served as pub/sub `name`:
+/// publishes through its gRPC API, subscriptions delivered to gRPC apps.
+pub async fn runtime_over_grpc(
+    name: &str,
+    component_type: &str,
+    component: Arc<dyn Component>,
+    broker_version: Option<String>,
+) -> anyhow::Result<(Runtime, Arc<SidecarTarget>)> {
+    let launcher = launcher_of(name, component_type, component.clone(), true);
+    let target =
+        Arc::new(SidecarTarget::start_publishing_over_grpc(launcher, name, SIDECAR_WITHIN).await?);
+    let runtime = described(
+        name,
+        component,
+        GRPC_ROW_SUFFIX,
+        broker_version,
+        target.clone(),
+    );
+    Ok((runtime, target))
+}
+
 /// `component` as pub/sub `name` through the sidecars `launcher` starts (e.g. a
 /// sidecar under test, or `serve` behind a proxy), judged against what it declares.
 pub async fn runtime_with(
@@ -171,6 +196,18 @@ pub fn serve_launcher(
     component_type: &str,
     component: Arc<dyn Component>,
 ) -> Arc<ServeLauncher> {
+    launcher_of(name, component_type, component, false)
+}
+
+/// `serve` in this process in front of `component`, as pub/sub `name`; where `grpc`,
+/// each sidecar delivers to its app over gRPC (and the publishing one, without an
+/// app, answers gRPC).
+fn launcher_of(
+    name: &str,
+    component_type: &str,
+    component: Arc<dyn Component>,
+    grpc: bool,
+) -> Arc<ServeLauncher> {
     let mut components = BTreeMap::new();
     components.insert(
         name.to_string(),
@@ -183,6 +220,7 @@ pub fn serve_launcher(
         components,
         app_timeout: SIDECAR_WITHIN,
         max_body_bytes: MAX_BODY_BYTES,
+        grpc_apps: grpc,
     })
 }
 
@@ -204,14 +242,14 @@ pub async fn over_http(
     broker_version: Option<String>,
 ) -> anyhow::Result<OverHttp> {
     match sidecars {
-        Sidecars::Serve => {
-            let (runtime, target) = runtime(
-                &definition.name,
-                &definition.component_type,
-                component,
-                broker_version,
-            )
-            .await?;
+        Sidecars::Serve | Sidecars::ServeGrpc => {
+            let (name, kind) = (&definition.name, &definition.component_type);
+            let (runtime, target) = match sidecars {
+                Sidecars::ServeGrpc => {
+                    runtime_over_grpc(name, kind, component, broker_version).await?
+                }
+                _ => runtime(name, kind, component, broker_version).await?,
+            };
             Ok(OverHttp {
                 runtime,
                 target,
@@ -334,7 +372,7 @@ pub fn rewrapper(
     broker_version: Option<String>,
 ) -> Option<RuntimeWrapper> {
     match sidecars {
-        Sidecars::Serve | Sidecars::JsSdkClient | Sidecars::JsSdkServer => {}
+        Sidecars::Serve | Sidecars::ServeGrpc | Sidecars::JsSdkClient | Sidecars::JsSdkServer => {}
         Sidecars::Command(_) | Sidecars::Attached(_) => return None,
     }
     let sidecars = sidecars.clone();

@@ -719,6 +719,16 @@ async fn served(name: &str, component: Arc<dyn Component>) -> (Runtime, Arc<Side
         .unwrap()
 }
 
+/// As [`served`], published to over `serve`'s gRPC API.
+async fn served_over_grpc(
+    name: &str,
+    component: Arc<dyn Component>,
+) -> (Runtime, Arc<SidecarTarget>) {
+    pubsub_conformance::through_serve::runtime_over_grpc(name, "in-memory", component, None)
+        .await
+        .unwrap()
+}
+
 /// The same deliberately faulty components behind `serve`, certified over Dapr's
 /// HTTP API: the wire path must not hide a component's defect, and the correct
 /// component must pass through it.
@@ -742,11 +752,50 @@ async fn faulty_component_fails_through_serve(
 ) {
     let (correct, correct_target) = served("memory", Arc::new(memory())).await;
     let (faulty, faulty_target) = served("faulty", Faulty::shared(memory(), defect)).await;
+    fails_through_serve(defect, case_ids, evidence, (&correct, &faulty)).await;
+    correct_target.stop().await;
+    faulty_target.stop().await;
+}
+
+/// The same defects over `serve`'s gRPC API (publishing through it, delivering to gRPC
+/// apps): its path must not hide them either.
+#[rstest]
+#[case::drops(Defect::Drops, &["publish.delivery"], "lost")]
+#[case::never_dead_letters(Defect::NeverDeadLetters, &["dead-letter.drop"], "never reached the dead-letter topic")]
+#[case::no_redelivery(Defect::NoRedelivery, &["retry.redelivery", "bulk-subscribe.statuses"], "not redelivered")]
+#[case::merges_groups(Defect::MergesGroups, &["subscribe.fan-out"], "missed")]
+#[case::ignores_groups(Defect::IgnoresGroups, &["subscribe.competing-consumers"], "more than one member")]
+#[case::duplicates(Defect::Duplicates, &["publish.delivery"], "duplicated")]
+#[case::lies_in_bulk_statuses(Defect::LiesInBulkStatuses, &["bulk-publish.partial-failure"], "lost")]
+#[case::truncates_large_payloads(Defect::TruncatesLargePayloads, &["publish.fidelity", "bulk-publish.fidelity"], "payload differs")]
+#[case::ignores_ttl(Defect::IgnoresTtl, &["ttl.expired-not-delivered"], "after its 1 s TTL")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faulty_component_fails_through_serve_over_grpc(
+    #[case] defect: Defect,
+    #[case] case_ids: &[&str],
+    #[case] evidence: &str,
+) {
+    let (correct, correct_target) = served_over_grpc("memory", Arc::new(memory())).await;
+    let (faulty, faulty_target) =
+        served_over_grpc("faulty", Faulty::shared(memory(), defect)).await;
+    fails_through_serve(defect, case_ids, evidence, (&correct, &faulty)).await;
+    correct_target.stop().await;
+    faulty_target.stop().await;
+}
+
+/// `case_ids` pass on the correct runtime (or fail only on what the wire cannot
+/// carry) and fail on the faulty one with a finding naming `evidence`.
+async fn fails_through_serve(
+    defect: Defect,
+    case_ids: &[&str],
+    evidence: &str,
+    (correct, faulty): (&Runtime, &Runtime),
+) {
     for id in case_ids {
         let case = find(id).unwrap_or_else(|| panic!("no case {id} in the catalogue"));
         // The correct component passes, or fails only on what the HTTP API cannot
         // carry (README, "Certifying over the wire"), never on what the defect breaks.
-        let passed = run_case(case, &correct, &NO_RETRY).await;
+        let passed = run_case(case, correct, &NO_RETRY).await;
         let breaks = |finding: &String| finding.to_lowercase().contains(&evidence.to_lowercase());
         assert!(
             passed.status == Status::Pass
@@ -754,7 +803,7 @@ async fn faulty_component_fails_through_serve(
             "the correct component must not show '{evidence}' in {id} through serve:\n{}",
             describe(&passed)
         );
-        let failed = run_case(case, &faulty, &NO_RETRY).await;
+        let failed = run_case(case, faulty, &NO_RETRY).await;
         assert_eq!(
             failed.status,
             Status::Fail,
@@ -767,8 +816,6 @@ async fn faulty_component_fails_through_serve(
             describe(&failed)
         );
     }
-    correct_target.stop().await;
-    faulty_target.stop().await;
 }
 
 /// A sidecar with one wire defect (serve behind a proxy that applies it) fails the

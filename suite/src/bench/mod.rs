@@ -119,16 +119,18 @@ pub async fn bench_component(
         );
         measurements.extend(
             in_turn(
-                (
-                    &runtime,
-                    "native",
-                    "bulk publish x100, in turn with the runtime emulation",
-                ),
-                (
-                    &emulated,
-                    "emulated",
-                    "bulk publish x100, runtime emulation",
-                ),
+                &[
+                    (
+                        &runtime,
+                        "native",
+                        "bulk publish x100, in turn with the runtime emulation",
+                    ),
+                    (
+                        &emulated,
+                        "emulated",
+                        "bulk publish x100, runtime emulation",
+                    ),
+                ],
                 &prefix,
                 100,
                 options,

@@ -165,43 +165,54 @@ fn bulk_request(
     }
 }
 
-/// Two paths measured against each other: the same messages through both, batch by
-/// batch in turn (single publishes when `batch` is 1), so that neither meets a quieter
-/// machine or an emptier broker than the other. Each path is its runtime, the word in
-/// its topics' names (`<prefix>-<word>-<batch>-<run>`) and its row's label; the count
-/// is sized from a probe of the second path, and the topics are freed through the
-/// first's runtime. Returns the first path's measurement, then the second's with its
-/// ratio to the first.
+/// Paths measured against each other: the same messages through each, batch by batch
+/// in turn (single publishes when `batch` is 1), so that none meets a quieter machine
+/// or an emptier broker than the others. Each path is its runtime, the word in its
+/// topics' names (`<prefix>-<word>-<batch>-<run>`) and its row's label; the count is
+/// sized from a probe of the last path, and the topics are freed through the first's
+/// runtime. Returns the first path's measurement, then each other's with its ratio to
+/// the first.
 pub(super) async fn in_turn(
-    first: (&Runtime, &str, &str),
-    second: (&Runtime, &str, &str),
+    paths: &[(&Runtime, &str, &str)],
     prefix: &str,
     batch: usize,
     options: &BenchOptions,
-) -> anyhow::Result<[Measurement; 2]> {
-    let (owner, first_word, first_label) = first;
-    let (other, second_word, second_label) = second;
-    let probe_topic = format!("{prefix}-{second_word}-{batch}-probe");
-    let probe_path = [(other, probe_topic.as_str(), false)];
+) -> anyhow::Result<Vec<Measurement>> {
+    let (Some((owner, _, _)), Some((probed, probed_word, _))) = (paths.first(), paths.last())
+    else {
+        anyhow::bail!("a measurement in turn needs at least one path");
+    };
+    let probe_topic = format!("{prefix}-{probed_word}-{batch}-probe");
+    let probe_path = [(*probed, probe_topic.as_str(), false)];
     let probing = publish_paths_in_turn(&probe_path, batch, options);
     let probe = discarding(owner, &[&probe_topic], probing).await?[0];
-    let (messages, mut paths) = timed_rounds(
+    let (messages, mut times) = timed_rounds(
         options,
         sized_messages(options, probe),
         |run, sized| async move {
-            let one = format!("{prefix}-{first_word}-{batch}-{run}");
-            let two = format!("{prefix}-{second_word}-{batch}-{run}");
-            let paths = [(owner, one.as_str(), false), (other, two.as_str(), false)];
-            let publishing = publish_paths_in_turn(&paths, batch, &sized);
-            discarding(owner, &[&one, &two], publishing).await
+            let topics: Vec<String> = paths
+                .iter()
+                .map(|(_, word, _)| format!("{prefix}-{word}-{batch}-{run}"))
+                .collect();
+            let runs: Vec<_> = paths
+                .iter()
+                .zip(&topics)
+                .map(|((runtime, _, _), topic)| (*runtime, topic.as_str(), false))
+                .collect();
+            let publishing = publish_paths_in_turn(&runs, batch, &sized);
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            discarding(owner, &names, publishing).await
         },
     )
     .await?;
-    let mut path = |i: usize| Timed {
+    let mut timed = |i: usize| Timed {
         messages,
-        times: paths.get_mut(i).map(std::mem::take).unwrap_or_default(),
+        times: times.get_mut(i).map(std::mem::take).unwrap_or_default(),
     };
-    let first = measurement(first_label, &path(0), None);
-    let second = measurement(second_label, &path(1), Some(&first));
-    Ok([first, second])
+    let first = measurement(paths[0].2, &timed(0), None);
+    let mut measurements = vec![first.clone()];
+    for (i, (_, _, label)) in paths.iter().enumerate().skip(1) {
+        measurements.push(measurement(label, &timed(i), Some(&first)));
+    }
+    Ok(measurements)
 }

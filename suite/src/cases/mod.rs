@@ -455,7 +455,7 @@ impl Crossing {
 }
 
 /// What a fidelity case leaves uncompared over Dapr's HTTP API.
-const OVER_HTTP_NOTE: &str = "over Dapr's HTTP API: payload bytes compared as always; content types the API cannot carry (none given, a raw payload's at a subscription without rawPayload, a bulk entry's bytes its type cannot hold) the case of metadata keys, the leading and trailing whitespace of metadata values (HTTP headers: RFC 9110 5.5 excludes it from a field value), and metadata keys no header name can spell (not an RFC 9110 token: non-ASCII, '/', ':') or that differ from another only in case are not compared";
+const OVER_HTTP_NOTE: &str = "over Dapr's API (HTTP headers, or gRPC metadata, carry the metadata): payload bytes compared as always; content types the API cannot carry (none given, a raw payload's at a subscription without rawPayload, a bulk entry's bytes its type cannot hold) the case of metadata keys, the leading and trailing whitespace of metadata values (HTTP headers: RFC 9110 5.5 excludes it from a field value), and metadata keys no header name can spell (not an RFC 9110 token: non-ASCII, '/', ':') or that differ from another only in case are not compared";
 
 /// What a fidelity case compares differently when an SDK handles JSON payloads.
 const RESERIALIZED_JSON_NOTE: &str = "JSON payloads cross an SDK as values (its client serializes what an app hands it; its server hands the handler what it parsed): a JSON-typed payload is compared as a JSON value, not byte for byte";

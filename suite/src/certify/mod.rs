@@ -337,6 +337,7 @@ async fn certify_component(
         let mut rows = Vec::new();
         if options.through_serve {
             rows.push(Sidecars::Serve);
+            rows.push(Sidecars::ServeGrpc);
         }
         if options.js_sdk {
             rows.push(Sidecars::JsSdkClient);

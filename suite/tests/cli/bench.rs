@@ -125,3 +125,43 @@ fn bench_runs_the_raw_client_and_the_emulation_in_turn_with_the_component() {
     assert_ratio(same_bytes, same_bytes, enveloped);
     assert!(row("bulk publish x100, runtime emulation").ratio.is_some());
 }
+
+/// `--through-serve` publishes the same messages in process, through `serve` over HTTP
+/// and over gRPC, in turn: the three share their message count, and each wire path
+/// carries its ratio to the in-process one.
+#[test]
+fn bench_through_serve_measures_http_and_grpc_in_turn_with_in_process() {
+    let (out, stdout) = bench(
+        "bench-through-serve",
+        &["--component", "memory", "--repeats", "2", "--through-serve"],
+    );
+    let report = report_in(&out);
+    let rows = &report.bench[0].measurements;
+    let row = |label: &str| {
+        rows.iter()
+            .find(|m| m.label == label)
+            .unwrap_or_else(|| panic!("no row '{label}' in {rows:#?}"))
+    };
+    for what in ["single publish", "bulk publish x100"] {
+        let in_process = row(&format!("{what}, in process, in turn with serve"));
+        assert_eq!(in_process.ratio, None, "{in_process:?}");
+        for wire in ["HTTP", "gRPC"] {
+            let label = format!("{what} through serve ({wire})");
+            let over = row(&label);
+            assert_eq!(over.messages, in_process.messages, "{over:?}");
+            assert_eq!(over.runs.len(), 2, "{over:?}");
+            let ratio = over
+                .ratio
+                .unwrap_or_else(|| panic!("no ratio on '{label}'"));
+            let expected = over.rate / in_process.rate;
+            assert!(
+                (ratio - expected).abs() < 1e-9,
+                "{label}: {ratio} != {expected}"
+            );
+            assert!(
+                stdout.contains(&label),
+                "bench output lacks '{label}':\n{stdout}"
+            );
+        }
+    }
+}

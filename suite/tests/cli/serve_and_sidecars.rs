@@ -9,12 +9,13 @@ use pubsub_conformance::reports::Status;
 use std::process::Command;
 
 /// `--through-serve`: the component's cases again over Dapr's HTTP API, through
-/// `serve` on the same broker, as a row of its own beside the in-process one; what
+/// `serve` on the same broker, as a row of its own beside the in-process one (and a
+/// second row publishing over serve's gRPC API); what
 /// the API cannot express is UNSUPPORTED with the reason, a certification case that
 /// only loads the broker runs like any other, and a case that faults the broker
 /// cannot run in process, saying why (it runs on a broker: the next test).
 #[test]
-fn through_serve_certifies_a_second_row_over_http() {
+fn through_serve_certifies_rows_over_http_and_grpc() {
     let out = temp_dir("through-serve");
     let output = certify_cases(
         "memory",
@@ -25,23 +26,29 @@ fn through_serve_certifies_a_second_row_over_http() {
     let stderr = &output.stderr;
     let report = report_in(&out);
     let names: Vec<&str> = report.components.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["memory", "memory via serve"], "{stderr}");
-    let row = &report.components[1];
-    for id in [
-        "publish.delivery",
-        "retry.redelivery",
-        "dead-letter.drop",
-        "bulk-subscribe.statuses",
-        "certification.backlog",
-    ] {
-        let verdict = verdict_of(row, id);
-        assert_eq!(verdict.0, "PASS", "{id} through serve: {verdict:?}");
+    assert_eq!(
+        names,
+        ["memory", "memory via serve", "memory via serve over gRPC"],
+        "{stderr}"
+    );
+    // Publishing over gRPC gives the verdicts publishing over HTTP gives.
+    for row in &report.components[1..] {
+        for id in [
+            "publish.delivery",
+            "retry.redelivery",
+            "dead-letter.drop",
+            "bulk-subscribe.statuses",
+            "certification.backlog",
+        ] {
+            let verdict = verdict_of(row, id);
+            assert_eq!(verdict.0, "PASS", "{id} in {}: {verdict:?}", row.name);
+        }
+        let (seek, why) = verdict_of(row, "multi-topic.seek");
+        assert_eq!(seek, "UNSUPPORTED", "{why}");
+        let (restart, why) = verdict_of(row, "certification.broker-restart");
+        assert_eq!(restart, "NOT PROVISIONED");
+        assert!(why.contains("no broker to fault"), "{why}");
     }
-    let (seek, why) = verdict_of(row, "multi-topic.seek");
-    assert_eq!(seek, "UNSUPPORTED", "{why}");
-    let (restart, why) = verdict_of(row, "certification.broker-restart");
-    assert_eq!(restart, "NOT PROVISIONED");
-    assert!(why.contains("no broker to fault"), "{why}");
     assert!(
         out.join("histories/memory-via-serve/publish.delivery.jsonl")
             .exists(),
