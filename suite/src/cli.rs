@@ -69,8 +69,9 @@ enum Command {
         /// (PASS only when all did; FLAKY when some did): flake rates, measured.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
         repeat: u32,
-        /// Also certify each component through `serve`, over Dapr's HTTP API: a row
-        /// `<component> via serve` beside the in-process one, on the same broker.
+        /// Also certify each component through `serve`, over Dapr's HTTP API (a row
+        /// `<component> via serve`) and over its gRPC API (`<component> via serve over
+        /// gRPC`), beside the in-process row, on the same broker.
         #[cfg(feature = "sidecar")]
         #[arg(long)]
         through_serve: bool,
