@@ -23,6 +23,21 @@ async fn reference() -> std::sync::Arc<dyn Component> {
         .expect("building the in-memory component")
 }
 
+/// The reference runs in process: its definition names no broker endpoint, not even
+/// an empty one.
+#[test]
+fn the_reference_names_no_endpoint() {
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/memory.yaml"
+    ));
+    let text = std::fs::read_to_string(path).expect("reading fixtures/memory.yaml");
+    let definition = ComponentDefinition::parse(&text, path).expect("parsing fixtures/memory.yaml");
+    let validated = pubsub_conformance::components::registry::validate(&definition)
+        .expect("validating fixtures/memory.yaml");
+    assert_eq!(validated.endpoint, None);
+}
+
 /// What `fixtures/memory.yaml` builds declares, and the version it reports.
 const DECLARED: &str = r#"
 {
@@ -154,4 +169,29 @@ async fn discarding_a_topic_frees_it_and_leaves_the_others() {
         payloads("discarded").await.is_empty(),
         "the discarded topic's messages are gone"
     );
+}
+
+/// A definition whose size limit or partition count is 0, either one alone, is
+/// refused naming both settings: such a reference would refuse every message or hold
+/// none.
+#[tokio::test]
+async fn a_zero_size_limit_or_partition_count_is_refused() {
+    let path = Path::new("memory-zero.yaml");
+    for (max_message_bytes, partitions) in [("0", "1"), ("65536", "0"), ("0", "0")] {
+        let text = format!(
+            "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: memory\nspec:\n  type: pubsub.in-memory\n  version: v1\n  metadata:\n    - name: maxMessageBytes\n      value: \"{max_message_bytes}\"\n    - name: partitions\n      value: \"{partitions}\"\n"
+        );
+        let definition = ComponentDefinition::parse(&text, path).expect("parsing the definition");
+        let built = pubsub_conformance::components::registry::build(&definition, None).await;
+        let error = match built {
+            Ok(_) => panic!(
+                "maxMessageBytes {max_message_bytes} and partitions {partitions} were accepted"
+            ),
+            Err(error) => format!("{error:#}"),
+        };
+        assert!(
+            error.contains("maxMessageBytes and partitions must be above 0"),
+            "maxMessageBytes {max_message_bytes}, partitions {partitions}: {error}"
+        );
+    }
 }
