@@ -80,3 +80,45 @@ fn a_remote_runtime_says_what_its_path_changes() {
     let not = Runtime::remote("pubsub", memory(), Arc::new(Remote { per_app: false }));
     assert_eq!(not.counts_attempts_per_app(), None);
 }
+
+/// An app's answers on the wire (Dapr's HTTP shapes), read as the contract says: each
+/// status by its text, an unknown or missing one as RETRY with a warning naming it, an
+/// entry left out as RETRY. Only the rows over the wire read them.
+#[test]
+fn an_apps_statuses_on_the_wire_are_read_as_the_contract_says() {
+    use pubsub_conformance::components::runtime::{BulkAnswer, Status};
+    assert_eq!(Status::from_wire("SUCCESS"), Some(Status::Success));
+    assert_eq!(Status::from_wire("RETRY"), Some(Status::Retry));
+    assert_eq!(Status::from_wire("DROP"), Some(Status::Drop));
+    assert_eq!(Status::from_wire("success"), None);
+    let body = br#"{"statuses":[
+        {"entryId":"c","status":"DROP"},
+        {"entryId":"a","status":"SUCCESS"},
+        {"entryId":"b","status":"RETRY"},
+        {"entryId":"d","status":"MAYBE"},
+        {"entryId":"x","status":"SUCCESS"}
+    ]}"#;
+    let answer = BulkAnswer::from_json(body, &["a", "b", "c", "d", "e"]).unwrap();
+    let statuses: Vec<(&str, Status)> = answer
+        .statuses
+        .iter()
+        .map(|s| (s.entry_id.as_str(), s.status))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("a", Status::Success),
+            ("b", Status::Retry),
+            ("c", Status::Drop),
+            ("d", Status::Retry),
+            ("e", Status::Retry),
+        ]
+    );
+    let warnings = answer.warnings.join("\n");
+    for named in ["'MAYBE'", "'x' is not in the batch", "'e'"] {
+        assert!(
+            warnings.contains(named),
+            "no warning naming {named}: {warnings}"
+        );
+    }
+}
