@@ -13,7 +13,6 @@ use dapr::dapr::proto::runtime::v1::topic_event_response::TopicEventResponseStat
 use pubsub_components::runtime::{Batch, BatchEntry, Event, Handler, Status};
 use pubsub_components::Metadata;
 use serde_json::{json, Map, Value};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::{watch, Notify};
@@ -42,10 +41,7 @@ pub async fn start(
     declared: Vec<AppSubscription>,
     handler: Option<Handler>,
 ) -> anyhow::Result<SubscriberApp> {
-    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen for the sidecar's deliveries: {e}"))?;
-    let address = listener.local_addr()?;
+    let (listener, address) = crate::subscriber::listen_for_deliveries().await?;
     let discovered = Arc::new(Notify::new());
     let asked = Arc::new(AtomicBool::new(false));
     let state = AppState {

@@ -156,10 +156,7 @@ impl SubscriberApp {
         declared: Vec<AppSubscription>,
         handler: Option<Handler>,
     ) -> anyhow::Result<SubscriberApp> {
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen for the sidecar's deliveries: {e}"))?;
-        let address = listener.local_addr()?;
+        let (listener, address) = listen_for_deliveries().await?;
         let state = Arc::new(AppState::new(declared, handler));
         let discovered = state.discovered.clone();
         let asked = state.asked.clone();
@@ -485,6 +482,17 @@ impl Deliveries {
         *count += 1;
         *count
     }
+}
+
+/// A listener on a free loopback port for the sidecar's deliveries to an app, and its
+/// address.
+pub(crate) async fn listen_for_deliveries() -> anyhow::Result<(tokio::net::TcpListener, SocketAddr)>
+{
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen for the sidecar's deliveries: {e}"))?;
+    let address = listener.local_addr()?;
+    Ok((listener, address))
 }
 
 #[cfg(test)]

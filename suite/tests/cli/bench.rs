@@ -3,6 +3,16 @@
 use crate::support::{cli, report_in, run, temp_dir};
 use std::path::PathBuf;
 
+/// The measurement labelled `label` among `rows`.
+fn row_of<'a>(
+    rows: &'a [pubsub_conformance::reports::Measurement],
+    label: &str,
+) -> &'a pubsub_conformance::reports::Measurement {
+    rows.iter()
+        .find(|m| m.label == label)
+        .unwrap_or_else(|| panic!("no row '{label}' in {rows:#?}"))
+}
+
 /// A short `bench` run (300 messages, runs of at least 0.05 s) with `args`, into a
 /// new directory named after `name`: the directory and what it printed; it must succeed.
 fn bench(name: &str, args: &[&str]) -> (PathBuf, String) {
@@ -74,11 +84,7 @@ fn bench_runs_the_raw_client_and_the_emulation_in_turn_with_the_component() {
     );
     let report = report_in(&out);
     let rows = &report.bench[0].measurements;
-    let row = |label: &str| {
-        rows.iter()
-            .find(|m| m.label == label)
-            .unwrap_or_else(|| panic!("no row '{label}' in {rows:#?}"))
-    };
+    let row = |label: &str| row_of(rows, label);
     let pairs = [
         (
             "bulk publish x100, in turn with the raw client",
@@ -137,11 +143,7 @@ fn bench_through_serve_measures_http_and_grpc_in_turn_with_in_process() {
     );
     let report = report_in(&out);
     let rows = &report.bench[0].measurements;
-    let row = |label: &str| {
-        rows.iter()
-            .find(|m| m.label == label)
-            .unwrap_or_else(|| panic!("no row '{label}' in {rows:#?}"))
-    };
+    let row = |label: &str| row_of(rows, label);
     for what in ["single publish", "bulk publish x100"] {
         let in_process = row(&format!("{what}, in process, in turn with serve"));
         assert_eq!(in_process.ratio, None, "{in_process:?}");
