@@ -5,7 +5,7 @@
 //! Subscription` in the directory the sidecar loads resources from), which daprd
 //! takes up while running with its `HotReload` feature, and `serve` with
 //! `--hot-reload`. The suite's app listens on the port the sidecar was given as its
-//! app port, with a route per subscription.
+//! app port, with a route per subscription, over HTTP or gRPC.
 //!
 //! One sidecar has one app id: every subscription's consumer group is that id. A
 //! topic is therefore delivered to the suite's app once at a time, and in one
@@ -14,7 +14,8 @@
 //! which starts a sidecar per app, for those).
 
 use crate::resources::{write_subscription, SubscriptionResource};
-use crate::subscriber::{declaration, SharedApp};
+use crate::shared_app::SharedApp;
+use crate::subscriber::declaration;
 use pubsub_components::runtime::{Handler, Subscription, BEYOND_REMOTE_API};
 use pubsub_components::{PubSubError, Result};
 use std::collections::HashMap;
@@ -40,6 +41,10 @@ pub struct AttachOptions {
     pub resources: PathBuf,
     /// How long the sidecar may take to take up (or drop) a subscription.
     pub ready_within: Duration,
+    /// Its gRPC API, e.g. `http://127.0.0.1:50001`, where the suite talks to it over
+    /// gRPC: it publishes there, and the suite's app answers Dapr's app callbacks (the
+    /// sidecar runs with the gRPC app protocol). `None`: over HTTP.
+    pub grpc: Option<String>,
 }
 
 /// A running sidecar the suite attached to, and the suite's app behind it.
@@ -132,7 +137,10 @@ impl Attached {
             )
         })?;
         let _ = std::fs::remove_file(&probe);
-        let app = SharedApp::start(options.app_port).await?;
+        let app = match options.grpc {
+            None => SharedApp::start(options.app_port).await?,
+            Some(_) => SharedApp::start_grpc(options.app_port).await?,
+        };
         let prefix = format!(
             "pcs-{}-{}",
             std::process::id(),
@@ -161,6 +169,11 @@ impl Attached {
     /// The sidecar's API.
     pub fn base(&self) -> &str {
         &self.inner.options.base
+    }
+
+    /// Whether the suite talks to it over gRPC.
+    pub fn over_grpc(&self) -> bool {
+        self.inner.options.grpc.is_some()
     }
 
     /// Declares `subscription` to the sidecar (delivering to `handler`; none: every

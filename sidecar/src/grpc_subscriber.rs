@@ -13,8 +13,9 @@ use dapr::dapr::proto::runtime::v1::topic_event_response::TopicEventResponseStat
 use pubsub_components::runtime::{Batch, BatchEntry, Event, Handler, Status};
 use pubsub_components::Metadata;
 use serde_json::{json, Map, Value};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::{watch, Notify};
 use tonic::{Request, Response, Status as GrpcStatus};
 
@@ -26,7 +27,7 @@ const GRPC_HEADERS: [&str; 4] = [
     "grpc-encoding",
 ];
 
-struct AppState {
+pub(crate) struct AppState {
     declared: Vec<AppSubscription>,
     handler: Option<Handler>,
     discovered: Arc<Notify>,
@@ -60,6 +61,117 @@ pub async fn start(
     Ok(SubscriberApp::running(
         address, discovered, asked, stop, server,
     ))
+}
+
+/// The shared app's subscriptions over gRPC, by the path of their route
+/// ([`crate::shared_app::SharedApp`]).
+pub(crate) type RouteTable = Arc<Mutex<HashMap<String, Arc<AppState>>>>;
+
+/// What one route of the shared app hands to `handler` (none: every event is
+/// answered RETRY).
+pub(crate) fn route_state(handler: Option<Handler>) -> Arc<AppState> {
+    Arc::new(AppState {
+        declared: Vec::new(),
+        handler,
+        discovered: Arc::default(),
+        asked: Arc::default(),
+        deliveries: Deliveries::default(),
+    })
+}
+
+/// Serves the shared app over gRPC on `listener` until `stopped` says true: it lists
+/// no subscription (they are declared to the sidecar as resources), and each event
+/// goes to the route its call's `path` names; an event for a route not served (any
+/// more) is answered RETRY, a batch `Unavailable`, to come again.
+pub(crate) fn serve_shared(
+    listener: tokio::net::TcpListener,
+    stopped: watch::Receiver<bool>,
+) -> (RouteTable, tokio::task::JoinHandle<()>) {
+    let routes: RouteTable = Arc::default();
+    let server = crate::server::spawn_grpc(
+        listener,
+        tonic::service::Routes::new(AppCallbackServer::new(SharedRoutes(routes.clone()))),
+        stopped,
+    );
+    (routes, server)
+}
+
+/// The shared app's routes, answering Dapr's app callbacks.
+struct SharedRoutes(RouteTable);
+
+impl SharedRoutes {
+    fn at(&self, path: &str) -> Option<Arc<AppState>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(path)
+            .cloned()
+    }
+}
+
+#[tonic::async_trait]
+impl AppCallback for SharedRoutes {
+    async fn on_invoke(
+        &self,
+        _request: Request<common::InvokeRequest>,
+    ) -> Result<Response<common::InvokeResponse>, GrpcStatus> {
+        Err(not_here("OnInvoke"))
+    }
+
+    async fn list_topic_subscriptions(
+        &self,
+        _request: Request<()>,
+    ) -> Result<Response<runtime::ListTopicSubscriptionsResponse>, GrpcStatus> {
+        Ok(Response::new(
+            runtime::ListTopicSubscriptionsResponse::default(),
+        ))
+    }
+
+    async fn on_topic_event(
+        &self,
+        request: Request<runtime::TopicEventRequest>,
+    ) -> Result<Response<runtime::TopicEventResponse>, GrpcStatus> {
+        match self.at(&request.get_ref().path) {
+            Some(state) => state.on_topic_event(request).await,
+            None => Ok(Response::new(runtime::TopicEventResponse {
+                status: answer(Status::Retry),
+            })),
+        }
+    }
+
+    async fn list_input_bindings(
+        &self,
+        _request: Request<()>,
+    ) -> Result<Response<runtime::ListInputBindingsResponse>, GrpcStatus> {
+        Ok(Response::new(runtime::ListInputBindingsResponse::default()))
+    }
+
+    async fn on_binding_event(
+        &self,
+        _request: Request<runtime::BindingEventRequest>,
+    ) -> Result<Response<runtime::BindingEventResponse>, GrpcStatus> {
+        Err(not_here("OnBindingEvent"))
+    }
+
+    async fn on_bulk_topic_event(
+        &self,
+        request: Request<runtime::TopicEventBulkRequest>,
+    ) -> Result<Response<runtime::TopicEventBulkResponse>, GrpcStatus> {
+        let path = request.get_ref().path.clone();
+        match self.at(&path) {
+            Some(state) => state.on_bulk_topic_event(request).await,
+            None => Err(GrpcStatus::unavailable(format!(
+                "no subscription at {path} now"
+            ))),
+        }
+    }
+
+    async fn on_job_event(
+        &self,
+        _request: Request<runtime::JobEventRequest>,
+    ) -> Result<Response<runtime::JobEventResponse>, GrpcStatus> {
+        Err(not_here("OnJobEvent"))
+    }
 }
 
 fn not_here(what: &str) -> GrpcStatus {

@@ -28,17 +28,9 @@ pub trait Launcher: Send + Sync {
         app_port: u16,
         http_port: u16,
     ) -> anyhow::Result<Box<dyn Launched>>;
-    /// Starts a sidecar with app id `app_id` and no app, its gRPC API answering: the
-    /// sidecar of an app that only publishes over gRPC. Default: refused, for
-    /// launchers whose sidecars serve apps with ports over HTTP only.
-    async fn launch_without_app(&self, app_id: &str) -> anyhow::Result<Box<dyn Launched>> {
-        anyhow::bail!(
-            "{} starts sidecars for apps with ports over HTTP only, not one without an app answering gRPC (app id {app_id})",
-            self.describe()
-        )
-    }
     /// Whether the sidecars deliver to their apps over gRPC (daprd's `--app-protocol
-    /// grpc`), so the app must serve Dapr's app callbacks. Default: over HTTP.
+    /// grpc`), so the app must serve Dapr's app callbacks, and serve Dapr's gRPC API
+    /// ([`Launched::grpc_base`]). Default: over HTTP.
     fn delivers_over_grpc(&self) -> bool {
         false
     }
@@ -102,6 +94,9 @@ impl Launcher for ServeLauncher {
             self.components.clone(),
             ServeOptions {
                 listen: std::net::SocketAddr::from(([127, 0, 0, 1], http_port)),
+                grpc_listen: self
+                    .grpc_apps
+                    .then(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
                 app,
                 grpc_app,
                 ..self.options(app_id)
@@ -109,16 +104,6 @@ impl Launcher for ServeLauncher {
         )
         .await?;
         Ok(Box::new(sidecar))
-    }
-
-    async fn launch_without_app(&self, app_id: &str) -> anyhow::Result<Box<dyn Launched>> {
-        let options = ServeOptions {
-            grpc_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
-            ..self.options(app_id)
-        };
-        Ok(Box::new(
-            Sidecar::start(self.components.clone(), options).await?,
-        ))
     }
 
     fn delivers_over_grpc(&self) -> bool {
@@ -153,29 +138,61 @@ impl Launched for Sidecar {
 }
 
 /// A sidecar started from a command line run by `sh -c`, with `{app_port}`,
-/// `{http_port}`, `{app_id}` and each `{free_port}` replaced (e.g. `daprd --app-id {app_id} --app-port
-/// {app_port} --dapr-http-port {http_port} --resources-path ./components`).
+/// `{http_port}`, `{grpc_port}`, `{app_id}` and each `{free_port}` replaced (e.g.
+/// `daprd --app-id {app_id} --app-port {app_port} --dapr-http-port {http_port}
+/// --resources-path ./components`).
 pub struct CommandLauncher {
     pub template: String,
-    /// How long the sidecar may take until `GET /v1.0/healthz` answers 2xx.
+    /// How long the sidecar may take until `GET /v1.0/healthz` answers 2xx (and, over
+    /// gRPC, its gRPC port takes connections).
     pub ready_within: Duration,
     /// Where each sidecar's output goes (`sidecar-<http_port>.log`); `None`: nowhere.
     pub log_dir: Option<std::path::PathBuf>,
+    /// Whether the sidecars are reached over Dapr's gRPC API on `{grpc_port}` and
+    /// deliver to their apps over gRPC (the command line says `--app-protocol grpc`).
+    pub grpc: bool,
+}
+
+/// Why `template` cannot start sidecars reached over gRPC (`grpc`) or HTTP, if it
+/// cannot: a placeholder it needs is missing.
+pub fn check_command_template(template: &str, grpc: bool) -> anyhow::Result<()> {
+    let mut needed = vec!["{app_port}", "{http_port}"];
+    if grpc {
+        needed.push("{grpc_port}");
+    }
+    let missing: Vec<&str> = needed
+        .into_iter()
+        .filter(|placeholder| !template.contains(placeholder))
+        .collect();
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "the sidecar command line has no {}: the suite must tell each sidecar its app's port ({{app_port}}), the port of its HTTP API, where the suite checks it is ready ({{http_port}}){}",
+            missing.join(" nor "),
+            if grpc {
+                ", and the port of its gRPC API, which the suite publishes through ({grpc_port}, with --sidecar-protocol grpc)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
 }
 
 impl CommandLauncher {
     /// The command line for one sidecar; each `{free_port}` becomes a port of its own
-    /// (for the other ports a sidecar opens: gRPC, metrics...).
+    /// (for the other ports a sidecar opens: metrics, profiling...).
     pub fn command_line(
         &self,
         app_id: &str,
         app_port: u16,
         http_port: u16,
+        grpc_port: u16,
     ) -> anyhow::Result<String> {
         let mut line = self
             .template
             .replace("{app_port}", &app_port.to_string())
             .replace("{http_port}", &http_port.to_string())
+            .replace("{grpc_port}", &grpc_port.to_string())
             .replace("{app_id}", app_id);
         while line.contains("{free_port}") {
             line = line.replacen("{free_port}", &free_port()?.to_string(), 1);
@@ -187,6 +204,7 @@ impl CommandLauncher {
 /// A sidecar process the suite started.
 struct CommandSidecar {
     base: String,
+    grpc_base: Option<String>,
     child: tokio::process::Child,
 }
 
@@ -198,7 +216,9 @@ impl Launcher for CommandLauncher {
         app_port: u16,
         http_port: u16,
     ) -> anyhow::Result<Box<dyn Launched>> {
-        let line = self.command_line(app_id, app_port, http_port)?;
+        check_command_template(&self.template, self.grpc)?;
+        let grpc_port = free_port()?;
+        let line = self.command_line(app_id, app_port, http_port, grpc_port)?;
         let log = self
             .log_dir
             .as_ref()
@@ -246,25 +266,47 @@ impl Launcher for CommandLauncher {
                 );
             }
             if let Ok(answer) = client.get(&health).send().await {
-                if answer.status().is_success() {
+                // Over gRPC, the gRPC port must take connections too.
+                if answer.status().is_success()
+                    && (!self.grpc
+                        || tokio::net::TcpStream::connect(("127.0.0.1", grpc_port))
+                            .await
+                            .is_ok())
+                {
                     break;
                 }
             }
             if Instant::now() >= deadline {
                 let _ = child.kill().await;
                 anyhow::bail!(
-                    "the sidecar `{line}` did not answer {health} within {:?}{}",
+                    "the sidecar `{line}` did not answer {health}{} within {:?}{}",
+                    if self.grpc {
+                        format!(" and take connections on its gRPC port {grpc_port}")
+                    } else {
+                        String::new()
+                    },
                     self.ready_within,
                     said()
                 );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Ok(Box::new(CommandSidecar { base, child }))
+        Ok(Box::new(CommandSidecar {
+            base,
+            grpc_base: self.grpc.then(|| format!("http://127.0.0.1:{grpc_port}")),
+            child,
+        }))
+    }
+
+    fn delivers_over_grpc(&self) -> bool {
+        self.grpc
     }
 
     fn describe(&self) -> String {
-        format!("`{}`", self.template)
+        match self.grpc {
+            false => format!("`{}`", self.template),
+            true => format!("`{}` (over gRPC)", self.template),
+        }
     }
 }
 
@@ -272,6 +314,10 @@ impl Launcher for CommandLauncher {
 impl Launched for CommandSidecar {
     fn base(&self) -> String {
         self.base.clone()
+    }
+
+    fn grpc_base(&self) -> Option<String> {
+        self.grpc_base.clone()
     }
 
     /// SIGTERM, so that the sidecar leaves its groups; killed if it has not exited
@@ -309,8 +355,9 @@ mod tests {
             template: "daprd --app-id {app_id} --app-port {app_port} --dapr-http-port {http_port} --dapr-grpc-port {free_port} --metrics-port {free_port}".into(),
             ready_within: Duration::from_secs(1),
             log_dir: None,
+            grpc: false,
         };
-        let line = launcher.command_line("g", 3000, 3500).unwrap();
+        let line = launcher.command_line("g", 3000, 3500, 50001).unwrap();
         assert!(
             line.starts_with(
                 "daprd --app-id g --app-port 3000 --dapr-http-port 3500 --dapr-grpc-port "
@@ -321,5 +368,32 @@ mod tests {
         assert_eq!(ports.len(), 2, "{line}");
         assert_ne!(ports[0], ports[1], "{line}");
         assert!(!line.contains('{'), "{line}");
+    }
+
+    #[test]
+    fn the_grpc_port_is_replaced_and_required_over_grpc() {
+        let template = "daprd --app-id {app_id} --app-port {app_port} --app-protocol grpc --dapr-http-port {http_port} --dapr-grpc-port {grpc_port}";
+        let launcher = CommandLauncher {
+            template: template.into(),
+            ready_within: Duration::from_secs(1),
+            log_dir: None,
+            grpc: true,
+        };
+        let line = launcher.command_line("g", 3000, 3500, 50001).unwrap();
+        assert!(line.ends_with("--dapr-grpc-port 50001"), "{line}");
+        assert!(check_command_template(template, true).is_ok());
+        let without = "daprd --app-port {app_port} --dapr-http-port {http_port}";
+        assert!(check_command_template(without, false).is_ok());
+        let refused = check_command_template(without, true)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("no {grpc_port}"), "{refused}");
+        let refused = check_command_template("daprd", false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("no {app_port} nor {http_port}"),
+            "{refused}"
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! ([`wire`]), the app channel a sidecar delivers through ([`app`], [`deliver`]), and
 //! `serve`, a light Dapr-compatible sidecar ([`serve`], over gRPC too: [`grpc`]); and
 //! the other end: clients ([`client`], [`grpc_client`]) and apps ([`subscriber`],
-//! [`grpc_subscriber`]) that certify any sidecar speaking the API ([`target`]).
+//! [`grpc_subscriber`], [`shared_app`]) that certify any sidecar speaking the API
+//! ([`target`]).
 
 pub mod app;
 pub mod attach;
@@ -18,6 +19,7 @@ pub mod sdk;
 pub mod sdk_app;
 pub mod serve;
 mod server;
+pub mod shared_app;
 pub mod subscriber;
 pub mod target;
 pub mod wire;

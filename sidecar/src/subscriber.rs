@@ -131,7 +131,7 @@ pub struct SubscriberApp {
     server: JoinHandle<()>,
 }
 
-struct AppState {
+pub(crate) struct AppState {
     declared: Vec<AppSubscription>,
     handler: Option<Handler>,
     discovered: Arc<Notify>,
@@ -218,79 +218,24 @@ impl SubscriberApp {
 }
 
 /// The shared app's subscriptions, by route number.
-type RouteTable = Arc<Mutex<HashMap<u64, Arc<AppState>>>>;
+pub(crate) type RouteTable = Arc<Mutex<HashMap<u64, Arc<AppState>>>>;
 
-/// One app for many subscriptions, each at a route of its own
-/// (`/pcs/<n>/deliver`): the app of a sidecar the suite attaches to, whose
-/// subscriptions are declared to the sidecar as resources rather than in `GET
-/// /dapr/subscribe` (which answers none).
-pub struct SharedApp {
-    address: SocketAddr,
-    routes: RouteTable,
-    next: AtomicU64,
-    stop: watch::Sender<bool>,
-    server: JoinHandle<()>,
+/// The router of the shared app over HTTP ([`crate::shared_app::SharedApp`]): no
+/// subscriptions of its own, each route's deliveries at `/pcs/<n>/deliver`.
+pub(crate) fn shared_router(routes: RouteTable) -> Router {
+    Router::new()
+        .route(
+            "/dapr/subscribe",
+            get(|| async { Json(Vec::<AppSubscription>::new()) }),
+        )
+        .route("/dapr/config", get(config))
+        .route("/pcs/{route}/deliver", post(deliver_to_route))
+        .with_state(routes)
 }
 
-impl SharedApp {
-    /// Starts the app on `port` of 127.0.0.1 (the port the sidecar was started
-    /// with as its app port).
-    pub async fn start(port: u16) -> anyhow::Result<SharedApp> {
-        let address = SocketAddr::from(([127, 0, 0, 1], port));
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {address} as the sidecar's app: {e}"))?;
-        let address = listener.local_addr()?;
-        let routes: RouteTable = Arc::default();
-        let router = Router::new()
-            .route(
-                "/dapr/subscribe",
-                get(|| async { Json(Vec::<AppSubscription>::new()) }),
-            )
-            .route("/dapr/config", get(config))
-            .route("/pcs/{route}/deliver", post(deliver_to_route))
-            .with_state(routes.clone());
-        let (stop, server) =
-            crate::server::spawn(listener, router, "the suite's shared app server");
-        Ok(SharedApp {
-            address,
-            routes,
-            next: AtomicU64::new(1),
-            stop,
-            server,
-        })
-    }
-
-    /// The app's port.
-    pub fn port(&self) -> u16 {
-        self.address.port()
-    }
-
-    /// A new route handing what arrives there to `handler` (none: every delivery
-    /// is answered 503, to be delivered again): its number and path.
-    pub fn add(&self, handler: Option<Handler>) -> (u64, String) {
-        let route = self.next.fetch_add(1, Ordering::Relaxed);
-        self.routes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(route, Arc::new(AppState::new(Vec::new(), handler)));
-        (route, format!("/pcs/{route}/deliver"))
-    }
-
-    /// Removes a route: what still arrives there is answered 503 (retried), never
-    /// 404 (which a sidecar reads as DROP).
-    pub fn remove(&self, route: u64) {
-        self.routes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&route);
-    }
-
-    /// Stops the app.
-    pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.server.await;
-    }
+/// What one route of the shared app over HTTP hands to `handler`.
+pub(crate) fn route_state(handler: Option<Handler>) -> Arc<AppState> {
+    Arc::new(AppState::new(Vec::new(), handler))
 }
 
 async fn deliver_to_route(

@@ -120,14 +120,28 @@ impl SidecarTarget {
         })
     }
 
-    /// Starts the publishing sidecar (no app: it only publishes) and publishes
-    /// through its gRPC API with the suite's own gRPC client.
+    /// Starts the publishing sidecar, whose app over gRPC declares nothing, and
+    /// publishes through its gRPC API with the suite's own gRPC client. The launcher's
+    /// sidecars must deliver over gRPC ([`Launcher::delivers_over_grpc`]).
     pub async fn start_publishing_over_grpc(
         launcher: Arc<dyn Launcher>,
         pubsub: &str,
         discovery_within: Duration,
     ) -> anyhow::Result<SidecarTarget> {
-        let sidecar = launcher.launch_without_app(PUBLISHER_APP_ID).await?;
+        if !launcher.delivers_over_grpc() {
+            anyhow::bail!(
+                "the sidecars of {} are reached over HTTP, not over gRPC",
+                launcher.describe()
+            );
+        }
+        let app = crate::grpc_subscriber::start(Vec::new(), None).await?;
+        let sidecar = match launcher.launch(PUBLISHER_APP_ID, app.port()).await {
+            Ok(sidecar) => sidecar,
+            Err(e) => {
+                app.stop().await;
+                return Err(e);
+            }
+        };
         let client = match sidecar.grpc_base() {
             Some(base) => GrpcClient::connect(base, pubsub, None, Duration::from_secs(60)).await,
             None => Err(anyhow::anyhow!(
@@ -139,6 +153,7 @@ impl SidecarTarget {
             Ok(client) => client,
             Err(e) => {
                 sidecar.stop().await;
+                app.stop().await;
                 return Err(e);
             }
         };
@@ -148,7 +163,7 @@ impl SidecarTarget {
             sidecars: Sidecars::Launched {
                 launcher,
                 discovery_within,
-                publishing: Mutex::new(Some((sidecar, None))),
+                publishing: Mutex::new(Some((sidecar, Some(app)))),
                 sdk_app: None,
             },
         })
@@ -183,15 +198,27 @@ impl SidecarTarget {
         )
     }
 
-    /// Attaches to a running sidecar ([`crate::attach`]): it publishes, and
-    /// delivers the subscriptions the suite declares to it.
+    /// Attaches to a running sidecar ([`crate::attach`]): it publishes (over gRPC
+    /// where `options.grpc` says where), and delivers the subscriptions the suite
+    /// declares to it.
     pub async fn attach(options: AttachOptions) -> anyhow::Result<SidecarTarget> {
-        let publisher = Publisher::Http(SidecarClient::new(
-            options.base.clone(),
-            &options.pubsub,
-            options.api_token.clone(),
-            Duration::from_secs(60),
-        )?);
+        let publisher = match &options.grpc {
+            None => Publisher::Http(SidecarClient::new(
+                options.base.clone(),
+                &options.pubsub,
+                options.api_token.clone(),
+                Duration::from_secs(60),
+            )?),
+            Some(grpc) => Publisher::Grpc(
+                GrpcClient::connect(
+                    grpc.clone(),
+                    &options.pubsub,
+                    options.api_token.clone(),
+                    Duration::from_secs(60),
+                )
+                .await?,
+            ),
+        };
         let pubsub = options.pubsub.clone();
         let attached = Attached::connect(options).await?;
         Ok(SidecarTarget {
@@ -206,9 +233,14 @@ impl SidecarTarget {
         match &self.sidecars {
             Sidecars::Launched { launcher, .. } => launcher.describe(),
             Sidecars::Attached(attached) => format!(
-                "the running sidecar at {} (app id {})",
+                "the running sidecar at {} (app id {}{})",
                 attached.base(),
-                attached.app_id()
+                attached.app_id(),
+                if attached.over_grpc() {
+                    ", over gRPC"
+                } else {
+                    ""
+                }
             ),
         }
     }
@@ -465,11 +497,11 @@ impl RemoteRuntime for SidecarTarget {
     }
 }
 
-/// What a component offers through Dapr's HTTP API: what the runtime gives it
+/// What a component offers through Dapr's API (HTTP or gRPC): what the runtime gives it
 /// (emulated features are the sidecar's own, hence native from the wire), without
 /// what the API has no words for (several topics in one subscription, seek,
 /// partition updates).
-pub fn capabilities_over_http(inner: &Capabilities) -> Capabilities {
+pub fn capabilities_over_the_wire(inner: &Capabilities) -> Capabilities {
     let over = |support: Support| match support {
         Support::Unsupported => Support::Unsupported,
         _ => Support::Native,

@@ -12,6 +12,7 @@ use pubsub_components::runtime::{
 };
 use pubsub_components::PubSubError;
 use pubsub_sidecar::attach::AttachOptions;
+use pubsub_sidecar::grpc::app::GrpcAppChannel;
 use pubsub_sidecar::{AppChannel, ServeOptions, ServedComponent, Sidecar, SidecarTarget};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -111,6 +112,7 @@ async fn a_running_sidecar_takes_up_the_suites_subscriptions_as_resources() {
         app_port,
         resources: resources.path().to_path_buf(),
         ready_within: Duration::from_secs(10),
+        grpc: None,
     };
     let target = {
         let mut tries = 0;
@@ -250,6 +252,7 @@ async fn attaching_to_a_sidecar_without_the_pubsub_names_what_it_serves() {
         app_port: 0,
         resources: resources.path().to_path_buf(),
         ready_within: Duration::from_secs(1),
+        grpc: None,
     })
     .await
     .err()
@@ -290,7 +293,7 @@ async fn a_declarative_subscription_that_serve_cannot_start_is_an_error_naming_i
     // No app answers GET /dapr/subscribe: that is the first error; with an app
     // that answers none, the subscription's pub/sub is.
     assert!(error.is_err());
-    let app = pubsub_sidecar::subscriber::SharedApp::start(0)
+    let app = pubsub_sidecar::shared_app::SharedApp::start(0)
         .await
         .unwrap();
     let error = Sidecar::start(
@@ -330,7 +333,7 @@ async fn a_refused_declarative_subscription_does_not_hold_up_the_others() {
     let resources = tempfile::tempdir().unwrap();
     let (http_port, app_port) = (free_port(), free_port());
     // The suite's app, declaring no subscription of its own: nothing is delivered here.
-    let app = pubsub_sidecar::subscriber::SharedApp::start(app_port)
+    let app = pubsub_sidecar::shared_app::SharedApp::start(app_port)
         .await
         .unwrap();
     let sidecar = Sidecar::start(
@@ -387,4 +390,86 @@ async fn a_refused_declarative_subscription_does_not_hold_up_the_others() {
     assert_eq!(listed, ["orders"], "only the one that could start");
     sidecar.stop().await;
     app.stop().await;
+}
+
+/// Attached over gRPC: the running sidecar delivers to its app with the gRPC app
+/// protocol, and the suite publishes through its gRPC API; each declared
+/// subscription's events reach the suite's app by the `path` of the call, its route.
+#[tokio::test]
+async fn a_running_sidecar_over_grpc_delivers_each_declared_subscription_to_its_route() {
+    let resources = tempfile::tempdir().unwrap();
+    let (http_port, app_port, grpc_port) = (free_port(), free_port(), free_port());
+    let options = ServeOptions {
+        app: None,
+        grpc_app: Some(
+            GrpcAppChannel::new(
+                format!("http://127.0.0.1:{app_port}"),
+                Duration::from_secs(5),
+            )
+            .unwrap(),
+        ),
+        grpc_listen: Some(SocketAddr::from(([127, 0, 0, 1], grpc_port))),
+        ..hot_reload_options(http_port, app_port, "grpc-app", resources.path())
+    };
+    let sidecar = tokio::spawn(Sidecar::start(served_memory(), options));
+    let attach = AttachOptions {
+        base: format!("http://127.0.0.1:{http_port}"),
+        pubsub: "ps".into(),
+        api_token: None,
+        app_port,
+        resources: resources.path().to_path_buf(),
+        ready_within: Duration::from_secs(10),
+        grpc: Some(format!("http://127.0.0.1:{grpc_port}")),
+    };
+    let target = {
+        let mut tries = 0;
+        loop {
+            match SidecarTarget::attach(attach.clone()).await {
+                Ok(target) => break target,
+                Err(_) if tries < 50 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("cannot attach over gRPC: {e:#}"),
+            }
+        }
+    };
+    let sidecar = sidecar.await.unwrap().expect("serve started");
+    assert!(
+        target.describe().contains("over gRPC"),
+        "{}",
+        target.describe()
+    );
+    let (orders, invoices) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
+    let first = target
+        .subscribe(
+            Subscription::new("orders", "grpc-app"),
+            Handler::Single(orders.clone()),
+        )
+        .await
+        .expect("the sidecar took up the subscription");
+    let second = target
+        .subscribe(
+            Subscription::new("invoices", "grpc-app"),
+            Handler::Single(invoices.clone()),
+        )
+        .await
+        .expect("the sidecar took up the second subscription");
+    for (topic, data) in [("orders", "o1"), ("invoices", "i1"), ("orders", "o2")] {
+        target
+            .publish(PublishRequest::new(topic, data.as_bytes().to_vec()))
+            .await
+            .unwrap();
+    }
+    assert_eq!(orders.wait_for(2).await, [b"o1".to_vec(), b"o2".to_vec()]);
+    assert_eq!(invoices.wait_for(1).await, [b"i1".to_vec()]);
+    first.stop().await;
+    second.stop().await;
+    assert_eq!(
+        std::fs::read_dir(resources.path()).unwrap().count(),
+        0,
+        "the resources are removed when the subscriptions end"
+    );
+    target.stop().await;
+    sidecar.stop().await;
 }

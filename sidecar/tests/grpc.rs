@@ -400,3 +400,68 @@ async fn the_api_token_is_required_where_set() {
     client.publish_event(request).await.unwrap();
     sidecar.stop().await;
 }
+
+/// A loopback proxy to `to` for one client connection at a time; aborting the task it
+/// returns drops both sockets at once, as a client process that dies does: no
+/// end of stream, no reset, the connection just goes.
+async fn vanishing_proxy(
+    to: std::net::SocketAddr,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                return;
+            };
+            connections.spawn(async move {
+                let mut server = tokio::net::TcpStream::connect(to).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    (address, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_vanishes_mid_stream_hands_its_unacknowledged_event_on() {
+    let (sidecar, mut client) = start(None).await;
+    let (through, proxy) = vanishing_proxy(sidecar.grpc_address().unwrap()).await;
+    let mut vanishing = DaprClient::connect(format!("http://{through}"))
+        .await
+        .unwrap();
+    let mut doomed = subscribe(&mut vanishing, "vanish").await;
+    client
+        .publish_event(publish_request("vanish", b"\"kept\""))
+        .await
+        .unwrap();
+    let event = doomed.event().await;
+    // The client's connection goes without a word: the stream neither ended nor reset.
+    proxy.abort();
+    let _ = proxy.await;
+    let mut next = subscribe(&mut client, "vanish").await;
+    let handed_on = next.event().await;
+    assert_eq!(
+        (handed_on.id.as_str(), handed_on.data.as_slice()),
+        (event.id.as_str(), b"\"kept\"".as_slice()),
+        "the event the vanished client held goes to the next stream"
+    );
+    next.ack(&handed_on.id, TopicEventResponseStatus::Success)
+        .await;
+    // Acknowledged twice: the second is for an id awaiting none, ignored; nothing
+    // comes again and the stream stays open for what comes next.
+    next.ack(&handed_on.id, TopicEventResponseStatus::Retry)
+        .await;
+    assert!(next.quiet_for(Duration::from_millis(500)).await);
+    client
+        .publish_event(publish_request("vanish", b"\"after\""))
+        .await
+        .unwrap();
+    let after = next.event().await;
+    assert_eq!(after.data, b"\"after\"", "the stream still delivers");
+    next.ack(&after.id, TopicEventResponseStatus::Success).await;
+    drop(next);
+    drop(doomed);
+    sidecar.stop().await;
+}

@@ -77,11 +77,20 @@ enum Command {
         through_serve: bool,
         /// Also certify each component through sidecars started from this command
         /// line (a row `<component> via sidecar`), one per app: `{app_port}`,
-        /// `{http_port}`, `{app_id}` and `{components_dir}` (holding the component's
-        /// definition) are replaced. Needs --provision external.
+        /// `{http_port}`, `{grpc_port}`, `{app_id}`, each `{free_port}` and
+        /// `{components_dir}` (holding the component's definition) are replaced. Needs
+        /// --provision external.
         #[cfg(feature = "sidecar")]
         #[arg(long, value_name = "COMMAND")]
         sidecar_command: Option<String>,
+        /// How the suite talks to the sidecars of --sidecar-command and --sidecar: over
+        /// Dapr's HTTP API, or over its gRPC API (rows `<component> via sidecar over
+        /// gRPC`, `<component> via attached sidecar over gRPC`): the suite publishes
+        /// through their gRPC API (`{grpc_port}`, --sidecar-grpc) and its apps answer
+        /// Dapr's app callbacks, so the sidecars run with the gRPC app protocol.
+        #[cfg(feature = "sidecar")]
+        #[arg(long, value_enum, default_value_t = SidecarProtocol::Http)]
+        sidecar_protocol: SidecarProtocol,
         #[cfg(feature = "sidecar")]
         #[command(flatten)]
         attach: crate::through_serve::AttachArgs,
@@ -211,6 +220,30 @@ enum ListFormat {
     Text,
     Markdown,
     Json,
+}
+
+/// `certify --sidecar-protocol`: how the suite talks to the sidecars it starts.
+#[cfg(feature = "sidecar")]
+#[derive(Clone, Copy, ValueEnum)]
+enum SidecarProtocol {
+    Http,
+    Grpc,
+}
+
+#[cfg(feature = "sidecar")]
+impl SidecarProtocol {
+    fn is_grpc(self) -> bool {
+        matches!(self, SidecarProtocol::Grpc)
+    }
+
+    /// The sidecars `template` starts, reached this way; refused when the template
+    /// lacks a placeholder the protocol needs.
+    fn command(self, template: String) -> anyhow::Result<crate::certify::SidecarCommand> {
+        let grpc = self.is_grpc();
+        pubsub_sidecar::launch::check_command_template(&template, grpc)
+            .context("--sidecar-command")?;
+        Ok(crate::certify::SidecarCommand { template, grpc })
+    }
 }
 
 /// `certify --jobs` when not given.
@@ -349,6 +382,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             #[cfg(feature = "sidecar")]
             sidecar_command,
             #[cfg(feature = "sidecar")]
+            sidecar_protocol,
+            #[cfg(feature = "sidecar")]
             attach,
             #[cfg(feature = "sidecar")]
             js_sdk,
@@ -362,6 +397,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             baseline,
             fail_on_regression,
         } => {
+            #[cfg(feature = "sidecar")]
+            if sidecar_protocol.is_grpc() && sidecar_command.is_none() && attach.sidecar.is_none() {
+                anyhow::bail!("--sidecar-protocol grpc is how the suite talks to the sidecars of --sidecar-command or --sidecar: give one of them");
+            }
             // A bad baseline is refused before anything runs.
             let baseline = read_baseline(baseline)?;
             let selection = Selection {
@@ -410,11 +449,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 #[cfg(not(feature = "sidecar"))]
                 through_serve: false,
                 #[cfg(feature = "sidecar")]
-                sidecar_command,
+                sidecar_command: sidecar_command
+                    .map(|template| sidecar_protocol.command(template))
+                    .transpose()?,
                 #[cfg(not(feature = "sidecar"))]
                 sidecar_command: None,
                 #[cfg(feature = "sidecar")]
-                attach: attach.attach_to(definitions.len())?,
+                attach: attach.attach_to(definitions.len(), sidecar_protocol.is_grpc())?,
                 #[cfg(not(feature = "sidecar"))]
                 attach: None,
                 #[cfg(feature = "sidecar")]

@@ -4,8 +4,8 @@
 //! command line (`serve` as its own program, daprd, any sidecar that speaks the API).
 
 use crate::row_paths::{
-    AttachTo, ATTACHED_ROW_SUFFIX, COMMAND_ROW_SUFFIX, GRPC_ROW_SUFFIX, JS_SDK_CLIENT_ROW_SUFFIX,
-    JS_SDK_SERVER_ROW_SUFFIX, ROW_SUFFIX,
+    AttachTo, SidecarCommand, GRPC_ROW_SUFFIX, JS_SDK_CLIENT_ROW_SUFFIX, JS_SDK_SERVER_ROW_SUFFIX,
+    ROW_SUFFIX,
 };
 use crate::row_runtime::{RowRuntime, RuntimeWrapper};
 use pubsub_components::config::ComponentDefinition;
@@ -13,7 +13,7 @@ use pubsub_components::runtime::Runtime;
 use pubsub_components::Component;
 use pubsub_sidecar::attach::AttachOptions;
 use pubsub_sidecar::launch::{CommandLauncher, Launcher, ServeLauncher};
-use pubsub_sidecar::target::{capabilities_over_http, WireDescription};
+use pubsub_sidecar::target::{capabilities_over_the_wire, WireDescription};
 use pubsub_sidecar::{ServedComponent, SidecarTarget};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -39,9 +39,9 @@ pub enum Sidecars {
     /// and each subscription is an app of the suite's answering Dapr's app callbacks.
     ServeGrpc,
     /// A command line run by `sh -c` per sidecar, with `{app_port}`, `{http_port}`,
-    /// `{app_id}` and `{components_dir}` (a directory holding the component's
-    /// definition, as certified) replaced.
-    Command(String),
+    /// `{grpc_port}`, `{app_id}` and `{components_dir}` (a directory holding the
+    /// component's definition, as certified) replaced; reached over HTTP or gRPC.
+    Command(SidecarCommand),
     /// A sidecar already running, attached to (its subscriptions declared as
     /// resources).
     Attached(AttachTo),
@@ -59,8 +59,8 @@ impl Sidecars {
         match self {
             Sidecars::Serve => ROW_SUFFIX,
             Sidecars::ServeGrpc => GRPC_ROW_SUFFIX,
-            Sidecars::Command(_) => COMMAND_ROW_SUFFIX,
-            Sidecars::Attached(_) => ATTACHED_ROW_SUFFIX,
+            Sidecars::Command(command) => command.row_suffix(),
+            Sidecars::Attached(to) => to.row_suffix(),
             Sidecars::JsSdkClient => JS_SDK_CLIENT_ROW_SUFFIX,
             Sidecars::JsSdkServer => JS_SDK_SERVER_ROW_SUFFIX,
         }
@@ -86,6 +86,11 @@ pub struct AttachArgs {
     /// The pub/sub name on the running sidecar (default: the component's name).
     #[arg(long, value_name = "NAME", requires = "sidecar")]
     pub pubsub: Option<String>,
+    /// The running sidecar's gRPC API, e.g. http://127.0.0.1:50001 (`--sidecar` with
+    /// `--sidecar-protocol grpc`: the suite publishes there, and its app on the app
+    /// port answers Dapr's app callbacks).
+    #[arg(long, value_name = "URL", requires = "sidecar")]
+    pub sidecar_grpc: Option<String>,
     /// The running sidecar's API token (`dapr-api-token`; also DAPR_API_TOKEN).
     #[arg(
         long,
@@ -97,10 +102,21 @@ pub struct AttachArgs {
 }
 
 impl AttachArgs {
-    /// The sidecar to attach to, if one is named; errors name what is missing.
-    pub fn attach_to(self, components: usize) -> anyhow::Result<Option<AttachTo>> {
+    /// The sidecar to attach to, if one is named, reached over gRPC where `grpc`;
+    /// errors name what is missing.
+    pub fn attach_to(self, components: usize, grpc: bool) -> anyhow::Result<Option<AttachTo>> {
         let Some(base) = self.sidecar else {
             return Ok(None);
+        };
+        let grpc_base = match (grpc, self.sidecar_grpc) {
+            (true, Some(url)) => Some(url.trim_end_matches('/').to_string()),
+            (true, None) => anyhow::bail!(
+                "--sidecar with --sidecar-protocol grpc needs --sidecar-grpc: the address of the running sidecar's gRPC API"
+            ),
+            (false, Some(_)) => anyhow::bail!(
+                "--sidecar-grpc is where the suite reaches the running sidecar over gRPC: give --sidecar-protocol grpc with it"
+            ),
+            (false, None) => None,
         };
         let app_port = self.sidecar_app_port.ok_or_else(|| {
             anyhow::anyhow!(
@@ -127,6 +143,7 @@ impl AttachArgs {
             app_port,
             resources,
             api_token: self.sidecar_api_token,
+            grpc: grpc_base,
         }))
     }
 }
@@ -135,9 +152,9 @@ impl AttachArgs {
 static ATTACHED_ROWS: std::sync::LazyLock<Arc<tokio::sync::Mutex<()>>> =
     std::sync::LazyLock::new(Arc::default);
 
-/// A row's runtime over HTTP, the target to stop once the row is done, and the
-/// directory the sidecars read the definition from (removed on drop).
-pub struct OverHttp {
+/// A row's runtime over Dapr's API (HTTP or gRPC), the target to stop once the row is
+/// done, and the directory the sidecars read the definition from (removed on drop).
+pub struct OverTheWire {
     pub runtime: Runtime,
     pub target: Arc<SidecarTarget>,
     /// The client library the row publishes with, where it is not the suite's own
@@ -235,12 +252,12 @@ pub fn js_sdk_dir() -> anyhow::Result<PathBuf> {
 
 /// A row's runtime through `sidecars` for `definition`; `component` declares what
 /// the row is judged against (its capabilities and bounds).
-pub async fn over_http(
+pub async fn over_the_wire(
     sidecars: &Sidecars,
     definition: &ComponentDefinition,
     component: Arc<dyn Component>,
     broker_version: Option<String>,
-) -> anyhow::Result<OverHttp> {
+) -> anyhow::Result<OverTheWire> {
     match sidecars {
         Sidecars::Serve | Sidecars::ServeGrpc => {
             let (name, kind) = (&definition.name, &definition.component_type);
@@ -250,7 +267,7 @@ pub async fn over_http(
                 }
                 _ => runtime(name, kind, component, broker_version).await?,
             };
-            Ok(OverHttp {
+            Ok(OverTheWire {
                 runtime,
                 target,
                 client: None,
@@ -287,7 +304,7 @@ pub async fn over_http(
                 broker_version,
                 target.clone(),
             );
-            Ok(OverHttp {
+            Ok(OverTheWire {
                 runtime,
                 target,
                 client: Some(pubsub_sidecar::sdk::js_sdk_version(&sdk)),
@@ -305,17 +322,18 @@ pub async fn over_http(
                     app_port: to.app_port,
                     resources: to.resources.clone(),
                     ready_within: SIDECAR_WITHIN,
+                    grpc: to.grpc.clone(),
                 })
                 .await?,
             );
             let runtime = described(
                 &definition.name,
                 component,
-                ATTACHED_ROW_SUFFIX,
+                to.row_suffix(),
                 broker_version,
                 target.clone(),
             );
-            Ok(OverHttp {
+            Ok(OverTheWire {
                 runtime,
                 target,
                 client: None,
@@ -323,7 +341,7 @@ pub async fn over_http(
                 _one_at_a_time: Some(guard),
             })
         }
-        Sidecars::Command(template) => {
+        Sidecars::Command(command) => {
             let dir = tempfile::Builder::new()
                 .prefix("pcs-sidecar-components-")
                 .tempdir()?;
@@ -339,19 +357,44 @@ pub async fn over_http(
                 )
             })?;
             let launcher = Arc::new(CommandLauncher {
-                template: template.replace("{components_dir}", &dir.path().to_string_lossy()),
+                template: command
+                    .template
+                    .replace("{components_dir}", &dir.path().to_string_lossy()),
                 ready_within: SIDECAR_WITHIN,
                 log_dir: Some(dir.path().to_path_buf()),
+                grpc: command.grpc,
             });
-            let (runtime, target) = remote(
-                launcher,
-                &definition.name,
-                component,
-                COMMAND_ROW_SUFFIX,
-                broker_version,
-            )
-            .await?;
-            Ok(OverHttp {
+            let (runtime, target) = match command.grpc {
+                false => {
+                    remote(
+                        launcher,
+                        &definition.name,
+                        component,
+                        command.row_suffix(),
+                        broker_version,
+                    )
+                    .await?
+                }
+                true => {
+                    let target = Arc::new(
+                        SidecarTarget::start_publishing_over_grpc(
+                            launcher,
+                            &definition.name,
+                            SIDECAR_WITHIN,
+                        )
+                        .await?,
+                    );
+                    let runtime = described(
+                        &definition.name,
+                        component,
+                        command.row_suffix(),
+                        broker_version,
+                        target.clone(),
+                    );
+                    (runtime, target)
+                }
+            };
+            Ok(OverTheWire {
                 runtime,
                 target,
                 client: None,
@@ -383,7 +426,7 @@ pub fn rewrapper(
             let definition = definition.clone();
             let broker_version = broker_version.clone();
             Box::pin(async move {
-                let over = over_http(&sidecars, &definition, component, broker_version)
+                let over = over_the_wire(&sidecars, &definition, component, broker_version)
                     .await
                     .map_err(|e| format!("starting its sidecars: {e:#}"))?;
                 let runtime = over.runtime.clone();
@@ -421,7 +464,7 @@ fn described(
 ) -> Runtime {
     let description = Arc::new(WireDescription {
         kind: format!("{}{suffix}", component.kind()),
-        capabilities: capabilities_over_http(&component.capabilities()),
+        capabilities: capabilities_over_the_wire(&component.capabilities()),
         broker_version: broker_version.unwrap_or_default(),
     });
     Runtime::remote(name, description, target)

@@ -416,8 +416,8 @@ fn http_carries_content_type(sample: &Sample, delivered: Option<&str>) -> bool {
 /// check can compare.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Crossing {
-    /// Over Dapr's HTTP API (see [`fidelity_problems`]).
-    pub over_http: bool,
+    /// Over Dapr's API, HTTP or gRPC (see [`fidelity_problems`]).
+    pub over_the_wire: bool,
     /// JSON payloads were serialized again (an SDK's client or app): they are
     /// compared as JSON values, not bytes.
     pub json_reserialized: bool,
@@ -430,7 +430,7 @@ impl Crossing {
     /// How events published and received through `runtime` cross.
     pub fn of(runtime: &pubsub_components::runtime::Runtime) -> Self {
         Crossing {
-            over_http: runtime.is_remote(),
+            over_the_wire: runtime.is_remote(),
             json_reserialized: runtime.reserializes_json(),
             data_only: runtime.hands_over_data_only().is_some(),
         }
@@ -442,8 +442,8 @@ impl Crossing {
         outcome: &mut crate::outcome::Outcome,
         runtime: &pubsub_components::runtime::Runtime,
     ) {
-        if self.over_http {
-            outcome.note(OVER_HTTP_NOTE);
+        if self.over_the_wire {
+            outcome.note(OVER_THE_WIRE_NOTE);
         }
         if self.json_reserialized {
             outcome.note(RESERIALIZED_JSON_NOTE);
@@ -454,8 +454,8 @@ impl Crossing {
     }
 }
 
-/// What a fidelity case leaves uncompared over Dapr's HTTP API.
-const OVER_HTTP_NOTE: &str = "over Dapr's API (HTTP headers, or gRPC metadata, carry the metadata): payload bytes compared as always; content types the API cannot carry (none given, a raw payload's at a subscription without rawPayload, a bulk entry's bytes its type cannot hold) the case of metadata keys, the leading and trailing whitespace of metadata values (HTTP headers: RFC 9110 5.5 excludes it from a field value), and metadata keys no header name can spell (not an RFC 9110 token: non-ASCII, '/', ':') or that differ from another only in case are not compared";
+/// What a fidelity case leaves uncompared over Dapr's API (HTTP or gRPC).
+const OVER_THE_WIRE_NOTE: &str = "over Dapr's API (HTTP headers, or gRPC metadata, carry the metadata): payload bytes compared as always; content types the API cannot carry (none given, a raw payload's at a subscription without rawPayload, a bulk entry's bytes its type cannot hold) the case of metadata keys, the leading and trailing whitespace of metadata values (HTTP headers: RFC 9110 5.5 excludes it from a field value), and metadata keys no header name can spell (not an RFC 9110 token: non-ASCII, '/', ':') or that differ from another only in case are not compared";
 
 /// What a fidelity case compares differently when an SDK handles JSON payloads.
 const RESERIALIZED_JSON_NOTE: &str = "JSON payloads cross an SDK as values (its client serializes what an app hands it; its server hands the handler what it parsed): a JSON-typed payload is compared as a JSON value, not byte for byte";
@@ -490,12 +490,12 @@ pub fn same_json(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-/// Compares a delivered event with its sample; returns what differs. `crossing.over_http`:
+/// Compares a delivered event with its sample; returns what differs. `crossing.over_the_wire`:
 /// the event crossed Dapr's HTTP API, which cannot carry some content types (see
 /// [`http_carries_content_type`]) and sends metadata as headers, whose names have no
 /// case; those are not compared there (payload bytes always are).
 pub fn fidelity_problems(sample: &Sample, event: &Event, crossing: Crossing) -> Vec<String> {
-    let over_http = crossing.over_http;
+    let over_the_wire = crossing.over_the_wire;
     let mut problems = Vec::new();
     let equal_as_json = crossing.json_reserialized
         && sample.content_type.as_deref().is_some_and(is_json_type)
@@ -516,7 +516,7 @@ pub fn fidelity_problems(sample: &Sample, event: &Event, crossing: Crossing) -> 
         ));
     }
     let compare_type = !crossing.data_only
-        && (!over_http || http_carries_content_type(sample, event.content_type.as_deref()));
+        && (!over_the_wire || http_carries_content_type(sample, event.content_type.as_deref()));
     if compare_type && event.content_type != sample.content_type {
         problems.push(format!(
             "{}: content type {:?} published, {:?} delivered",
@@ -526,7 +526,7 @@ pub fn fidelity_problems(sample: &Sample, event: &Event, crossing: Crossing) -> 
     // Over HTTP metadata travels as headers: names without case, values without
     // leading or trailing whitespace (RFC 9110 5.5: a field value excludes it), and
     // only names that are HTTP tokens, each once whatever its case.
-    let (published, delivered) = match over_http {
+    let (published, delivered) = match over_the_wire {
         true => (
             as_headers(&sample.metadata, &sample.metadata),
             as_headers(&event.metadata, &sample.metadata),
@@ -653,7 +653,7 @@ mod tests {
     }
 
     #[test]
-    fn over_http_only_what_the_api_cannot_carry_goes_uncompared() {
+    fn over_the_wire_only_what_the_api_cannot_carry_goes_uncompared() {
         let octet = Some("application/octet-stream");
         // Carried as it is: compared.
         assert!(http_carries_content_type(

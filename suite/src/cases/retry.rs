@@ -357,7 +357,7 @@ pub(super) fn check_dead_letter(
     origin: &str,
     crossing: super::Crossing,
 ) -> Outcome {
-    let over_http = crossing.over_http;
+    let over_the_wire = crossing.over_the_wire;
     let mut outcome = Outcome::new();
     let events = dlq.events();
     let Some(event) = events.iter().find(|e| key_of(e) == key) else {
@@ -390,7 +390,7 @@ pub(super) fn check_dead_letter(
     };
     // Over Dapr's HTTP API a raw dead letter reaches its (non-raw) subscriber
     // wrapped as application/octet-stream, as daprd delivers it.
-    let wrapped_raw = over_http
+    let wrapped_raw = over_the_wire
         && key.ends_with("-raw")
         && event.content_type.as_deref() == Some("application/octet-stream");
     outcome.expect(

@@ -23,7 +23,7 @@ use row_report::{component_report, not_provisioned, uniform_report};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use crate::row_paths::AttachTo;
+pub use crate::row_paths::{AttachTo, SidecarCommand};
 
 /// Which cases and components a run covers.
 #[derive(Debug, Clone)]
@@ -137,8 +137,9 @@ pub struct CertifyOptions {
     /// of its own beside the in-process one (`--through-serve`).
     pub through_serve: bool,
     /// Also certify each component through sidecars started from this command line
-    /// (`--sidecar-command`), as a row `<component> via sidecar`.
-    pub sidecar_command: Option<String>,
+    /// (`--sidecar-command`), as a row `<component> via sidecar` (over HTTP) or
+    /// `<component> via sidecar over gRPC`.
+    pub sidecar_command: Option<SidecarCommand>,
     /// Also certify each component through a running sidecar (`--sidecar`), as a
     /// row `<component> via attached sidecar`.
     pub attach: Option<AttachTo>,
@@ -351,7 +352,7 @@ async fn certify_component(
         }
         for sidecars in rows {
             reports.push(
-                certify_over_http(
+                certify_over_the_wire(
                     &sidecars,
                     &component,
                     &provisioned,
@@ -376,10 +377,10 @@ async fn shut_down(provisioned: &provision::Provisioned) -> Vec<String> {
     broker.leftover().await.into_iter().collect()
 }
 
-/// The component's row over Dapr's HTTP API: the same cases through `sidecars`, on
-/// the same broker, named `<component> via serve` or `<component> via sidecar`.
+/// The component's row over Dapr's API (HTTP or gRPC): the same cases through
+/// `sidecars`, on the same broker, named `<component> via <path>`.
 #[cfg(feature = "sidecar")]
-async fn certify_over_http(
+async fn certify_over_the_wire(
     sidecars: &crate::through_serve::Sidecars,
     component: &Resolved,
     provisioned: &provision::Provisioned,
@@ -431,7 +432,7 @@ async fn certify_over_http(
         },
         None => provisioned.component.clone(),
     };
-    let over = match crate::through_serve::over_http(
+    let over = match crate::through_serve::over_the_wire(
         sidecars,
         definition,
         component,

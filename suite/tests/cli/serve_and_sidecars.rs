@@ -135,6 +135,62 @@ fn sidecar_command_certifies_sidecar_processes() {
     );
 }
 
+/// `--sidecar-command` with `--sidecar-protocol grpc`: the same sidecar processes
+/// reached over Dapr's gRPC API (the suite publishes on `{grpc_port}`, each app answers
+/// the app callbacks), with the verdicts of the row over HTTP; a command line that
+/// does not say where the gRPC API listens is refused before anything runs.
+#[test]
+fn sidecar_command_certifies_sidecar_processes_over_grpc() {
+    let bin = env!("CARGO_BIN_EXE_pubsub-conformance");
+    let command = format!(
+        "{bin} serve --components {{components_dir}} --http-port {{http_port}} --grpc-port {{grpc_port}} --app-port {{app_port}} --app-protocol grpc --app-id {{app_id}}"
+    );
+    let out = temp_dir("sidecar-command-grpc");
+    let (report, stderr) = certified(
+        "redis",
+        "{publish.delivery,retry.redelivery,dead-letter.drop,bulk-subscribe.statuses,bulk-publish.partial-failure}",
+        &[
+            "--provision",
+            "external",
+            "--sidecar-command",
+            &command,
+            "--sidecar-protocol",
+            "grpc",
+        ],
+        &out,
+    );
+    let row = row_named(&report, "redis via sidecar over gRPC", &stderr);
+    for cell in &row.cases {
+        assert_verdict(cell, "PASS", " through sidecar processes over gRPC");
+    }
+    assert_eq!(row.cases.len(), 5);
+
+    let without_grpc_port = format!(
+        "{bin} serve --components {{components_dir}} --http-port {{http_port}} --app-port {{app_port}} --app-protocol grpc"
+    );
+    let out = temp_dir("sidecar-command-grpc-refused");
+    let refused = certify_cases(
+        "redis",
+        "publish.delivery",
+        &[
+            "--provision",
+            "external",
+            "--sidecar-command",
+            &without_grpc_port,
+            "--sidecar-protocol",
+            "grpc",
+        ],
+        &out,
+    );
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("--sidecar-command") && refused.stderr.contains("no {grpc_port}"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!out.join("report.json").exists(), "nothing ran");
+}
+
 /// A port free on loopback now.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -236,4 +292,91 @@ fn sidecar_attaches_to_a_running_sidecar() {
     assert!(!output.success());
     let stderr = &output.stderr;
     assert!(stderr.contains("--sidecar-app-port"), "{stderr}");
+}
+
+/// `--sidecar` with `--sidecar-protocol grpc`: a running sidecar (`serve` with hot
+/// reload, the gRPC app protocol and a gRPC API) certified over gRPC, with the
+/// verdicts of the row over HTTP; half a description is refused before anything runs.
+#[test]
+fn sidecar_attaches_to_a_running_sidecar_over_grpc() {
+    let resources = temp_dir("attached-grpc-resources");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/memory.yaml"),
+        resources.join("memory.yaml"),
+    )
+    .unwrap();
+    let (http_port, app_port, grpc_port) = (free_port(), free_port(), free_port());
+    let _sidecar = Running(
+        Command::new(env!("CARGO_BIN_EXE_pubsub-conformance"))
+            .args(["serve", "--hot-reload", "--app-id", "attached-grpc"])
+            .args(["--app-protocol", "grpc", "--app-start-within", "10m"])
+            .arg("--components")
+            .arg(&resources)
+            .args(["--http-port", &http_port.to_string()])
+            .args(["--grpc-port", &grpc_port.to_string()])
+            .args(["--app-port", &app_port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let attach = [
+        "--sidecar".to_string(),
+        format!("http://127.0.0.1:{http_port}"),
+        "--sidecar-app-port".to_string(),
+        app_port.to_string(),
+        "--sidecar-resources".to_string(),
+        resources.to_str().unwrap().to_string(),
+        "--sidecar-protocol".to_string(),
+        "grpc".to_string(),
+    ];
+    let grpc = format!("http://127.0.0.1:{grpc_port}");
+    let args: Vec<&str> = attach
+        .iter()
+        .map(String::as_str)
+        .chain(["--sidecar-grpc", grpc.as_str()])
+        .collect();
+    let out = temp_dir("attached-grpc");
+    let (report, stderr) = certified(
+        "memory",
+        "{publish.delivery,retry.redelivery,dead-letter.drop,bulk-subscribe.statuses}",
+        &args,
+        &out,
+    );
+    let row = row_named(&report, "memory via attached sidecar over gRPC", &stderr);
+    for cell in &row.cases {
+        assert_verdict(cell, "PASS", " through the attached sidecar over gRPC");
+    }
+    assert_eq!(row.cases.len(), 4);
+
+    // Over gRPC without the address of its gRPC API, or that address over HTTP, or
+    // the protocol with no sidecar at all: refused, naming what is missing.
+    let without_address: Vec<&str> = attach.iter().map(String::as_str).collect();
+    let over_http: Vec<&str> = attach[..6]
+        .iter()
+        .map(String::as_str)
+        .chain(["--sidecar-grpc", grpc.as_str()])
+        .collect();
+    for (args, says) in [
+        (without_address, "needs --sidecar-grpc"),
+        (over_http, "give --sidecar-protocol grpc"),
+        (
+            vec!["--sidecar-protocol", "grpc"],
+            "of --sidecar-command or --sidecar",
+        ),
+    ] {
+        let output = run(cli()
+            .args([
+                "certify",
+                "--component",
+                "memory",
+                "--case",
+                "publish.delivery",
+            ])
+            .args(&args)
+            .arg("--out")
+            .arg(temp_dir("attached-grpc-refused")));
+        assert_eq!(output.code, Some(2), "{args:?}: {}", output.stderr);
+        assert!(output.stderr.contains(says), "{args:?}: {}", output.stderr);
+    }
 }
