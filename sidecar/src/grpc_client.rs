@@ -147,12 +147,18 @@ pub fn error(status: tonic::Status, what: &str) -> PubSubError {
         .error_info()
         .map(|info| info.reason.clone())
         .unwrap_or_default();
-    let detail = match reason.as_str() {
-        "" => format!("gRPC {:?}: {}", status.code(), status.message()),
-        reason => format!("gRPC {:?} {reason}: {}", status.code(), status.message()),
+    error_of(status.code(), &reason, status.message(), what)
+}
+
+/// [`error`] of a status given as its code, `ErrorInfo` reason (empty: none) and
+/// message (as a client in another language reports it).
+pub fn error_of(code: tonic::Code, reason: &str, message: &str, what: &str) -> PubSubError {
+    let detail = match reason {
+        "" => format!("gRPC {code:?}: {message}"),
+        reason => format!("gRPC {code:?} {reason}: {message}"),
     };
     use tonic::Code;
-    match status.code() {
+    match code {
         _ if reason == "DAPR_PUBSUB_NOT_FOUND" => PubSubError::NotFound(detail),
         Code::InvalidArgument | Code::ResourceExhausted | Code::OutOfRange => {
             PubSubError::InvalidRequest(detail)

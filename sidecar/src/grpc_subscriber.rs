@@ -339,13 +339,24 @@ fn listed(declared: &AppSubscription) -> runtime::TopicSubscription {
 /// The message's metadata a call carries: every header that is not the transport's.
 fn call_metadata(headers: &tonic::metadata::MetadataMap) -> Metadata {
     let map = headers.clone().into_headers();
-    metadata_from_headers(map.iter().filter_map(|(name, value)| {
-        let name = name.as_str();
-        if GRPC_HEADERS.contains(&name) {
-            return None;
-        }
-        Some((name, std::str::from_utf8(value.as_bytes()).ok()?))
+    metadata_of(map.iter().filter_map(|(name, value)| {
+        Some((name.as_str(), std::str::from_utf8(value.as_bytes()).ok()?))
     }))
+}
+
+/// The message's metadata among a call's headers: those that are not the transport's.
+fn metadata_of<'a>(headers: impl Iterator<Item = (&'a str, &'a str)>) -> Metadata {
+    metadata_from_headers(headers.filter(|(name, _)| !GRPC_HEADERS.contains(name)))
+}
+
+/// The event a sidecar sent as `request` with the call's `headers`, as a case sees
+/// it (for an app of another's, such as an SDK's, that relays what it got).
+pub(crate) fn event_of<'a>(
+    deliveries: &Deliveries,
+    request: runtime::TopicEventRequest,
+    headers: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Result<Event, String> {
+    received(deliveries, request, metadata_of(headers))
 }
 
 /// The event a sidecar sent, as the runtime's event: its CloudEvent put together
@@ -371,11 +382,15 @@ fn received(
         ("id", event.id),
         ("source", event.source),
         ("type", event.r#type),
-        ("topic", event.topic),
-        ("pubsubname", event.pubsub_name),
         ("datacontenttype", event.data_content_type.clone()),
     ] {
         envelope.insert(key.to_string(), json!(value));
+    }
+    // The call's topic and pub/sub are where the event was received (a dead-letter
+    // topic, for a dead-lettered event); the envelope's own, among the extensions,
+    // say where it was published, and stay.
+    for (key, value) in [("topic", event.topic), ("pubsubname", event.pubsub_name)] {
+        envelope.entry(key).or_insert(json!(value));
     }
     let essence = crate::wire::essence(&event.data_content_type);
     let text = std::str::from_utf8(&event.data).ok();

@@ -1,6 +1,7 @@
-//! Dapr's JavaScript SDK (`@dapr/dapr`) as the publisher of a certification row:
-//! the cases' publishes go through its `DaprClient`, in a long-running Node
-//! program (`sdk/js/publisher.mjs`) driven over its stdin and stdout, to a sidecar.
+//! Dapr's SDKs as the publisher of a certification row: the cases' publishes go
+//! through an SDK's client, in a long-running program driven over its stdin and
+//! stdout, to a sidecar: the JavaScript SDK's `DaprClient` over HTTP
+//! (`sdk/js/publisher.mjs`), the Python SDK's over gRPC (`sdk/python/publisher.py`).
 //! What the SDK returns is what the case sees, so a row through it certifies the
 //! SDK's client side: its requests, and how it reads the sidecar's answers.
 
@@ -20,17 +21,39 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::oneshot;
 
-/// The SDK's package name and the version `sdk/js/package-lock.json` pins, for
-/// reports.
+/// The JavaScript SDK's package name, for reports.
 pub const JS_SDK: &str = "@dapr/dapr";
+
+/// The Python SDK's package name (on PyPI), for reports.
+pub const PYTHON_SDK: &str = "dapr (Python)";
 
 /// How long one publish through the SDK may take.
 const CALL_WITHIN: Duration = Duration::from_secs(60);
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
 
-/// A running `sdk/js/publisher.mjs`.
+/// Which SDK a publisher program drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sdk {
+    /// `@dapr/dapr`'s `DaprClient` over HTTP.
+    Js,
+    /// The Python SDK's `DaprClient` over gRPC.
+    Python,
+}
+
+impl Sdk {
+    /// The SDK's name, for reports and errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sdk::Js => JS_SDK,
+            Sdk::Python => PYTHON_SDK,
+        }
+    }
+}
+
+/// A running `sdk/js/publisher.mjs` or `sdk/python/publisher.py`.
 pub struct SdkPublisher {
+    sdk: Sdk,
     pubsub: String,
     stdin: tokio::sync::Mutex<ChildStdin>,
     pending: Pending,
@@ -61,20 +84,92 @@ pub fn js_sdk_version(sdk_dir: &Path) -> String {
         .map_or_else(|| JS_SDK.to_string(), |v| format!("{JS_SDK} {v}"))
 }
 
+/// The directory of the Python SDK as `scripts/install.sh` installs it
+/// (`sdk/python`, its virtual environment in `.venv`), or an error saying how to
+/// install it.
+pub fn python_sdk_dir(root: &Path) -> anyhow::Result<PathBuf> {
+    let dir = root.join("sdk/python");
+    if python_sdk_version(&dir).is_none() {
+        anyhow::bail!(
+            "Dapr's Python SDK is not installed in {}: run ./scripts/install.sh (it makes sdk/python/.venv)",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
+/// The installed Python SDK's version (`dapr (Python) 1.19.0`), read from its
+/// package's metadata in the virtual environment.
+pub fn python_sdk_version(sdk_dir: &Path) -> Option<String> {
+    let lib = sdk_dir.join(".venv/lib");
+    for python in std::fs::read_dir(lib).ok()?.flatten() {
+        let packages = python.path().join("site-packages");
+        for entry in std::fs::read_dir(packages).ok()?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(version) = name
+                .strip_prefix("dapr-")
+                .and_then(|rest| rest.strip_suffix(".dist-info"))
+            {
+                return Some(format!("{PYTHON_SDK} {version}"));
+            }
+        }
+    }
+    None
+}
+
 impl SdkPublisher {
-    /// Starts the SDK's client against the sidecar whose HTTP API listens on
-    /// `dapr_http_port`, publishing to pub/sub `pubsub`; returns once it is ready.
+    /// Starts the JavaScript SDK's client against the sidecar whose HTTP API listens
+    /// on `dapr_http_port`, publishing to pub/sub `pubsub`; returns once it is ready.
     pub async fn start(sdk_dir: &Path, dapr_http_port: u16, pubsub: &str) -> anyhow::Result<Self> {
-        let mut child = Command::new("node")
+        let mut command = Command::new("node");
+        command
             .arg("publisher.mjs")
             .current_dir(sdk_dir)
+            .env("DAPR_HTTP_PORT", dapr_http_port.to_string());
+        Self::spawn(command, Sdk::Js, pubsub, "(is Node.js installed?)").await
+    }
+
+    /// Starts the Python SDK's client (in `sdk_dir`'s virtual environment) against
+    /// the sidecar whose gRPC API listens on `dapr_grpc_port` (its HTTP API, which
+    /// the SDK probes for health, on `dapr_http_port`), publishing to pub/sub
+    /// `pubsub`; returns once it is ready.
+    pub async fn start_python(
+        sdk_dir: &Path,
+        dapr_http_port: u16,
+        dapr_grpc_port: u16,
+        pubsub: &str,
+    ) -> anyhow::Result<Self> {
+        let mut command = Command::new(sdk_dir.join(".venv/bin/python"));
+        command
+            .arg("publisher.py")
+            .current_dir(sdk_dir)
             .env("DAPR_HTTP_PORT", dapr_http_port.to_string())
+            .env("DAPR_GRPC_PORT", dapr_grpc_port.to_string())
+            .env("PYTHONUNBUFFERED", "1");
+        Self::spawn(
+            command,
+            Sdk::Python,
+            pubsub,
+            "(did ./scripts/install.sh make sdk/python/.venv?)",
+        )
+        .await
+    }
+
+    async fn spawn(
+        mut command: Command,
+        sdk: Sdk,
+        pubsub: &str,
+        hint: &str,
+    ) -> anyhow::Result<Self> {
+        let mut child = command
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| anyhow::anyhow!("cannot start node for Dapr's JavaScript SDK: {e}"))?;
+            .map_err(|e| {
+                anyhow::anyhow!("cannot start the publisher of {}: {e} {hint}", sdk.name())
+            })?;
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         tokio::spawn(log_stderr(child.stderr.take().expect("piped")));
@@ -84,10 +179,12 @@ impl SdkPublisher {
         match tokio::time::timeout(Duration::from_secs(30), is_ready).await {
             Ok(Ok(())) => {}
             _ => anyhow::bail!(
-                "sdk/js/publisher.mjs did not say it was ready within 30 s (is Node.js installed?)"
+                "the publisher of {} did not say it was ready within 30 s {hint}",
+                sdk.name()
             ),
         }
         Ok(SdkPublisher {
+            sdk,
             pubsub: pubsub.to_string(),
             stdin: tokio::sync::Mutex::new(stdin),
             pending,
@@ -95,6 +192,11 @@ impl SdkPublisher {
             positions: AtomicU64::new(0),
             child: tokio::sync::Mutex::new(child),
         })
+    }
+
+    /// The SDK it drives.
+    pub fn sdk(&self) -> Sdk {
+        self.sdk
     }
 
     /// Stops the program.
@@ -111,8 +213,9 @@ impl SdkPublisher {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, answer);
+        let sdk = self.sdk.name();
         let failed = |message: String| PubSubError::Broker {
-            context: format!("{what} through {JS_SDK}"),
+            context: format!("{what} through {sdk}"),
             message,
         };
         let mut line = request.to_string();
@@ -133,7 +236,7 @@ impl SdkPublisher {
                     .remove(&id);
                 Err(PubSubError::Timeout {
                     after: CALL_WITHIN,
-                    what: format!("{what} through {JS_SDK}"),
+                    what: format!("{what} through {sdk}"),
                 })
             }
         }
@@ -166,13 +269,23 @@ impl SdkPublisher {
             }
         }
         let answer = self.call(call, "publishing").await?;
-        match answer["error"].as_str() {
+        match self.error_in(&answer, "publishing") {
             None => Ok(MessageId::new(
                 request.topic,
                 None,
                 self.positions.fetch_add(1, Ordering::Relaxed),
             )),
-            Some(error) => Err(sdk_error(error, "publishing")),
+            Some(error) => Err(error),
+        }
+    }
+
+    /// The error an answer carries, if any: the JavaScript SDK's text, or the Python
+    /// SDK's gRPC status (its code and `ErrorInfo` reason).
+    fn error_in(&self, answer: &Value, what: &str) -> Option<PubSubError> {
+        let error = &answer["error"];
+        match self.sdk {
+            Sdk::Js => error.as_str().map(|text| sdk_error(text, what)),
+            Sdk::Python => (!error.is_null()).then(|| grpc_sdk_error(error, what)),
         }
     }
 
@@ -183,9 +296,9 @@ impl SdkPublisher {
             // The SDK gives an entry without an entryID a random UUID: the request
             // the case asks for cannot be sent through it.
             return Err(PubSubError::Unsupported {
-                component: JS_SDK.into(),
+                component: self.sdk.name().into(),
                 feature: format!(
-                    "a bulk entry without an entryID (index {index}; the SDK sends a random UUID in its place)"
+                    "a bulk entry without an entry id (index {index}; the SDK sends a random UUID in its place)"
                 ),
             });
         }
@@ -194,9 +307,13 @@ impl SdkPublisher {
             .iter()
             .map(|entry| {
                 let wire = wire_entry(entry);
+                use base64::Engine as _;
                 json!({
                     "entryID": wire.entry_id,
+                    // The event in the HTTP API's form (JavaScript), and as its
+                    // bytes (Python, which sends them over gRPC).
                     "eventText": wire.event.get(),
+                    "base64": base64::engine::general_purpose::STANDARD.encode(&entry.event),
                     "contentType": wire.content_type,
                     "metadata": wire.metadata.unwrap_or_default(),
                 })
@@ -214,8 +331,8 @@ impl SdkPublisher {
                 "bulk publishing",
             )
             .await?;
-        if let Some(error) = answer["error"].as_str() {
-            return Err(sdk_error(error, "bulk publishing"));
+        if let Some(error) = self.error_in(&answer, "bulk publishing") {
+            return Err(error);
         }
         let failed: Vec<FailedEntry> = answer["failed"]
             .as_array()
@@ -229,9 +346,9 @@ impl SdkPublisher {
                     .collect()
             })
             .unwrap_or_default();
-        // The SDK lists every entry as failed when the whole request was refused:
-        // the request's error, as the sidecar answered it.
-        if count > 0 && failed.len() == count {
+        // The JavaScript SDK lists every entry as failed when the whole request was
+        // refused: the request's error, as the sidecar answered it.
+        if self.sdk == Sdk::Js && count > 0 && failed.len() == count {
             if let Some(refused) = failed
                 .first()
                 .map(|f| sdk_error(&f.error, "bulk publishing"))
@@ -271,12 +388,55 @@ fn sdk_error(text: &str, what: &str) -> PubSubError {
     }
 }
 
+/// An error the Python SDK raised (`{"text", "code", "reason"}`: the gRPC status's
+/// message, code name and `ErrorInfo` reason), as the suite's gRPC client reads it.
+fn grpc_sdk_error(error: &Value, what: &str) -> PubSubError {
+    let text = error["text"].as_str().unwrap_or_default();
+    match error["code"].as_str().and_then(code_named) {
+        Some(code) => crate::grpc_client::error_of(
+            code,
+            error["reason"].as_str().unwrap_or_default(),
+            text,
+            what,
+        ),
+        None => PubSubError::Broker {
+            context: format!("{what} through {PYTHON_SDK}"),
+            message: text.to_string(),
+        },
+    }
+}
+
+/// The gRPC code named as grpcio names it (`INVALID_ARGUMENT`).
+fn code_named(name: &str) -> Option<tonic::Code> {
+    use tonic::Code;
+    Some(match name {
+        "OK" => Code::Ok,
+        "CANCELLED" => Code::Cancelled,
+        "UNKNOWN" => Code::Unknown,
+        "INVALID_ARGUMENT" => Code::InvalidArgument,
+        "DEADLINE_EXCEEDED" => Code::DeadlineExceeded,
+        "NOT_FOUND" => Code::NotFound,
+        "ALREADY_EXISTS" => Code::AlreadyExists,
+        "PERMISSION_DENIED" => Code::PermissionDenied,
+        "RESOURCE_EXHAUSTED" => Code::ResourceExhausted,
+        "FAILED_PRECONDITION" => Code::FailedPrecondition,
+        "ABORTED" => Code::Aborted,
+        "OUT_OF_RANGE" => Code::OutOfRange,
+        "UNIMPLEMENTED" => Code::Unimplemented,
+        "INTERNAL" => Code::Internal,
+        "UNAVAILABLE" => Code::Unavailable,
+        "DATA_LOSS" => Code::DataLoss,
+        "UNAUTHENTICATED" => Code::Unauthenticated,
+        _ => return None,
+    })
+}
+
 /// The SDK's own log lines (its errors, as `LogLevel.Error` keeps them) go to the
 /// run's log, beside the cell they belong to, not to the terminal.
 pub(crate) async fn log_stderr(stderr: tokio::process::ChildStderr) {
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        tracing::warn!(target: "dapr_js_sdk", "{line}");
+        tracing::warn!(target: "dapr_sdk", "{line}");
     }
 }
 
@@ -331,6 +491,26 @@ mod tests {
         ));
         assert!(matches!(
             sdk_error("fetch failed", "publishing"),
+            PubSubError::Broker { .. }
+        ));
+    }
+
+    #[test]
+    fn the_python_sdks_grpc_error_is_read_as_the_grpc_clients() {
+        let refused = json!({"text": "bad", "code": "INVALID_ARGUMENT", "reason": "DAPR_PUBSUB_MARSHAL_EVENTS"});
+        assert!(matches!(
+            grpc_sdk_error(&refused, "bulk publishing"),
+            PubSubError::InvalidRequest(text) if text.contains("DAPR_PUBSUB_MARSHAL_EVENTS")
+        ));
+        let unknown =
+            json!({"text": "no", "code": "INVALID_ARGUMENT", "reason": "DAPR_PUBSUB_NOT_FOUND"});
+        assert!(matches!(
+            grpc_sdk_error(&unknown, "publishing"),
+            PubSubError::NotFound(_)
+        ));
+        let raised = json!({"text": "the SDK raised ValueError: x", "code": "", "reason": ""});
+        assert!(matches!(
+            grpc_sdk_error(&raised, "publishing"),
             PubSubError::Broker { .. }
         ));
     }

@@ -1,12 +1,15 @@
-//! Dapr's JavaScript SDK (`@dapr/dapr`) as the subscribing app of a certification
-//! row: a `DaprServer` (`sdk/js/app.mjs`) declares the subscription, its sidecar
-//! delivers to it, and its handler hands what the SDK gives a handler (the data
-//! and the headers) to a relay of the suite's, which turns it into an [`Event`]
-//! for the case's handler and answers the handler's status for the SDK to return.
-//! What the SDK makes of a delivery (its data, its status) is what the case sees,
-//! so a row through it certifies the SDK's app side.
+//! Dapr's SDKs as the subscribing app of a certification row: the JavaScript SDK's
+//! `DaprServer` (`sdk/js/app.mjs`, over HTTP) or the Python SDK's `dapr.ext.grpc.App`
+//! (`sdk/python/app.py`, over gRPC) declares the subscription, its sidecar delivers
+//! to it, and its handler hands what the SDK gives a handler (the JavaScript SDK: the
+//! data and the headers; the Python SDK: the CloudEvent's fields, data and metadata)
+//! to a relay of the suite's, which turns it into an [`Event`] for the case's handler
+//! and answers the handler's status for the SDK to return. What the SDK makes of a
+//! delivery (its data, its status) is what the case sees, so a row through it
+//! certifies the SDK's app side.
 
-use crate::sdk::JS_SDK;
+use crate::sdk::{Sdk, JS_SDK};
+use crate::subscriber::Deliveries;
 use crate::subscriber::{declaration, metadata_from_headers};
 use crate::wire::AppSubscription;
 use axum::extract::State;
@@ -33,20 +36,31 @@ use tokio::task::JoinHandle;
 /// through this row has no content type and no CloudEvent.
 pub const DATA_ONLY: &str = "the SDK hands its handler the event's data and headers, not the CloudEvent (no id, content type or envelope fields)";
 
-/// A running `sdk/js/app.mjs` and the relay it hands messages to.
+/// A running `sdk/js/app.mjs` or `sdk/python/app.py`, and the relay it hands
+/// messages to.
 pub struct SdkApp {
+    sdk: Sdk,
     child: Child,
     relay_stop: watch::Sender<bool>,
     relay: JoinHandle<()>,
 }
 
-/// The data as the SDK's handler got it, as `app.mjs` spells it.
+/// What the SDK's handler got, as `app.mjs` spells it (the data and headers).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Relayed {
     data: RelayedData,
     #[serde(default)]
     headers: BTreeMap<String, Value>,
+}
+
+/// What the Python SDK's handler got, as `app.py` spells it: the event as a
+/// `TopicEventRequest` (protobuf, base64), and the metadata it carried.
+#[derive(Deserialize)]
+struct RelayedOverGrpc {
+    request: String,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -65,14 +79,19 @@ struct Relay {
     /// handler is not told.
     attempts: Mutex<HashMap<u64, u32>>,
     positions: AtomicU64,
+    /// What reads events delivered over gRPC (the Python SDK's app).
+    deliveries: Deliveries,
 }
 
 impl SdkApp {
-    /// Starts the relay, and the SDK's app on `app_port` declaring `declared` (one
-    /// topic) to the sidecar that will listen on `dapr_http_port`, handing what it
-    /// receives to `handler`. The app answers `GET /dapr/subscribe` once it runs;
-    /// [`SdkApp::started`] waits until it has also seen its sidecar.
+    /// Starts the relay, and `sdk`'s app (in `sdk_dir`) declaring `declared` (one
+    /// topic), handing what it receives to `handler`: the JavaScript app on
+    /// `app_port`, for the sidecar that will listen on `dapr_http_port`, answering `GET
+    /// /dapr/subscribe` once it runs; the Python app on a port it picks (both
+    /// ignored), answering `ListTopicSubscriptions`. [`SdkApp::started`] waits until it
+    /// says it started.
     pub async fn start(
+        sdk: Sdk,
         sdk_dir: &Path,
         app_port: u16,
         dapr_http_port: u16,
@@ -88,21 +107,37 @@ impl SdkApp {
             handler,
             attempts: Mutex::new(HashMap::new()),
             positions: AtomicU64::new(0),
+            deliveries: Deliveries::default(),
         });
         let router = Router::new()
             .route("/relay", post(relayed))
+            .route("/relay-grpc", post(relayed_over_grpc))
+            .route("/warm-up", axum::routing::get(|| async { "warm" }))
             .with_state(relay);
         let (relay_stop, relay) =
             crate::server::spawn(listener, router, "the SDK app's relay server");
-        let config = json!({
+        let mut config = json!({
             "pubsub": declared.pubsub_name,
             "topic": declared.topic,
             "deadLetterTopic": declared.dead_letter_topic,
             "metadata": beyond_defaults(&declared.metadata),
             "relay": format!("http://{relay_address}/relay"),
         });
-        let spawned = tokio::process::Command::new("node")
-            .arg("app.mjs")
+        let mut command = match sdk {
+            Sdk::Js => tokio::process::Command::new("node"),
+            Sdk::Python => {
+                config["relay"] = json!(format!("http://{relay_address}/relay-grpc"));
+                config["warmUp"] = json!(format!("http://{relay_address}/warm-up"));
+                let mut command = tokio::process::Command::new(sdk_dir.join(".venv/bin/python"));
+                command.env("PYTHONUNBUFFERED", "1");
+                command
+            }
+        };
+        let spawned = command
+            .arg(match sdk {
+                Sdk::Js => "app.mjs",
+                Sdk::Python => "app.py",
+            })
             .arg(config.to_string())
             .current_dir(sdk_dir)
             .env("APP_PORT", app_port.to_string())
@@ -116,22 +151,24 @@ impl SdkApp {
             Ok(child) => child,
             Err(e) => {
                 let _ = relay_stop.send(true);
-                anyhow::bail!("cannot start node for Dapr's JavaScript SDK app: {e}");
+                anyhow::bail!("cannot start the app of {}: {e}", sdk.name());
             }
         };
         if let Some(stderr) = child.stderr.take() {
             tokio::spawn(crate::sdk::log_stderr(stderr));
         }
         Ok(SdkApp {
+            sdk,
             child,
             relay_stop,
             relay,
         })
     }
 
-    /// Waits (at most `within`) until the app says its server runs and its
-    /// client has seen the sidecar.
-    pub async fn started(&mut self, within: Duration) -> anyhow::Result<()> {
+    /// Waits (at most `within`) until the app says its server runs (the
+    /// JavaScript app: and its client has seen the sidecar); the port it listens on,
+    /// where it picked it (the Python app).
+    pub async fn started(&mut self, within: Duration) -> anyhow::Result<Option<u16>> {
         let stdout = self
             .child
             .stdout
@@ -140,17 +177,31 @@ impl SdkApp {
         let mut lines = BufReader::new(stdout).lines();
         let said = tokio::time::timeout(within, async {
             while let Ok(Some(line)) = lines.next_line().await {
-                if serde_json::from_str::<Value>(&line).is_ok_and(|v| v["started"] == true) {
-                    return true;
+                if let Ok(said) = serde_json::from_str::<Value>(&line) {
+                    if said["started"] == true {
+                        return Some(said["port"].as_u64().and_then(|p| u16::try_from(p).ok()));
+                    }
                 }
             }
-            false
+            None
         })
         .await;
+        // What the app prints later (the Python SDK prints data it cannot parse) goes
+        // to the run's log: a pipe nobody reads would block the app, or break it.
+        let sdk = self.sdk.name();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::debug!(target: "dapr_sdk", %sdk, "{line}");
+            }
+        });
+        let program = match self.sdk {
+            Sdk::Js => "sdk/js/app.mjs",
+            Sdk::Python => "sdk/python/app.py",
+        };
         match said {
-            Ok(true) => Ok(()),
-            Ok(false) => anyhow::bail!("sdk/js/app.mjs exited before it started"),
-            Err(_) => anyhow::bail!("sdk/js/app.mjs did not start within {within:?}"),
+            Ok(Some(port)) => Ok(port),
+            Ok(None) => anyhow::bail!("{program} exited before it started"),
+            Err(_) => anyhow::bail!("{program} did not start within {within:?}"),
         }
     }
 
@@ -181,6 +232,42 @@ async fn relayed(State(relay): State<Arc<Relay>>, Json(message): Json<Relayed>) 
         Ok(event) => event,
         // The relay's own failure, not the case's: RETRY keeps the message (a
         // handler that throws would have the SDK acknowledge it).
+        Err(why) => {
+            tracing::warn!(%why, "the SDK app's relay could not read a message");
+            return Json(json!({ "status": "RETRY" }));
+        }
+    };
+    match relay.handler.handle(event).await {
+        Ok(status) => Json(json!({ "status": status })),
+        Err(why) => Json(json!({ "throw": why })),
+    }
+}
+
+async fn relayed_over_grpc(
+    State(relay): State<Arc<Relay>>,
+    Json(message): Json<RelayedOverGrpc>,
+) -> Json<Value> {
+    let event = base64::engine::general_purpose::STANDARD
+        .decode(&message.request)
+        .map_err(|e| format!("not base64: {e}"))
+        .and_then(|bytes| {
+            <dapr::dapr::proto::runtime::v1::TopicEventRequest as prost::Message>::decode(
+                bytes.as_slice(),
+            )
+            .map_err(|e| format!("not a TopicEventRequest: {e}"))
+        })
+        .and_then(|request| {
+            crate::grpc_subscriber::event_of(
+                &relay.deliveries,
+                request,
+                message
+                    .metadata
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), value.as_str())),
+            )
+        });
+    let event = match event {
+        Ok(event) => event,
         Err(why) => {
             tracing::warn!(%why, "the SDK app's relay could not read a message");
             return Json(json!({ "status": "RETRY" }));

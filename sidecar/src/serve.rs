@@ -457,7 +457,11 @@ async fn subscribe(
                 .join(", ")
         )
     })?;
-    let path = declared.path().map_err(|e| anyhow::anyhow!(e))?;
+    let path = match app {
+        App::Http(_) => declared.path(),
+        App::Grpc(_) => declared.grpc_path(),
+    }
+    .map_err(|e| anyhow::anyhow!(e))?;
     let raw_payload =
         publish::flag(&declared.metadata, "rawPayload").map_err(|e| anyhow::anyhow!(e))?;
     let mut subscription = Subscription::new(&declared.topic, app_id);

@@ -10,7 +10,7 @@ use crate::client::SidecarClient;
 use crate::grpc_client::GrpcClient;
 use crate::launch::free_port;
 use crate::launch::{Launched, Launcher};
-use crate::sdk::SdkPublisher;
+use crate::sdk::{Sdk, SdkPublisher};
 use crate::sdk_app::SdkApp;
 use crate::subscriber::{declaration, SubscriberApp};
 use async_trait::async_trait;
@@ -40,11 +40,11 @@ pub struct SidecarTarget {
     sidecars: Sidecars,
 }
 
-/// Who publishes: the suite's own HTTP or gRPC client, or Dapr's JavaScript SDK.
+/// Who publishes: the suite's own HTTP or gRPC client, or one of Dapr's SDKs.
 enum Publisher {
     Http(SidecarClient),
     Grpc(GrpcClient),
-    JsSdk(Box<SdkPublisher>),
+    Sdk(Box<SdkPublisher>),
 }
 
 /// The publishing sidecar, and its app (which declares nothing) if it has one.
@@ -57,9 +57,10 @@ enum Sidecars {
         discovery_within: Duration,
         /// The publishing sidecar and its app (which declares nothing), if it has one.
         publishing: Mutex<Option<Publishing>>,
-        /// Dapr's JavaScript SDK's directory, when its `DaprServer` is the app
-        /// that subscribes (else the suite's own app does).
-        sdk_app: Option<std::path::PathBuf>,
+        /// The SDK whose app subscribes, and its directory: the JavaScript SDK's
+        /// `DaprServer`, the Python SDK's `dapr.ext.grpc.App` (else the suite's own
+        /// app does).
+        sdk_app: Option<(Sdk, std::path::PathBuf)>,
     },
     Attached(Attached),
 }
@@ -92,14 +93,10 @@ impl SidecarTarget {
                 Duration::from_secs(60),
             )?),
             Some(dir) => {
-                let port = sidecar
-                    .base()
-                    .rsplit(':')
-                    .next()
-                    .and_then(|p| p.parse::<u16>().ok())
+                let port = port_of(&sidecar.base())
                     .ok_or_else(|| anyhow::anyhow!("no port in {}", sidecar.base()))?;
                 match SdkPublisher::start(dir, port, pubsub).await {
-                    Ok(sdk) => Publisher::JsSdk(Box::new(sdk)),
+                    Ok(sdk) => Publisher::Sdk(Box::new(sdk)),
                     Err(e) => {
                         sidecar.stop().await;
                         app.stop().await;
@@ -121,12 +118,14 @@ impl SidecarTarget {
     }
 
     /// Starts the publishing sidecar, whose app over gRPC declares nothing, and
-    /// publishes through its gRPC API with the suite's own gRPC client. The launcher's
-    /// sidecars must deliver over gRPC ([`Launcher::delivers_over_grpc`]).
+    /// publishes through its gRPC API with the suite's own gRPC client, or, with
+    /// `python_sdk` (the SDK's directory), with Dapr's Python SDK's client. The
+    /// launcher's sidecars must deliver over gRPC ([`Launcher::delivers_over_grpc`]).
     pub async fn start_publishing_over_grpc(
         launcher: Arc<dyn Launcher>,
         pubsub: &str,
         discovery_within: Duration,
+        python_sdk: Option<&std::path::Path>,
     ) -> anyhow::Result<SidecarTarget> {
         if !launcher.delivers_over_grpc() {
             anyhow::bail!(
@@ -142,15 +141,23 @@ impl SidecarTarget {
                 return Err(e);
             }
         };
-        let client = match sidecar.grpc_base() {
-            Some(base) => GrpcClient::connect(base, pubsub, None, Duration::from_secs(60)).await,
-            None => Err(anyhow::anyhow!(
+        let publisher = match (sidecar.grpc_base(), python_sdk) {
+            (None, _) => Err(anyhow::anyhow!(
                 "the sidecars of {} serve no gRPC API",
                 launcher.describe()
             )),
+            (Some(base), None) => GrpcClient::connect(base, pubsub, None, Duration::from_secs(60))
+                .await
+                .map(Publisher::Grpc),
+            (Some(base), Some(dir)) => match (port_of(&sidecar.base()), port_of(&base)) {
+                (Some(http), Some(grpc)) => SdkPublisher::start_python(dir, http, grpc, pubsub)
+                    .await
+                    .map(|sdk| Publisher::Sdk(Box::new(sdk))),
+                _ => Err(anyhow::anyhow!("no port in {} or {base}", sidecar.base())),
+            },
         };
-        let client = match client {
-            Ok(client) => client,
+        let publisher = match publisher {
+            Ok(publisher) => publisher,
             Err(e) => {
                 sidecar.stop().await;
                 app.stop().await;
@@ -159,7 +166,7 @@ impl SidecarTarget {
         };
         Ok(SidecarTarget {
             pubsub: pubsub.to_string(),
-            publisher: Publisher::Grpc(client),
+            publisher,
             sidecars: Sidecars::Launched {
                 launcher,
                 discovery_within,
@@ -169,13 +176,24 @@ impl SidecarTarget {
         })
     }
 
-    /// Makes Dapr's JavaScript SDK (its directory) the app of every subscription
-    /// with a handler: a `DaprServer` whose handler relays to the case's
-    /// ([`crate::sdk_app`]). Only for sidecars the target starts.
-    pub fn with_sdk_app(mut self, sdk_dir: &std::path::Path) -> anyhow::Result<Self> {
+    /// Makes `sdk`'s app (in `sdk_dir`) the app of every subscription with a
+    /// handler, its handler relaying to the case's ([`crate::sdk_app`]): the
+    /// JavaScript SDK's `DaprServer` (the sidecars deliver over HTTP), or the Python
+    /// SDK's `dapr.ext.grpc.App` (they deliver over gRPC). Only for sidecars the
+    /// target starts.
+    pub fn with_sdk_app(mut self, sdk: Sdk, sdk_dir: &std::path::Path) -> anyhow::Result<Self> {
         match &mut self.sidecars {
-            Sidecars::Launched { sdk_app, .. } => {
-                *sdk_app = Some(sdk_dir.to_path_buf());
+            Sidecars::Launched {
+                sdk_app, launcher, ..
+            } => {
+                if launcher.delivers_over_grpc() != (sdk == Sdk::Python) {
+                    anyhow::bail!(
+                        "the app of {} is not served over the protocol the sidecars of {} deliver with",
+                        sdk.name(),
+                        launcher.describe()
+                    );
+                }
+                *sdk_app = Some((sdk, sdk_dir.to_path_buf()));
                 Ok(self)
             }
             Sidecars::Attached(_) => {
@@ -186,16 +204,15 @@ impl SidecarTarget {
         }
     }
 
-    /// Whether the subscribing app is Dapr's JavaScript SDK, whose handlers get
-    /// only the data and headers of an event.
-    fn sdk_subscribes(&self) -> bool {
-        matches!(
-            &self.sidecars,
+    /// The SDK whose app subscribes, if one does.
+    fn sdk_subscribes(&self) -> Option<Sdk> {
+        match &self.sidecars {
             Sidecars::Launched {
-                sdk_app: Some(_),
+                sdk_app: Some((sdk, _)),
                 ..
-            }
-        )
+            } => Some(*sdk),
+            _ => None,
+        }
     }
 
     /// Attaches to a running sidecar ([`crate::attach`]): it publishes (over gRPC
@@ -248,7 +265,7 @@ impl SidecarTarget {
     /// Stops the publishing sidecar, or the app of an attached one (subscriptions
     /// stop with their handles).
     pub async fn stop(&self) {
-        if let Publisher::JsSdk(sdk) = &self.publisher {
+        if let Publisher::Sdk(sdk) = &self.publisher {
             sdk.stop().await;
         }
         match &self.sidecars {
@@ -263,6 +280,11 @@ impl SidecarTarget {
             Sidecars::Attached(attached) => attached.stop().await,
         }
     }
+}
+
+/// The port of an address such as `http://127.0.0.1:3500`.
+fn port_of(base: &str) -> Option<u16> {
+    base.rsplit(':').next().and_then(|p| p.parse().ok())
 }
 
 /// A subscription a sidecar delivers: an app of the suite's with its own sidecar,
@@ -347,16 +369,27 @@ impl SidecarTarget {
             }
         };
         match (sdk_app, &handler) {
-            (Some(sdk), Some(Handler::Single(handler))) => {
+            (Some((sdk, dir)), Some(Handler::Single(handler))) => {
                 return self
-                    .join_sdk_app(sdk, launcher, subscription, &declared, handler.clone())
+                    .join_sdk_app(
+                        *sdk,
+                        dir,
+                        launcher,
+                        subscription,
+                        &declared,
+                        handler.clone(),
+                    )
                     .await
                     .map_err(|e| failed("starting the SDK's app", e));
             }
-            (Some(_), Some(Handler::Bulk(_))) => {
+            (Some((sdk, _)), Some(Handler::Bulk(_))) => {
+                let why = match sdk {
+                    Sdk::Js => "its subscribeBulk calls the app's handler once per entry",
+                    Sdk::Python => "its App.subscribe declares no bulkSubscribe, and its bulk callback calls the handler once per entry",
+                };
                 return Err(PubSubError::Unsupported {
                     component: BEYOND_REMOTE_API.into(),
-                    feature: format!("a bulk handler through {}: its subscribeBulk calls the app's handler once per entry, so the batch a case's bulk handler judges never reaches the app", crate::sdk::JS_SDK),
+                    feature: format!("a bulk handler through {}: {why}, so the batch a case's bulk handler judges never reaches the app", sdk.name()),
                 });
             }
             // The app that only creates the group is the suite's own.
@@ -402,15 +435,38 @@ impl SidecarTarget {
     /// client has seen the sidecar.
     async fn join_sdk_app(
         &self,
+        sdk: Sdk,
         sdk_dir: &std::path::Path,
         launcher: &Arc<dyn Launcher>,
         subscription: &Subscription,
         declared: &crate::wire::AppSubscription,
         handler: Arc<dyn pubsub_components::runtime::MessageHandler>,
     ) -> anyhow::Result<Member> {
+        if sdk == Sdk::Python {
+            // The app picks its port and tells it; its sidecar starts once it listens.
+            let mut app = SdkApp::start(sdk, sdk_dir, 0, 0, declared, handler).await?;
+            let port = match app.started(SDK_APP_START_WITHIN).await {
+                Ok(Some(port)) => port,
+                Ok(None) => {
+                    app.stop().await;
+                    anyhow::bail!("the app of {} did not say its port", sdk.name());
+                }
+                Err(e) => {
+                    app.stop().await;
+                    return Err(e);
+                }
+            };
+            return match launcher.launch(&subscription.group, port).await {
+                Ok(sidecar) => Ok(Member::Sdk { sidecar, app }),
+                Err(e) => {
+                    app.stop().await;
+                    Err(e)
+                }
+            };
+        }
         let app_port = free_port()?;
         let http_port = free_port()?;
-        let mut app = SdkApp::start(sdk_dir, app_port, http_port, declared, handler).await?;
+        let mut app = SdkApp::start(sdk, sdk_dir, app_port, http_port, declared, handler).await?;
         let sidecar = match launcher
             .launch_on(&subscription.group, app_port, http_port)
             .await
@@ -436,7 +492,7 @@ impl RemoteRuntime for SidecarTarget {
         match &self.publisher {
             Publisher::Http(client) => client.publish(request).await,
             Publisher::Grpc(client) => client.publish(request).await,
-            Publisher::JsSdk(sdk) => sdk.publish(request).await,
+            Publisher::Sdk(sdk) => sdk.publish(request).await,
         }
     }
 
@@ -444,18 +500,29 @@ impl RemoteRuntime for SidecarTarget {
         match &self.publisher {
             Publisher::Http(client) => client.bulk_publish(request).await,
             Publisher::Grpc(client) => client.bulk_publish(request).await,
-            Publisher::JsSdk(sdk) => sdk.bulk_publish(request).await,
+            Publisher::Sdk(sdk) => sdk.bulk_publish(request).await,
         }
     }
 
-    /// An SDK publishes the JSON value an app holds, serialized its own way; an
-    /// SDK's app hands its handler the value it parsed.
+    /// The JavaScript SDK publishes the JSON value an app holds, serialized its own
+    /// way (the Python SDK sends JSON as the text it is given); its app hands its
+    /// handler the value it parsed (the Python SDK's, the bytes).
     fn reserializes_json(&self) -> bool {
-        matches!(self.publisher, Publisher::JsSdk(_)) || self.sdk_subscribes()
+        matches!(&self.publisher, Publisher::Sdk(sdk) if sdk.sdk() == Sdk::Js)
+            || self.sdk_subscribes() == Some(Sdk::Js)
     }
 
+    /// The JavaScript SDK's app hands its handler the data and headers only (the
+    /// Python SDK's hands it the CloudEvent's fields too).
     fn hands_over_data_only(&self) -> Option<&'static str> {
-        self.sdk_subscribes().then_some(crate::sdk_app::DATA_ONLY)
+        (self.sdk_subscribes() == Some(Sdk::Js)).then_some(crate::sdk_app::DATA_ONLY)
+    }
+
+    fn delivers_metadata_over_grpc(&self) -> bool {
+        match &self.sidecars {
+            Sidecars::Launched { launcher, .. } => launcher.delivers_over_grpc(),
+            Sidecars::Attached(attached) => attached.over_grpc(),
+        }
     }
 
     /// Dapr's API (HTTP or gRPC) carries no attempt number: each app counts the deliveries it

@@ -458,6 +458,30 @@ impl AppSubscription {
             format!("/{path}")
         })
     }
+
+    /// The path events go to over gRPC, as daprd sends it in each call's `path`: the
+    /// first of `route`, the default route and the path of a rule without a
+    /// condition, as declared (no `/` added: a gRPC app may match it exactly); none
+    /// is the empty path ("gRPC automatically specifies a default route", daprd's
+    /// `parseRoutingRulesGRPC`: the app routes by pub/sub and topic). A rule with a CEL
+    /// condition is refused, as by [`AppSubscription::path`].
+    pub fn grpc_path(&self) -> Result<String, String> {
+        match self.path() {
+            Err(e) if e.ends_with("has no route") => return Ok(String::new()),
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
+        let declared = self.route.clone().filter(|r| !r.is_empty()).or_else(|| {
+            self.routes.as_ref().and_then(|routes| {
+                routes
+                    .default
+                    .clone()
+                    .filter(|d| !d.is_empty())
+                    .or_else(|| routes.rules.first().map(|r| r.path.clone()))
+            })
+        });
+        Ok(declared.unwrap_or_default())
+    }
 }
 
 /// The body of a bulk delivery to an app.
@@ -626,6 +650,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(sub.path().unwrap(), "/orders");
+        assert_eq!(sub.grpc_path().unwrap(), "orders", "over gRPC, as declared");
         sub.route = None;
         sub.routes = Some(Routes {
             rules: vec![],
@@ -645,6 +670,11 @@ mod tests {
             .contains("routing rules (CEL) are not supported"));
         sub.routes = None;
         assert!(sub.path().unwrap_err().contains("has no route"));
+        assert_eq!(
+            sub.grpc_path().unwrap(),
+            "",
+            "over gRPC no route is the empty path"
+        );
     }
 
     #[test]

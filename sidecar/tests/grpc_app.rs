@@ -415,3 +415,58 @@ async fn batches_fall_back_to_alpha1_and_an_entry_without_a_status_comes_again()
     }
     sidecar.stop().await;
 }
+
+/// What daprd does that an app's SDK relies on: a subscription listed with empty
+/// routes (as Dapr's Python SDK lists them) or none is delivered with the empty path
+/// (the app routes by pub/sub and topic); a dead-lettered event comes with the topic it
+/// was received on, the dead-letter topic, in the call (an app routing by topic finds
+/// its dead-letter handler); a metadata name gRPC cannot carry is left out rather than
+/// failing the whole call (grpcio refuses such a call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_topics_and_metadata_names_are_sent_as_grpc_apps_read_them() {
+    let mut orders = subscription("orders", &[]);
+    orders.routes = Some(runtime::TopicRoutes {
+        rules: Vec::new(),
+        default: String::new(),
+    });
+    orders.dead_letter_topic = "dlq".into();
+    let mut dlq = subscription("dlq", &[]);
+    dlq.routes = None;
+    let script: Script = |topic, _, _| match topic {
+        "orders" => Ok(Answer::Drop),
+        _ => Ok(Answer::Success),
+    };
+    let test_app = app(vec![orders, dlq], script);
+    let (sidecar, runtime) = start(test_app.clone()).await;
+    publish(
+        &runtime,
+        "orders",
+        b"unwanted",
+        &[("app-17%20", "not a gRPC name"), ("app-ok", "carried")],
+    )
+    .await;
+    assert!(
+        test_app.wait_for(|r| r.events.len() >= 2).await,
+        "the event, then its dead letter"
+    );
+    {
+        let received = test_app.received();
+        let (first, dead) = (&received.events[0], &received.events[1]);
+        assert_eq!((first.topic.as_str(), first.path.as_str()), ("orders", ""));
+        assert_eq!(
+            (dead.topic.as_str(), dead.path.as_str()),
+            ("dlq", ""),
+            "the dead letter comes on the dead-letter topic"
+        );
+        assert_eq!(
+            first.headers.get("app-ok").map(String::as_str),
+            Some("carried")
+        );
+        assert!(
+            !first.headers.contains_key("app-17%20"),
+            "a name gRPC cannot carry is left out: {:?}",
+            first.headers
+        );
+    }
+    sidecar.stop().await;
+}

@@ -101,6 +101,14 @@ enum Command {
         #[cfg(feature = "sidecar")]
         #[arg(long)]
         js_sdk: bool,
+        /// Also certify each component through `serve` over gRPC with Dapr's Python SDK
+        /// (`dapr` from PyPI, as scripts/install.sh installs it in sdk/python/.venv) on
+        /// each side: a row `<component> via dapr Python client` (its DaprClient
+        /// publishes) and a row `<component> via dapr Python app` (its
+        /// dapr.ext.grpc.App subscribes).
+        #[cfg(feature = "sidecar")]
+        #[arg(long)]
+        python_sdk: bool,
         /// Seed for generated inputs (default: derived from each case id).
         #[arg(long)]
         seed: Option<u64>,
@@ -387,6 +395,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             attach,
             #[cfg(feature = "sidecar")]
             js_sdk,
+            #[cfg(feature = "sidecar")]
+            python_sdk,
             seed,
             no_bystander,
             provision,
@@ -462,6 +472,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 js_sdk,
                 #[cfg(not(feature = "sidecar"))]
                 js_sdk: false,
+                #[cfg(feature = "sidecar")]
+                python_sdk,
+                #[cfg(not(feature = "sidecar"))]
+                python_sdk: false,
             };
             init_logging(verbose, Some(&out))?;
             // Histories of an earlier run in the same directory would be judged as

@@ -23,9 +23,13 @@ pub const ATTACHED_GRPC_ROW_SUFFIX: &str = " via attached sidecar over gRPC";
 pub const JS_SDK_CLIENT_ROW_SUFFIX: &str = " via @dapr/dapr client";
 /// The suffix of a row whose subscriptions are Dapr's JavaScript SDK's server.
 pub const JS_SDK_SERVER_ROW_SUFFIX: &str = " via @dapr/dapr server";
+/// The suffix of a row whose publishes go through Dapr's Python SDK's client (gRPC).
+pub const PYTHON_SDK_CLIENT_ROW_SUFFIX: &str = " via dapr Python client";
+/// The suffix of a row whose subscriptions are Dapr's Python SDK's gRPC app.
+pub const PYTHON_SDK_APP_ROW_SUFFIX: &str = " via dapr Python app";
 /// Every path a row can take besides in process, by its row suffix: what an expected
 /// failure's `via` may name (the suffix without ` via `).
-pub const PATH_ROW_SUFFIXES: [&str; 8] = [
+pub const PATH_ROW_SUFFIXES: [&str; 10] = [
     ROW_SUFFIX,
     GRPC_ROW_SUFFIX,
     COMMAND_ROW_SUFFIX,
@@ -34,6 +38,8 @@ pub const PATH_ROW_SUFFIXES: [&str; 8] = [
     ATTACHED_GRPC_ROW_SUFFIX,
     JS_SDK_CLIENT_ROW_SUFFIX,
     JS_SDK_SERVER_ROW_SUFFIX,
+    PYTHON_SDK_CLIENT_ROW_SUFFIX,
+    PYTHON_SDK_APP_ROW_SUFFIX,
 ];
 
 /// Sidecars to start from a command line (`--sidecar-command`), one per app.

@@ -5,7 +5,7 @@
 
 use crate::row_paths::{
     AttachTo, SidecarCommand, GRPC_ROW_SUFFIX, JS_SDK_CLIENT_ROW_SUFFIX, JS_SDK_SERVER_ROW_SUFFIX,
-    ROW_SUFFIX,
+    PYTHON_SDK_APP_ROW_SUFFIX, PYTHON_SDK_CLIENT_ROW_SUFFIX, ROW_SUFFIX,
 };
 use crate::row_runtime::{RowRuntime, RuntimeWrapper};
 use pubsub_components::config::ComponentDefinition;
@@ -51,6 +51,14 @@ pub enum Sidecars {
     /// `serve` in this process, delivering to Dapr's JavaScript SDK's `DaprServer`
     /// as each subscription's app (`sdk/js/app.mjs`).
     JsSdkServer,
+    /// `serve` in this process over gRPC, with Dapr's Python SDK's `DaprClient`
+    /// publishing through its gRPC API (`sdk/python/publisher.py`), and each
+    /// subscription an app of the suite's answering Dapr's app callbacks.
+    PythonSdkClient,
+    /// `serve` in this process over gRPC, delivering to Dapr's Python SDK's
+    /// `dapr.ext.grpc.App` as each subscription's app (`sdk/python/app.py`); the
+    /// suite publishes with its own gRPC client.
+    PythonSdkApp,
 }
 
 impl Sidecars {
@@ -63,6 +71,8 @@ impl Sidecars {
             Sidecars::Attached(to) => to.row_suffix(),
             Sidecars::JsSdkClient => JS_SDK_CLIENT_ROW_SUFFIX,
             Sidecars::JsSdkServer => JS_SDK_SERVER_ROW_SUFFIX,
+            Sidecars::PythonSdkClient => PYTHON_SDK_CLIENT_ROW_SUFFIX,
+            Sidecars::PythonSdkApp => PYTHON_SDK_APP_ROW_SUFFIX,
         }
     }
 }
@@ -185,8 +195,9 @@ pub async fn runtime_over_grpc(
     broker_version: Option<String>,
 ) -> anyhow::Result<(Runtime, Arc<SidecarTarget>)> {
     let launcher = launcher_of(name, component_type, component.clone(), true);
-    let target =
-        Arc::new(SidecarTarget::start_publishing_over_grpc(launcher, name, SIDECAR_WITHIN).await?);
+    let target = Arc::new(
+        SidecarTarget::start_publishing_over_grpc(launcher, name, SIDECAR_WITHIN, None).await?,
+    );
     let runtime = described(
         name,
         component,
@@ -250,6 +261,18 @@ pub fn js_sdk_dir() -> anyhow::Result<PathBuf> {
     })
 }
 
+/// Dapr's Python SDK as `scripts/install.sh` installs it: `sdk/python` of the
+/// directory certify runs in, else of this source tree.
+pub fn python_sdk_dir() -> anyhow::Result<PathBuf> {
+    let here = std::env::current_dir()?;
+    pubsub_sidecar::sdk::python_sdk_dir(&here).or_else(|_| {
+        pubsub_sidecar::sdk::python_sdk_dir(&PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/.."
+        )))
+    })
+}
+
 /// A row's runtime through `sidecars` for `definition`; `component` declares what
 /// the row is judged against (its capabilities and bounds).
 pub async fn over_the_wire(
@@ -294,7 +317,7 @@ pub async fn over_the_wire(
             } else {
                 SidecarTarget::start(launcher, &definition.name, SIDECAR_WITHIN)
                     .await?
-                    .with_sdk_app(&sdk)?
+                    .with_sdk_app(pubsub_sidecar::sdk::Sdk::Js, &sdk)?
             };
             let target = Arc::new(target);
             let runtime = described(
@@ -308,6 +331,49 @@ pub async fn over_the_wire(
                 runtime,
                 target,
                 client: Some(pubsub_sidecar::sdk::js_sdk_version(&sdk)),
+                _components_dir: None,
+                _one_at_a_time: None,
+            })
+        }
+        Sidecars::PythonSdkClient | Sidecars::PythonSdkApp => {
+            let sdk = python_sdk_dir()?;
+            let launcher = launcher_of(
+                &definition.name,
+                &definition.component_type,
+                component.clone(),
+                true,
+            );
+            // The SDK's client publishes, or its App is every subscription's app.
+            let target = if *sidecars == Sidecars::PythonSdkClient {
+                SidecarTarget::start_publishing_over_grpc(
+                    launcher,
+                    &definition.name,
+                    SIDECAR_WITHIN,
+                    Some(&sdk),
+                )
+                .await?
+            } else {
+                SidecarTarget::start_publishing_over_grpc(
+                    launcher,
+                    &definition.name,
+                    SIDECAR_WITHIN,
+                    None,
+                )
+                .await?
+                .with_sdk_app(pubsub_sidecar::sdk::Sdk::Python, &sdk)?
+            };
+            let target = Arc::new(target);
+            let runtime = described(
+                &definition.name,
+                component,
+                sidecars.row_suffix(),
+                broker_version,
+                target.clone(),
+            );
+            Ok(OverTheWire {
+                runtime,
+                target,
+                client: pubsub_sidecar::sdk::python_sdk_version(&sdk),
                 _components_dir: None,
                 _one_at_a_time: None,
             })
@@ -381,6 +447,7 @@ pub async fn over_the_wire(
                             launcher,
                             &definition.name,
                             SIDECAR_WITHIN,
+                            None,
                         )
                         .await?,
                     );
@@ -415,7 +482,12 @@ pub fn rewrapper(
     broker_version: Option<String>,
 ) -> Option<RuntimeWrapper> {
     match sidecars {
-        Sidecars::Serve | Sidecars::ServeGrpc | Sidecars::JsSdkClient | Sidecars::JsSdkServer => {}
+        Sidecars::Serve
+        | Sidecars::ServeGrpc
+        | Sidecars::JsSdkClient
+        | Sidecars::JsSdkServer
+        | Sidecars::PythonSdkClient
+        | Sidecars::PythonSdkApp => {}
         Sidecars::Command(_) | Sidecars::Attached(_) => return None,
     }
     let sidecars = sidecars.clone();

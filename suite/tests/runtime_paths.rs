@@ -34,6 +34,9 @@ impl RemoteRuntime for Remote {
     fn counts_attempts_per_app(&self) -> Option<&'static str> {
         self.per_app.then_some("each app counts")
     }
+    fn delivers_metadata_over_grpc(&self) -> bool {
+        self.per_app
+    }
 }
 
 /// A remote that keeps every default of the trait.
@@ -66,6 +69,7 @@ fn in_process_the_component_counts_attempts_and_spans_are_here() {
     assert!(runtime.records_spans_here());
     assert!(!runtime.reserializes_json());
     assert_eq!(runtime.hands_over_data_only(), None);
+    assert!(!runtime.delivers_metadata_over_grpc());
 }
 
 #[test]
@@ -75,8 +79,10 @@ fn a_remote_runtime_says_what_its_path_changes() {
     assert!(!plain.records_spans_here(), "the trait's default");
     assert!(!plain.reserializes_json(), "the trait's default");
     assert_eq!(plain.hands_over_data_only(), None, "the trait's default");
+    assert!(!plain.delivers_metadata_over_grpc(), "the trait's default");
     let per_app = Runtime::remote("pubsub", memory(), Arc::new(Remote { per_app: true }));
     assert_eq!(per_app.counts_attempts_per_app(), Some("each app counts"));
+    assert!(per_app.delivers_metadata_over_grpc());
     let not = Runtime::remote("pubsub", memory(), Arc::new(Remote { per_app: false }));
     assert_eq!(not.counts_attempts_per_app(), None);
 }

@@ -148,6 +148,14 @@ impl Runtime {
         self.remote.as_ref().and_then(|r| r.hands_over_data_only())
     }
 
+    /// Whether deliveries reach subscribers over gRPC, whose metadata names are
+    /// fewer than HTTP's ([`RemoteRuntime::delivers_metadata_over_grpc`]).
+    pub fn delivers_metadata_over_grpc(&self) -> bool {
+        self.remote
+            .as_ref()
+            .is_some_and(|r| r.delivers_metadata_over_grpc())
+    }
+
     /// Why each subscriber's attempts are as its app counted them, if they are
     /// ([`RemoteRuntime::counts_attempts_per_app`]).
     pub fn counts_attempts_per_app(&self) -> Option<&'static str> {

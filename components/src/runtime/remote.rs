@@ -60,4 +60,12 @@ pub trait RemoteRuntime: Send + Sync {
     fn counts_attempts_per_app(&self) -> Option<&'static str> {
         None
     }
+
+    /// Whether deliveries reach the subscribing app over gRPC, whose metadata names
+    /// are fewer than HTTP's (digits, lowercase letters, `_`, `-`, `.`; none ending in
+    /// `-bin` for text), so that a metadata key outside them cannot arrive. Default:
+    /// over HTTP.
+    fn delivers_metadata_over_grpc(&self) -> bool {
+        false
+    }
 }

@@ -149,12 +149,12 @@ fn declared(subscription: runtime::TopicSubscription) -> AppSubscription {
             .collect(),
         default: Some(routes.default).filter(|d| !d.is_empty()),
     });
-    // A subscription without routes is delivered to its topic's default route.
-    let route = routes.is_none().then(|| subscription.topic.clone());
+    // A subscription without routes is delivered with the empty path, as daprd
+    // delivers it ([`AppSubscription::grpc_path`]).
     AppSubscription {
         pubsub_name: subscription.pubsub_name,
         topic: subscription.topic,
-        route,
+        route: None,
         routes,
         metadata: subscription.metadata.into_iter().collect(),
         dead_letter_topic: Some(subscription.dead_letter_topic).filter(|t| !t.is_empty()),
@@ -169,14 +169,21 @@ fn declared(subscription: runtime::TopicSubscription) -> AppSubscription {
 }
 
 /// A message's metadata as the call's metadata (keys lowercased, values the bytes
-/// they are, UTF-8 included, as over HTTP; what no header can carry is left out), and
-/// its `traceparent`.
+/// they are, UTF-8 included, as over HTTP; what gRPC metadata cannot carry is left
+/// out: a name outside digits, lowercase letters, `_`, `-` and `.`, which gRPC servers
+/// such as grpcio refuse, failing the whole call), and its `traceparent`.
 fn with_metadata(
     headers: &mut tonic::metadata::MetadataMap,
     metadata: &Metadata,
     traceparent: Option<&str>,
 ) {
-    for (key, value) in metadata {
+    let grpc_name = |key: &str| {
+        !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+    };
+    for (key, value) in metadata.iter().filter(|(key, _)| grpc_name(key)) {
         let name = tonic::metadata::MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes());
         let value = tonic::metadata::AsciiMetadataValue::try_from(value.as_bytes());
         match (name, value) {

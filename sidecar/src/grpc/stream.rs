@@ -305,12 +305,12 @@ pub fn topic_event(event: &Event, pubsub: &str, raw_payload: bool) -> runtime::T
         // The data as published: the decoded `data_base64`, a text type's text, JSON
         // (a JSON string with its quotes) in the bytes it was published with.
         data: event.data.clone(),
-        topic: Some(text("topic"))
-            .filter(|t| !t.is_empty())
-            .unwrap_or_else(|| event.topic.clone()),
-        pubsub_name: Some(text("pubsubname"))
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| pubsub.to_string()),
+        // Where the event was received (daprd: the subscribed message's topic and
+        // pub/sub), not the envelope's `topic`, which for a dead-lettered event names
+        // the topic it was published to (an app routing by topic would not find its
+        // dead-letter handler); the envelope's stay among the extensions.
+        topic: event.topic.clone(),
+        pubsub_name: pubsub.to_string(),
         path: String::new(),
         extensions: (!extensions.is_empty()).then(|| to_struct(extensions)),
     }

@@ -418,6 +418,8 @@ fn http_carries_content_type(sample: &Sample, delivered: Option<&str>) -> bool {
 pub struct Crossing {
     /// Over Dapr's API, HTTP or gRPC (see [`fidelity_problems`]).
     pub over_the_wire: bool,
+    /// Delivered over gRPC, whose metadata names are fewer than HTTP's.
+    pub over_grpc: bool,
     /// JSON payloads were serialized again (an SDK's client or app): they are
     /// compared as JSON values, not bytes.
     pub json_reserialized: bool,
@@ -431,6 +433,7 @@ impl Crossing {
     pub fn of(runtime: &pubsub_components::runtime::Runtime) -> Self {
         Crossing {
             over_the_wire: runtime.is_remote(),
+            over_grpc: runtime.delivers_metadata_over_grpc(),
             json_reserialized: runtime.reserializes_json(),
             data_only: runtime.hands_over_data_only().is_some(),
         }
@@ -528,8 +531,8 @@ pub fn fidelity_problems(sample: &Sample, event: &Event, crossing: Crossing) -> 
     // only names that are HTTP tokens, each once whatever its case.
     let (published, delivered) = match over_the_wire {
         true => (
-            as_headers(&sample.metadata, &sample.metadata),
-            as_headers(&event.metadata, &sample.metadata),
+            as_headers(&sample.metadata, &sample.metadata, crossing.over_grpc),
+            as_headers(&event.metadata, &sample.metadata, crossing.over_grpc),
         ),
         false => (sample.metadata.clone(), event.metadata.clone()),
     };
@@ -545,9 +548,10 @@ pub fn fidelity_problems(sample: &Sample, event: &Event, crossing: Crossing) -> 
 
 /// Metadata as HTTP headers can carry it, to compare with `published` as it would
 /// arrive: names in lower case, values without surrounding spaces and tabs, and
-/// without the names no header can carry (not an RFC 9110 token) or that differ
-/// from another published name only in case (two headers become one).
-fn as_headers(metadata: &Metadata, published: &Metadata) -> Metadata {
+/// without the names no header can carry (not an RFC 9110 token; over gRPC, not a
+/// gRPC metadata name) or that differ from another published name only in case (two
+/// headers become one).
+fn as_headers(metadata: &Metadata, published: &Metadata, grpc: bool) -> Metadata {
     let lowered_count = |name: &str| {
         published
             .keys()
@@ -556,7 +560,7 @@ fn as_headers(metadata: &Metadata, published: &Metadata) -> Metadata {
     };
     metadata
         .iter()
-        .filter(|(k, _)| is_http_token(k) && lowered_count(k) <= 1)
+        .filter(|(k, _)| is_http_token(k) && (!grpc || is_grpc_name(k)) && lowered_count(k) <= 1)
         .map(|(k, v)| {
             (
                 k.to_lowercase(),
@@ -572,6 +576,16 @@ fn is_http_token(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Whether `name`, lowercased, can be a gRPC metadata name carrying text (digits,
+/// lowercase letters, `_`, `-`, `.`; not ending in `-bin`, which names binary values).
+fn is_grpc_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.to_ascii_lowercase().ends_with("-bin")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
 }
 
 /// What differs between published and delivered metadata, key by key: missing
@@ -686,5 +700,51 @@ mod tests {
             &sample(b"hi", Some("text/plain"), true),
             Some("text/html")
         ));
+    }
+
+    #[test]
+    fn over_grpc_only_grpc_metadata_names_are_compared() {
+        let mut published = Metadata::new();
+        published.insert("App-Key".into(), "v".into());
+        published.insert("app-17%20".into(), "v".into());
+        published.insert("app-x-bin".into(), "v".into());
+        let mut delivered = Metadata::new();
+        delivered.insert("app-key".into(), "v".into());
+        let event = |metadata: &Metadata| Event {
+            id: "e".into(),
+            topic: "t".into(),
+            data: b"x".to_vec(),
+            content_type: None,
+            metadata: metadata.clone(),
+            message_id: pubsub_components::MessageId::new("t", None, 0),
+            attempt: 1,
+            trace_parent: None,
+            cloud_event: None,
+            published_at: std::time::SystemTime::now(),
+        };
+        let sample = Sample {
+            key: "k".into(),
+            data: b"x".to_vec(),
+            content_type: Some("text/plain".into()),
+            metadata: published.clone(),
+        };
+        let over = |over_grpc| Crossing {
+            over_the_wire: true,
+            over_grpc,
+            data_only: true,
+            ..Crossing::default()
+        };
+        // Over gRPC, '%' and '-bin' names cannot arrive: not compared.
+        assert_eq!(
+            fidelity_problems(&sample, &event(&delivered), over(true)),
+            Vec::<String>::new()
+        );
+        // Over HTTP they are headers like any other: missing is a finding.
+        let problems = fidelity_problems(&sample, &event(&delivered), over(false));
+        assert!(
+            problems.iter().any(|p| p.contains("app-17%20")),
+            "{problems:?}"
+        );
+        assert!(is_grpc_name("a-b_c.9") && !is_grpc_name("a%b") && !is_grpc_name("A-BIN"));
     }
 }

@@ -146,6 +146,10 @@ pub struct CertifyOptions {
     /// Also certify each component with Dapr's JavaScript SDK on the app's side of
     /// `serve` (`--js-sdk`): a row `<component> via @dapr/dapr client`.
     pub js_sdk: bool,
+    /// Also certify each component with Dapr's Python SDK on each side of `serve` over
+    /// gRPC (`--python-sdk`): rows `<component> via dapr Python client` and `<component>
+    /// via dapr Python app`.
+    pub python_sdk: bool,
 }
 
 impl CertifyOptions {
@@ -343,6 +347,10 @@ async fn certify_component(
         if options.js_sdk {
             rows.push(Sidecars::JsSdkClient);
             rows.push(Sidecars::JsSdkServer);
+        }
+        if options.python_sdk {
+            rows.push(Sidecars::PythonSdkClient);
+            rows.push(Sidecars::PythonSdkApp);
         }
         if let Some(attach) = &options.attach {
             rows.push(Sidecars::Attached(attach.clone()));
