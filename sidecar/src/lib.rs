@@ -15,6 +15,7 @@ pub mod grpc_subscriber;
 pub mod launch;
 pub mod publish;
 pub mod resources;
+pub mod rust_sdk;
 pub mod sdk;
 pub mod sdk_app;
 pub mod serve;

@@ -40,11 +40,13 @@ pub struct SidecarTarget {
     sidecars: Sidecars,
 }
 
-/// Who publishes: the suite's own HTTP or gRPC client, or one of Dapr's SDKs.
+/// Who publishes: the suite's own HTTP or gRPC client, or one of Dapr's SDKs (in a
+/// program of its own, or the Rust SDK in this process).
 enum Publisher {
     Http(SidecarClient),
     Grpc(GrpcClient),
     Sdk(Box<SdkPublisher>),
+    RustSdk(Box<crate::rust_sdk::RustSdkPublisher>),
 }
 
 /// The publishing sidecar, and its app (which declares nothing) if it has one.
@@ -118,14 +120,14 @@ impl SidecarTarget {
     }
 
     /// Starts the publishing sidecar, whose app over gRPC declares nothing, and
-    /// publishes through its gRPC API with the suite's own gRPC client, or, with
-    /// `python_sdk` (the SDK's directory), with Dapr's Python SDK's client. The
-    /// launcher's sidecars must deliver over gRPC ([`Launcher::delivers_over_grpc`]).
+    /// publishes through its gRPC API with `client`: the suite's own gRPC client, or
+    /// one of Dapr's SDKs. The launcher's sidecars must deliver over gRPC
+    /// ([`Launcher::delivers_over_grpc`]).
     pub async fn start_publishing_over_grpc(
         launcher: Arc<dyn Launcher>,
         pubsub: &str,
         discovery_within: Duration,
-        python_sdk: Option<&std::path::Path>,
+        client: GrpcPublisher<'_>,
     ) -> anyhow::Result<SidecarTarget> {
         if !launcher.delivers_over_grpc() {
             anyhow::bail!(
@@ -141,20 +143,29 @@ impl SidecarTarget {
                 return Err(e);
             }
         };
-        let publisher = match (sidecar.grpc_base(), python_sdk) {
+        let publisher = match (sidecar.grpc_base(), client) {
             (None, _) => Err(anyhow::anyhow!(
                 "the sidecars of {} serve no gRPC API",
                 launcher.describe()
             )),
-            (Some(base), None) => GrpcClient::connect(base, pubsub, None, Duration::from_secs(60))
-                .await
-                .map(Publisher::Grpc),
-            (Some(base), Some(dir)) => match (port_of(&sidecar.base()), port_of(&base)) {
-                (Some(http), Some(grpc)) => SdkPublisher::start_python(dir, http, grpc, pubsub)
+            (Some(base), GrpcPublisher::Suite) => {
+                GrpcClient::connect(base, pubsub, None, Duration::from_secs(60))
                     .await
-                    .map(|sdk| Publisher::Sdk(Box::new(sdk))),
-                _ => Err(anyhow::anyhow!("no port in {} or {base}", sidecar.base())),
-            },
+                    .map(Publisher::Grpc)
+            }
+            (Some(base), GrpcPublisher::RustSdk) => {
+                crate::rust_sdk::RustSdkPublisher::connect(&base, pubsub)
+                    .await
+                    .map(|sdk| Publisher::RustSdk(Box::new(sdk)))
+            }
+            (Some(base), GrpcPublisher::PythonSdk(dir)) => {
+                match (port_of(&sidecar.base()), port_of(&base)) {
+                    (Some(http), Some(grpc)) => SdkPublisher::start_python(dir, http, grpc, pubsub)
+                        .await
+                        .map(|sdk| Publisher::Sdk(Box::new(sdk))),
+                    _ => Err(anyhow::anyhow!("no port in {} or {base}", sidecar.base())),
+                }
+            }
         };
         let publisher = match publisher {
             Ok(publisher) => publisher,
@@ -245,6 +256,17 @@ impl SidecarTarget {
         })
     }
 
+    /// What a component declaring `inner` offers through this target: what Dapr's
+    /// API can express ([`capabilities_over_the_wire`]), less what its publisher cannot
+    /// send (the Rust SDK's client has no bulk publish).
+    pub fn capabilities(&self, inner: &Capabilities) -> Capabilities {
+        let mut capabilities = capabilities_over_the_wire(inner);
+        if matches!(self.publisher, Publisher::RustSdk(_)) {
+            capabilities.bulk_publish = Support::Unsupported;
+        }
+        capabilities
+    }
+
     /// What the sidecars are, for reports.
     pub fn describe(&self) -> String {
         match &self.sidecars {
@@ -280,6 +302,17 @@ impl SidecarTarget {
             Sidecars::Attached(attached) => attached.stop().await,
         }
     }
+}
+
+/// Who publishes over a sidecar's gRPC API.
+#[derive(Debug, Clone, Copy)]
+pub enum GrpcPublisher<'a> {
+    /// The suite's own gRPC client.
+    Suite,
+    /// Dapr's Python SDK's client, installed in this directory.
+    PythonSdk(&'a std::path::Path),
+    /// Dapr's Rust SDK's client, in this process.
+    RustSdk,
 }
 
 /// The port of an address such as `http://127.0.0.1:3500`.
@@ -493,6 +526,7 @@ impl RemoteRuntime for SidecarTarget {
             Publisher::Http(client) => client.publish(request).await,
             Publisher::Grpc(client) => client.publish(request).await,
             Publisher::Sdk(sdk) => sdk.publish(request).await,
+            Publisher::RustSdk(sdk) => sdk.publish(request).await,
         }
     }
 
@@ -501,6 +535,7 @@ impl RemoteRuntime for SidecarTarget {
             Publisher::Http(client) => client.bulk_publish(request).await,
             Publisher::Grpc(client) => client.bulk_publish(request).await,
             Publisher::Sdk(sdk) => sdk.bulk_publish(request).await,
+            Publisher::RustSdk(sdk) => sdk.bulk_publish(request).await,
         }
     }
 

@@ -109,6 +109,12 @@ enum Command {
         #[cfg(feature = "sidecar")]
         #[arg(long)]
         python_sdk: bool,
+        /// Also certify each component through `serve` over gRPC with Dapr's Rust SDK's
+        /// client (the `dapr` crate, built in) publishing: a row `<component> via dapr
+        /// Rust client` (it has no bulk publish: those cases are UNSUPPORTED).
+        #[cfg(feature = "sidecar")]
+        #[arg(long)]
+        rust_sdk: bool,
         /// Seed for generated inputs (default: derived from each case id).
         #[arg(long)]
         seed: Option<u64>,
@@ -397,6 +403,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             js_sdk,
             #[cfg(feature = "sidecar")]
             python_sdk,
+            #[cfg(feature = "sidecar")]
+            rust_sdk,
             seed,
             no_bystander,
             provision,
@@ -476,6 +484,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 python_sdk,
                 #[cfg(not(feature = "sidecar"))]
                 python_sdk: false,
+                #[cfg(feature = "sidecar")]
+                rust_sdk,
+                #[cfg(not(feature = "sidecar"))]
+                rust_sdk: false,
             };
             init_logging(verbose, Some(&out))?;
             // Histories of an earlier run in the same directory would be judged as

@@ -27,9 +27,11 @@ pub const JS_SDK_SERVER_ROW_SUFFIX: &str = " via @dapr/dapr server";
 pub const PYTHON_SDK_CLIENT_ROW_SUFFIX: &str = " via dapr Python client";
 /// The suffix of a row whose subscriptions are Dapr's Python SDK's gRPC app.
 pub const PYTHON_SDK_APP_ROW_SUFFIX: &str = " via dapr Python app";
+/// The suffix of a row whose publishes go through Dapr's Rust SDK's client (gRPC).
+pub const RUST_SDK_CLIENT_ROW_SUFFIX: &str = " via dapr Rust client";
 /// Every path a row can take besides in process, by its row suffix: what an expected
 /// failure's `via` may name (the suffix without ` via `).
-pub const PATH_ROW_SUFFIXES: [&str; 10] = [
+pub const PATH_ROW_SUFFIXES: [&str; 11] = [
     ROW_SUFFIX,
     GRPC_ROW_SUFFIX,
     COMMAND_ROW_SUFFIX,
@@ -40,6 +42,7 @@ pub const PATH_ROW_SUFFIXES: [&str; 10] = [
     JS_SDK_SERVER_ROW_SUFFIX,
     PYTHON_SDK_CLIENT_ROW_SUFFIX,
     PYTHON_SDK_APP_ROW_SUFFIX,
+    RUST_SDK_CLIENT_ROW_SUFFIX,
 ];
 
 /// Sidecars to start from a command line (`--sidecar-command`), one per app.

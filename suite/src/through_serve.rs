@@ -6,6 +6,7 @@
 use crate::row_paths::{
     AttachTo, SidecarCommand, GRPC_ROW_SUFFIX, JS_SDK_CLIENT_ROW_SUFFIX, JS_SDK_SERVER_ROW_SUFFIX,
     PYTHON_SDK_APP_ROW_SUFFIX, PYTHON_SDK_CLIENT_ROW_SUFFIX, ROW_SUFFIX,
+    RUST_SDK_CLIENT_ROW_SUFFIX,
 };
 use crate::row_runtime::{RowRuntime, RuntimeWrapper};
 use pubsub_components::config::ComponentDefinition;
@@ -13,7 +14,7 @@ use pubsub_components::runtime::Runtime;
 use pubsub_components::Component;
 use pubsub_sidecar::attach::AttachOptions;
 use pubsub_sidecar::launch::{CommandLauncher, Launcher, ServeLauncher};
-use pubsub_sidecar::target::{capabilities_over_the_wire, WireDescription};
+use pubsub_sidecar::target::{GrpcPublisher, WireDescription};
 use pubsub_sidecar::{ServedComponent, SidecarTarget};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -59,6 +60,10 @@ pub enum Sidecars {
     /// `dapr.ext.grpc.App` as each subscription's app (`sdk/python/app.py`); the
     /// suite publishes with its own gRPC client.
     PythonSdkApp,
+    /// `serve` in this process over gRPC, with Dapr's Rust SDK's `Client` (the `dapr`
+    /// crate, in this process) publishing through its gRPC API, and each
+    /// subscription an app of the suite's answering Dapr's app callbacks.
+    RustSdkClient,
 }
 
 impl Sidecars {
@@ -73,6 +78,7 @@ impl Sidecars {
             Sidecars::JsSdkServer => JS_SDK_SERVER_ROW_SUFFIX,
             Sidecars::PythonSdkClient => PYTHON_SDK_CLIENT_ROW_SUFFIX,
             Sidecars::PythonSdkApp => PYTHON_SDK_APP_ROW_SUFFIX,
+            Sidecars::RustSdkClient => RUST_SDK_CLIENT_ROW_SUFFIX,
         }
     }
 }
@@ -196,7 +202,13 @@ pub async fn runtime_over_grpc(
 ) -> anyhow::Result<(Runtime, Arc<SidecarTarget>)> {
     let launcher = launcher_of(name, component_type, component.clone(), true);
     let target = Arc::new(
-        SidecarTarget::start_publishing_over_grpc(launcher, name, SIDECAR_WITHIN, None).await?,
+        SidecarTarget::start_publishing_over_grpc(
+            launcher,
+            name,
+            SIDECAR_WITHIN,
+            GrpcPublisher::Suite,
+        )
+        .await?,
     );
     let runtime = described(
         name,
@@ -335,6 +347,37 @@ pub async fn over_the_wire(
                 _one_at_a_time: None,
             })
         }
+        Sidecars::RustSdkClient => {
+            let launcher = launcher_of(
+                &definition.name,
+                &definition.component_type,
+                component.clone(),
+                true,
+            );
+            let target = Arc::new(
+                SidecarTarget::start_publishing_over_grpc(
+                    launcher,
+                    &definition.name,
+                    SIDECAR_WITHIN,
+                    GrpcPublisher::RustSdk,
+                )
+                .await?,
+            );
+            let runtime = described(
+                &definition.name,
+                component,
+                sidecars.row_suffix(),
+                broker_version,
+                target.clone(),
+            );
+            Ok(OverTheWire {
+                runtime,
+                target,
+                client: Some(pubsub_sidecar::rust_sdk::RUST_SDK.to_string()),
+                _components_dir: None,
+                _one_at_a_time: None,
+            })
+        }
         Sidecars::PythonSdkClient | Sidecars::PythonSdkApp => {
             let sdk = python_sdk_dir()?;
             let launcher = launcher_of(
@@ -349,7 +392,7 @@ pub async fn over_the_wire(
                     launcher,
                     &definition.name,
                     SIDECAR_WITHIN,
-                    Some(&sdk),
+                    GrpcPublisher::PythonSdk(&sdk),
                 )
                 .await?
             } else {
@@ -357,7 +400,7 @@ pub async fn over_the_wire(
                     launcher,
                     &definition.name,
                     SIDECAR_WITHIN,
-                    None,
+                    GrpcPublisher::Suite,
                 )
                 .await?
                 .with_sdk_app(pubsub_sidecar::sdk::Sdk::Python, &sdk)?
@@ -447,7 +490,7 @@ pub async fn over_the_wire(
                             launcher,
                             &definition.name,
                             SIDECAR_WITHIN,
-                            None,
+                            GrpcPublisher::Suite,
                         )
                         .await?,
                     );
@@ -487,7 +530,8 @@ pub fn rewrapper(
         | Sidecars::JsSdkClient
         | Sidecars::JsSdkServer
         | Sidecars::PythonSdkClient
-        | Sidecars::PythonSdkApp => {}
+        | Sidecars::PythonSdkApp
+        | Sidecars::RustSdkClient => {}
         Sidecars::Command(_) | Sidecars::Attached(_) => return None,
     }
     let sidecars = sidecars.clone();
@@ -536,7 +580,7 @@ fn described(
 ) -> Runtime {
     let description = Arc::new(WireDescription {
         kind: format!("{}{suffix}", component.kind()),
-        capabilities: capabilities_over_the_wire(&component.capabilities()),
+        capabilities: target.capabilities(&component.capabilities()),
         broker_version: broker_version.unwrap_or_default(),
     });
     Runtime::remote(name, description, target)

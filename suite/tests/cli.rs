@@ -1,6 +1,6 @@
 //! The command line as a user runs it: `list`, `certify` and what it writes, `merge`,
 //! `check`, `--baseline`, `bench`, the paths over Dapr's HTTP API (`serve`, sidecars,
-//! the JavaScript and Python SDKs), and bad input. One test binary: its tests are in cli/, a
+//! Dapr's SDKs), and bad input. One test binary: its tests are in cli/, a
 //! module for each command or topic, sharing cli/support.rs.
 
 #[path = "cli/support.rs"]
@@ -12,12 +12,12 @@ mod bad_input;
 mod baseline;
 #[path = "cli/bench.rs"]
 mod bench;
+#[path = "cli/grpc_sdks.rs"]
+mod grpc_sdks;
 #[path = "cli/js_sdk.rs"]
 mod js_sdk;
 #[path = "cli/list.rs"]
 mod list;
-#[path = "cli/python_sdk.rs"]
-mod python_sdk;
 #[path = "cli/reports.rs"]
 mod reports;
 #[path = "cli/serve_and_sidecars.rs"]

@@ -150,6 +150,9 @@ pub struct CertifyOptions {
     /// gRPC (`--python-sdk`): rows `<component> via dapr Python client` and `<component>
     /// via dapr Python app`.
     pub python_sdk: bool,
+    /// Also certify each component with Dapr's Rust SDK's client publishing through
+    /// `serve` over gRPC (`--rust-sdk`): a row `<component> via dapr Rust client`.
+    pub rust_sdk: bool,
 }
 
 impl CertifyOptions {
@@ -351,6 +354,9 @@ async fn certify_component(
         if options.python_sdk {
             rows.push(Sidecars::PythonSdkClient);
             rows.push(Sidecars::PythonSdkApp);
+        }
+        if options.rust_sdk {
+            rows.push(Sidecars::RustSdkClient);
         }
         if let Some(attach) = &options.attach {
             rows.push(Sidecars::Attached(attach.clone()));

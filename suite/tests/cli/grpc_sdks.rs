@@ -1,5 +1,5 @@
-//! `certify --python-sdk`: rows through Dapr's Python SDK over gRPC, its client and its
-//! gRPC app.
+//! `certify --python-sdk` and `--rust-sdk`: rows through Dapr's SDKs over gRPC, the
+//! Python SDK's client and gRPC app, the Rust SDK's client.
 
 use crate::support::{assert_verdict, cell_of, certified, row_named, temp_dir};
 
@@ -45,4 +45,27 @@ fn the_python_sdk_rows_certify_the_sdk_client_and_app() {
         why.contains("dapr (Python)") && why.contains("bulkSubscribe"),
         "{why}"
     );
+}
+
+/// `certify --rust-sdk` adds a row whose publishes go through the Rust SDK's `Client`
+/// (the pinned `dapr` crate, in this process): single publishes take the in-process
+/// verdict, a refused one is read back as refused (the SDK's status is read from its
+/// error's debug text), and what needs a bulk publish is UNSUPPORTED, saying the
+/// client has none.
+#[test]
+fn the_rust_sdk_row_certifies_the_sdk_client() {
+    let out = temp_dir("rust-sdk");
+    let cases = "{publish.delivery,publish.fidelity,publish.invalid-requests,retry.redelivery,bulk-publish.fidelity,ttl.expired-not-delivered}";
+    let (report, stderr) = certified("memory", cases, &["--rust-sdk"], &out);
+    let row = row_named(&report, "memory via dapr Rust client", &stderr);
+    let version = row.provisioning.broker_version.clone().unwrap_or_default();
+    assert!(version.starts_with("dapr (Rust) 0."), "{version}");
+    for cell in &row.cases {
+        if cell.id == "bulk-publish.fidelity" {
+            continue;
+        }
+        assert_verdict(cell, "PASS", " through the Rust SDK's client");
+    }
+    let bulk = cell_of(row, "bulk-publish.fidelity");
+    assert_eq!(bulk.status.label(), "UNSUPPORTED");
 }
