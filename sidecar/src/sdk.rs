@@ -37,6 +37,8 @@ type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
 pub enum Sdk {
     /// `@dapr/dapr`'s `DaprClient` over HTTP.
     Js,
+    /// `@dapr/dapr`'s `DaprClient` over gRPC.
+    JsGrpc,
     /// The Python SDK's `DaprClient` over gRPC.
     Python,
 }
@@ -45,7 +47,7 @@ impl Sdk {
     /// The SDK's name, for reports and errors.
     pub fn name(self) -> &'static str {
         match self {
-            Sdk::Js => JS_SDK,
+            Sdk::Js | Sdk::JsGrpc => JS_SDK,
             Sdk::Python => PYTHON_SDK,
         }
     }
@@ -127,6 +129,23 @@ impl SdkPublisher {
             .current_dir(sdk_dir)
             .env("DAPR_HTTP_PORT", dapr_http_port.to_string());
         Self::spawn(command, Sdk::Js, pubsub, "(is Node.js installed?)").await
+    }
+
+    /// Starts the JavaScript SDK's client over gRPC against the sidecar whose gRPC API
+    /// listens on `dapr_grpc_port`, publishing to pub/sub `pubsub`; returns once it is
+    /// ready.
+    pub async fn start_js_grpc(
+        sdk_dir: &Path,
+        dapr_grpc_port: u16,
+        pubsub: &str,
+    ) -> anyhow::Result<Self> {
+        let mut command = Command::new("node");
+        command
+            .arg("publisher.mjs")
+            .current_dir(sdk_dir)
+            .env("DAPR_PROTOCOL", "grpc")
+            .env("DAPR_GRPC_PORT", dapr_grpc_port.to_string());
+        Self::spawn(command, Sdk::JsGrpc, pubsub, "(is Node.js installed?)").await
     }
 
     /// Starts the Python SDK's client (in `sdk_dir`'s virtual environment) against
@@ -285,7 +304,9 @@ impl SdkPublisher {
         let error = &answer["error"];
         match self.sdk {
             Sdk::Js => error.as_str().map(|text| sdk_error(text, what)),
-            Sdk::Python => (!error.is_null()).then(|| grpc_sdk_error(error, what)),
+            Sdk::JsGrpc | Sdk::Python => {
+                (!error.is_null()).then(|| grpc_sdk_error(error, what, self.sdk))
+            }
         }
     }
 
@@ -348,10 +369,14 @@ impl SdkPublisher {
             .unwrap_or_default();
         // The JavaScript SDK lists every entry as failed when the whole request was
         // refused: the request's error, as the sidecar answered it.
-        if self.sdk == Sdk::Js && count > 0 && failed.len() == count {
+        let first = answer["failed"].get(0).cloned().unwrap_or_default();
+        if matches!(self.sdk, Sdk::Js | Sdk::JsGrpc) && count > 0 && failed.len() == count {
             if let Some(refused) = failed
                 .first()
-                .map(|f| sdk_error(&f.error, "bulk publishing"))
+                .map(|f| match self.sdk {
+                    Sdk::JsGrpc => grpc_sdk_error(&first["grpc"], "bulk publishing", self.sdk),
+                    _ => sdk_error(&f.error, "bulk publishing"),
+                })
                 .filter(|e| {
                     matches!(
                         e,
@@ -388,9 +413,10 @@ fn sdk_error(text: &str, what: &str) -> PubSubError {
     }
 }
 
-/// An error the Python SDK raised (`{"text", "code", "reason"}`: the gRPC status's
-/// message, code name and `ErrorInfo` reason), as the suite's gRPC client reads it.
-fn grpc_sdk_error(error: &Value, what: &str) -> PubSubError {
+/// A gRPC error an SDK raised, as its program spells it (`{"text", "code", "reason"}`:
+/// the status's message, code name and `ErrorInfo` reason), read as the suite's gRPC
+/// client reads it.
+fn grpc_sdk_error(error: &Value, what: &str, sdk: Sdk) -> PubSubError {
     let text = error["text"].as_str().unwrap_or_default();
     match error["code"].as_str().and_then(code_named) {
         Some(code) => crate::grpc_client::error_of(
@@ -400,7 +426,7 @@ fn grpc_sdk_error(error: &Value, what: &str) -> PubSubError {
             what,
         ),
         None => PubSubError::Broker {
-            context: format!("{what} through {PYTHON_SDK}"),
+            context: format!("{what} through {}", sdk.name()),
             message: text.to_string(),
         },
     }
@@ -499,18 +525,18 @@ mod tests {
     fn the_python_sdks_grpc_error_is_read_as_the_grpc_clients() {
         let refused = json!({"text": "bad", "code": "INVALID_ARGUMENT", "reason": "DAPR_PUBSUB_MARSHAL_EVENTS"});
         assert!(matches!(
-            grpc_sdk_error(&refused, "bulk publishing"),
+            grpc_sdk_error(&refused, "bulk publishing", Sdk::Python),
             PubSubError::InvalidRequest(text) if text.contains("DAPR_PUBSUB_MARSHAL_EVENTS")
         ));
         let unknown =
             json!({"text": "no", "code": "INVALID_ARGUMENT", "reason": "DAPR_PUBSUB_NOT_FOUND"});
         assert!(matches!(
-            grpc_sdk_error(&unknown, "publishing"),
+            grpc_sdk_error(&unknown, "publishing", Sdk::Python),
             PubSubError::NotFound(_)
         ));
         let raised = json!({"text": "the SDK raised ValueError: x", "code": "", "reason": ""});
         assert!(matches!(
-            grpc_sdk_error(&raised, "publishing"),
+            grpc_sdk_error(&raised, "publishing", Sdk::Python),
             PubSubError::Broker { .. }
         ));
     }

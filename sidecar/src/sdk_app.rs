@@ -124,7 +124,7 @@ impl SdkApp {
             "relay": format!("http://{relay_address}/relay"),
         });
         let mut command = match sdk {
-            Sdk::Js => tokio::process::Command::new("node"),
+            Sdk::Js | Sdk::JsGrpc => tokio::process::Command::new("node"),
             Sdk::Python => {
                 config["relay"] = json!(format!("http://{relay_address}/relay-grpc"));
                 config["warmUp"] = json!(format!("http://{relay_address}/warm-up"));
@@ -135,7 +135,7 @@ impl SdkApp {
         };
         let spawned = command
             .arg(match sdk {
-                Sdk::Js => "app.mjs",
+                Sdk::Js | Sdk::JsGrpc => "app.mjs",
                 Sdk::Python => "app.py",
             })
             .arg(config.to_string())
@@ -195,7 +195,7 @@ impl SdkApp {
             }
         });
         let program = match self.sdk {
-            Sdk::Js => "sdk/js/app.mjs",
+            Sdk::Js | Sdk::JsGrpc => "sdk/js/app.mjs",
             Sdk::Python => "sdk/python/app.py",
         };
         match said {

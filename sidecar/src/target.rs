@@ -153,6 +153,12 @@ impl SidecarTarget {
                     .await
                     .map(Publisher::Grpc)
             }
+            (Some(base), GrpcPublisher::JsSdk(dir)) => match port_of(&base) {
+                Some(grpc) => SdkPublisher::start_js_grpc(dir, grpc, pubsub)
+                    .await
+                    .map(|sdk| Publisher::Sdk(Box::new(sdk))),
+                None => Err(anyhow::anyhow!("no port in {base}")),
+            },
             (Some(base), GrpcPublisher::RustSdk) => {
                 crate::rust_sdk::RustSdkPublisher::connect(&base, pubsub)
                     .await
@@ -313,6 +319,8 @@ pub enum GrpcPublisher<'a> {
     PythonSdk(&'a std::path::Path),
     /// Dapr's Rust SDK's client, in this process.
     RustSdk,
+    /// Dapr's JavaScript SDK's client in its gRPC mode, installed in this directory.
+    JsSdk(&'a std::path::Path),
 }
 
 /// The port of an address such as `http://127.0.0.1:3500`.
@@ -417,7 +425,7 @@ impl SidecarTarget {
             }
             (Some((sdk, _)), Some(Handler::Bulk(_))) => {
                 let why = match sdk {
-                    Sdk::Js => "its subscribeBulk calls the app's handler once per entry",
+                    Sdk::Js | Sdk::JsGrpc => "its subscribeBulk calls the app's handler once per entry",
                     Sdk::Python => "its App.subscribe declares no bulkSubscribe, and its bulk callback calls the handler once per entry",
                 };
                 return Err(PubSubError::Unsupported {
@@ -540,10 +548,10 @@ impl RemoteRuntime for SidecarTarget {
     }
 
     /// The JavaScript SDK publishes the JSON value an app holds, serialized its own
-    /// way (the Python SDK sends JSON as the text it is given); its app hands its
+    /// way (over HTTP and gRPC; the Python SDK sends JSON as the text it is given); its app hands its
     /// handler the value it parsed (the Python SDK's, the bytes).
     fn reserializes_json(&self) -> bool {
-        matches!(&self.publisher, Publisher::Sdk(sdk) if sdk.sdk() == Sdk::Js)
+        matches!(&self.publisher, Publisher::Sdk(sdk) if sdk.sdk() != Sdk::Python)
             || self.sdk_subscribes() == Some(Sdk::Js)
     }
 

@@ -515,3 +515,56 @@ async fn every_sdk_app_reproduction_still_shows_its_finding() {
         );
     }
 }
+
+/// The reproduction of the SDK's gRPC-mode finding still shows it against `serve`
+/// serving both APIs: an entry whose metadata the sidecar refuses is refused over HTTP
+/// and published over gRPC, its metadata dropped by the SDK (it exits 1). The finding
+/// behind the expected failures of the `<component> via @dapr/dapr client over gRPC`
+/// rows.
+#[tokio::test]
+async fn the_sdk_grpc_client_reproduction_still_shows_its_finding() {
+    let runtime = Runtime::new(
+        "memory",
+        Arc::new(MemoryComponent::new(MemoryConfig::default())),
+    );
+    let sidecar = Sidecar::start(
+        served_in_memory(runtime),
+        ServeOptions {
+            grpc_listen: Some(([127, 0, 0, 1], 0).into()),
+            ..ServeOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new("node")
+            .arg("repro/grpc-bulk-entry-metadata.mjs")
+            .current_dir(sdk_dir())
+            .env("DAPR_HTTP_PORT", sidecar.address().port().to_string())
+            .env(
+                "DAPR_GRPC_PORT",
+                sidecar.grpc_address().unwrap().port().to_string(),
+            )
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the reproduction finished within 60 s")
+    .expect("node runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "grpc-bulk-entry-metadata.mjs no longer shows its finding: update the finding\n{text}"
+    );
+    assert!(
+        text.contains("over HTTP refused, over gRPC published"),
+        "it failed otherwise than by its finding:\n{text}"
+    );
+    sidecar.stop().await;
+}

@@ -96,8 +96,10 @@ enum Command {
         attach: crate::through_serve::AttachArgs,
         /// Also certify each component through `serve` with Dapr's JavaScript SDK
         /// (`@dapr/dapr`, as scripts/install.sh installs it in sdk/js) on each side:
-        /// a row `<component> via @dapr/dapr client` (its DaprClient publishes) and a
-        /// row `<component> via @dapr/dapr server` (its DaprServer subscribes).
+        /// a row `<component> via @dapr/dapr client` (its DaprClient publishes), a row
+        /// `<component> via @dapr/dapr server` (its DaprServer subscribes) and a row
+        /// `<component> via @dapr/dapr client over gRPC` (its DaprClient publishes in
+        /// its gRPC mode).
         #[cfg(feature = "sidecar")]
         #[arg(long)]
         js_sdk: bool,

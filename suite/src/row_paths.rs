@@ -21,6 +21,9 @@ pub const ATTACHED_ROW_SUFFIX: &str = " via attached sidecar";
 pub const ATTACHED_GRPC_ROW_SUFFIX: &str = " via attached sidecar over gRPC";
 /// The suffix of a row whose publishes go through Dapr's JavaScript SDK's client.
 pub const JS_SDK_CLIENT_ROW_SUFFIX: &str = " via @dapr/dapr client";
+/// The suffix of a row whose publishes go through Dapr's JavaScript SDK's client in
+/// its gRPC mode.
+pub const JS_SDK_GRPC_CLIENT_ROW_SUFFIX: &str = " via @dapr/dapr client over gRPC";
 /// The suffix of a row whose subscriptions are Dapr's JavaScript SDK's server.
 pub const JS_SDK_SERVER_ROW_SUFFIX: &str = " via @dapr/dapr server";
 /// The suffix of a row whose publishes go through Dapr's Python SDK's client (gRPC).
@@ -31,7 +34,7 @@ pub const PYTHON_SDK_APP_ROW_SUFFIX: &str = " via dapr Python app";
 pub const RUST_SDK_CLIENT_ROW_SUFFIX: &str = " via dapr Rust client";
 /// Every path a row can take besides in process, by its row suffix: what an expected
 /// failure's `via` may name (the suffix without ` via `).
-pub const PATH_ROW_SUFFIXES: [&str; 11] = [
+pub const PATH_ROW_SUFFIXES: [&str; 12] = [
     ROW_SUFFIX,
     GRPC_ROW_SUFFIX,
     COMMAND_ROW_SUFFIX,
@@ -39,6 +42,7 @@ pub const PATH_ROW_SUFFIXES: [&str; 11] = [
     ATTACHED_ROW_SUFFIX,
     ATTACHED_GRPC_ROW_SUFFIX,
     JS_SDK_CLIENT_ROW_SUFFIX,
+    JS_SDK_GRPC_CLIENT_ROW_SUFFIX,
     JS_SDK_SERVER_ROW_SUFFIX,
     PYTHON_SDK_CLIENT_ROW_SUFFIX,
     PYTHON_SDK_APP_ROW_SUFFIX,

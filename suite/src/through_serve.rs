@@ -4,9 +4,9 @@
 //! command line (`serve` as its own program, daprd, any sidecar that speaks the API).
 
 use crate::row_paths::{
-    AttachTo, SidecarCommand, GRPC_ROW_SUFFIX, JS_SDK_CLIENT_ROW_SUFFIX, JS_SDK_SERVER_ROW_SUFFIX,
-    PYTHON_SDK_APP_ROW_SUFFIX, PYTHON_SDK_CLIENT_ROW_SUFFIX, ROW_SUFFIX,
-    RUST_SDK_CLIENT_ROW_SUFFIX,
+    AttachTo, SidecarCommand, GRPC_ROW_SUFFIX, JS_SDK_CLIENT_ROW_SUFFIX,
+    JS_SDK_GRPC_CLIENT_ROW_SUFFIX, JS_SDK_SERVER_ROW_SUFFIX, PYTHON_SDK_APP_ROW_SUFFIX,
+    PYTHON_SDK_CLIENT_ROW_SUFFIX, ROW_SUFFIX, RUST_SDK_CLIENT_ROW_SUFFIX,
 };
 use crate::row_runtime::{RowRuntime, RuntimeWrapper};
 use pubsub_components::config::ComponentDefinition;
@@ -52,6 +52,10 @@ pub enum Sidecars {
     /// `serve` in this process, delivering to Dapr's JavaScript SDK's `DaprServer`
     /// as each subscription's app (`sdk/js/app.mjs`).
     JsSdkServer,
+    /// `serve` in this process over gRPC, with Dapr's JavaScript SDK's `DaprClient` in
+    /// its gRPC mode publishing (`sdk/js/publisher.mjs`), and each subscription an app
+    /// of the suite's answering Dapr's app callbacks.
+    JsSdkGrpcClient,
     /// `serve` in this process over gRPC, with Dapr's Python SDK's `DaprClient`
     /// publishing through its gRPC API (`sdk/python/publisher.py`), and each
     /// subscription an app of the suite's answering Dapr's app callbacks.
@@ -76,6 +80,7 @@ impl Sidecars {
             Sidecars::Attached(to) => to.row_suffix(),
             Sidecars::JsSdkClient => JS_SDK_CLIENT_ROW_SUFFIX,
             Sidecars::JsSdkServer => JS_SDK_SERVER_ROW_SUFFIX,
+            Sidecars::JsSdkGrpcClient => JS_SDK_GRPC_CLIENT_ROW_SUFFIX,
             Sidecars::PythonSdkClient => PYTHON_SDK_CLIENT_ROW_SUFFIX,
             Sidecars::PythonSdkApp => PYTHON_SDK_APP_ROW_SUFFIX,
             Sidecars::RustSdkClient => RUST_SDK_CLIENT_ROW_SUFFIX,
@@ -347,19 +352,27 @@ pub async fn over_the_wire(
                 _one_at_a_time: None,
             })
         }
-        Sidecars::RustSdkClient => {
+        Sidecars::RustSdkClient | Sidecars::JsSdkGrpcClient => {
             let launcher = launcher_of(
                 &definition.name,
                 &definition.component_type,
                 component.clone(),
                 true,
             );
+            let js = match sidecars {
+                Sidecars::JsSdkGrpcClient => Some(js_sdk_dir()?),
+                _ => None,
+            };
+            let publisher = match &js {
+                Some(dir) => GrpcPublisher::JsSdk(dir),
+                None => GrpcPublisher::RustSdk,
+            };
             let target = Arc::new(
                 SidecarTarget::start_publishing_over_grpc(
                     launcher,
                     &definition.name,
                     SIDECAR_WITHIN,
-                    GrpcPublisher::RustSdk,
+                    publisher,
                 )
                 .await?,
             );
@@ -373,7 +386,10 @@ pub async fn over_the_wire(
             Ok(OverTheWire {
                 runtime,
                 target,
-                client: Some(pubsub_sidecar::rust_sdk::RUST_SDK.to_string()),
+                client: Some(match &js {
+                    Some(dir) => pubsub_sidecar::sdk::js_sdk_version(dir),
+                    None => pubsub_sidecar::rust_sdk::RUST_SDK.to_string(),
+                }),
                 _components_dir: None,
                 _one_at_a_time: None,
             })
@@ -531,7 +547,8 @@ pub fn rewrapper(
         | Sidecars::JsSdkServer
         | Sidecars::PythonSdkClient
         | Sidecars::PythonSdkApp
-        | Sidecars::RustSdkClient => {}
+        | Sidecars::RustSdkClient
+        | Sidecars::JsSdkGrpcClient => {}
         Sidecars::Command(_) | Sidecars::Attached(_) => return None,
     }
     let sidecars = sidecars.clone();

@@ -99,7 +99,7 @@ fn a_bad_kafka_definition_is_refused_naming_the_field(#[case] text: &str, #[case
 #[case::not_a_list("expectations: yes\n", "not an expectations file")]
 #[case::no_such_path(
     "expectations:\n  - case: publish.delivery\n    broker: x\n    via: attached-sidecar\n    reason: y\n",
-    "names no path in 'via: attached-sidecar' (one of: serve, serve over gRPC, sidecar, attached sidecar, @dapr/dapr client, @dapr/dapr server)"
+    "names no path in 'via: attached-sidecar' (one of: serve, serve over gRPC, sidecar, sidecar over gRPC, attached sidecar, attached sidecar over gRPC, @dapr/dapr client, "
 )]
 fn a_bad_expectations_file_is_refused_naming_it(#[case] text: &str, #[case] named: &str) {
     let dir = tempfile::tempdir().unwrap();

@@ -350,6 +350,7 @@ async fn certify_component(
         if options.js_sdk {
             rows.push(Sidecars::JsSdkClient);
             rows.push(Sidecars::JsSdkServer);
+            rows.push(Sidecars::JsSdkGrpcClient);
         }
         if options.python_sdk {
             rows.push(Sidecars::PythonSdkClient);
