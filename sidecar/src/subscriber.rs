@@ -25,8 +25,9 @@ use tokio::task::JoinHandle;
 /// The route the app declares for its one subscription.
 pub const ROUTE: &str = "/pcs/deliver";
 
-/// Headers of an HTTP request that are the transport's, not the message's metadata.
-const TRANSPORT_HEADERS: [&str; 12] = [
+/// Headers of an HTTP request (or a gRPC call, as an SDK's app hands them over) that
+/// are the transport's, not the message's metadata.
+const TRANSPORT_HEADERS: [&str; 16] = [
     "host",
     "content-type",
     "content-length",
@@ -39,6 +40,10 @@ const TRANSPORT_HEADERS: [&str; 12] = [
     "transfer-encoding",
     "dapr-api-token",
     "grpc-trace-bin",
+    "te",
+    "grpc-timeout",
+    "grpc-accept-encoding",
+    "grpc-encoding",
 ];
 
 /// Metadata keys the contract names: a header of the same name in any case is the

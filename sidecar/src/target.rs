@@ -26,6 +26,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, Mutex};
 
+/// How many times the JavaScript SDK's app and its sidecar are started on new ports when
+/// another process took one of theirs first.
+const PORT_TRIES: u32 = 3;
+
 /// How long the SDK's app may take to start and see its sidecar.
 const SDK_APP_START_WITHIN: Duration = Duration::from_secs(30);
 
@@ -505,25 +509,38 @@ impl SidecarTarget {
                 }
             };
         }
-        let app_port = free_port()?;
-        let http_port = free_port()?;
-        let mut app = SdkApp::start(sdk, sdk_dir, app_port, http_port, declared, handler).await?;
-        let sidecar = match launcher
-            .launch_on(&subscription.group, app_port, http_port)
-            .await
-        {
-            Ok(sidecar) => sidecar,
-            Err(e) => {
-                app.stop().await;
+        // The JavaScript app and its sidecar are told each other's ports before either
+        // listens, so another process may take one of them first: then both start
+        // again on new ports, a bounded number of times.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let app_port = free_port()?;
+            let http_port = free_port()?;
+            let mut app =
+                SdkApp::start(sdk, sdk_dir, app_port, http_port, declared, handler.clone()).await?;
+            let launched = launcher
+                .launch_on(&subscription.group, app_port, http_port)
+                .await;
+            let e = match launched {
+                Ok(sidecar) => match app.started(SDK_APP_START_WITHIN).await {
+                    Ok(_) => return Ok(Member::Sdk { sidecar, app }),
+                    Err(e) => {
+                        sidecar.stop().await;
+                        e
+                    }
+                },
+                Err(e) => e,
+            };
+            app.stop().await;
+            let text = format!("{e:#}");
+            let port_taken = text.contains("Address already in use")
+                || text.contains("exited before it started");
+            if !port_taken || tries >= PORT_TRIES {
                 return Err(e);
             }
-        };
-        if let Err(e) = app.started(SDK_APP_START_WITHIN).await {
-            sidecar.stop().await;
-            app.stop().await;
-            return Err(e);
+            tracing::debug!(error = %text, "the SDK's app or its sidecar lost its port: again");
         }
-        Ok(Member::Sdk { sidecar, app })
     }
 }
 
