@@ -171,3 +171,36 @@ pub fn error_of(code: tonic::Code, reason: &str, message: &str, what: &str) -> P
         },
     }
 }
+
+/// The gRPC code named `name` as grpcio names it (`INVALID_ARGUMENT`) or as tonic
+/// shows it (`InvalidArgument`): clients in other languages report codes by name.
+pub fn code_named(name: &str) -> Option<tonic::Code> {
+    let bare = |text: &str| text.replace('_', "").to_ascii_lowercase();
+    (0..=16)
+        .map(tonic::Code::from_i32)
+        .find(|code| bare(&format!("{code:?}")) == bare(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_code_is_read_by_either_name() {
+        assert_eq!(
+            code_named("INVALID_ARGUMENT"),
+            Some(tonic::Code::InvalidArgument)
+        );
+        assert_eq!(
+            code_named("InvalidArgument"),
+            Some(tonic::Code::InvalidArgument)
+        );
+        assert_eq!(
+            code_named("UNAUTHENTICATED"),
+            Some(tonic::Code::Unauthenticated)
+        );
+        assert_eq!(code_named("OK"), Some(tonic::Code::Ok));
+        assert_eq!(code_named(""), None);
+        assert_eq!(code_named("NOT_A_CODE"), None);
+    }
+}

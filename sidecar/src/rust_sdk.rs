@@ -79,7 +79,7 @@ fn sdk_error(error: &dapr::error::Error, what: &str) -> PubSubError {
         let end = rest.find([',', ' ', '}']).unwrap_or(rest.len());
         Some(rest[..end].trim_matches('"').to_string())
     };
-    let code = field("code").and_then(|name| code_named(&name));
+    let code = field("code").and_then(|name| crate::grpc_client::code_named(&name));
     // The `ErrorInfo` reason is in the details' bytes, shown escaped: daprd's reasons
     // are `DAPR_` and capitals.
     let reason = text.find("DAPR_").map(|start| {
@@ -97,31 +97,6 @@ fn sdk_error(error: &dapr::error::Error, what: &str) -> PubSubError {
             message: text,
         },
     }
-}
-
-/// A gRPC code by its name in tonic's debug text (`InvalidArgument`).
-fn code_named(name: &str) -> Option<tonic::Code> {
-    use tonic::Code;
-    Some(match name {
-        "Ok" => Code::Ok,
-        "Cancelled" => Code::Cancelled,
-        "Unknown" => Code::Unknown,
-        "InvalidArgument" => Code::InvalidArgument,
-        "DeadlineExceeded" => Code::DeadlineExceeded,
-        "NotFound" => Code::NotFound,
-        "AlreadyExists" => Code::AlreadyExists,
-        "PermissionDenied" => Code::PermissionDenied,
-        "ResourceExhausted" => Code::ResourceExhausted,
-        "FailedPrecondition" => Code::FailedPrecondition,
-        "Aborted" => Code::Aborted,
-        "OutOfRange" => Code::OutOfRange,
-        "Unimplemented" => Code::Unimplemented,
-        "Internal" => Code::Internal,
-        "Unavailable" => Code::Unavailable,
-        "DataLoss" => Code::DataLoss,
-        "Unauthenticated" => Code::Unauthenticated,
-        _ => return None,
-    })
 }
 
 #[cfg(test)]

@@ -418,7 +418,10 @@ fn sdk_error(text: &str, what: &str) -> PubSubError {
 /// client reads it.
 fn grpc_sdk_error(error: &Value, what: &str, sdk: Sdk) -> PubSubError {
     let text = error["text"].as_str().unwrap_or_default();
-    match error["code"].as_str().and_then(code_named) {
+    match error["code"]
+        .as_str()
+        .and_then(crate::grpc_client::code_named)
+    {
         Some(code) => crate::grpc_client::error_of(
             code,
             error["reason"].as_str().unwrap_or_default(),
@@ -430,31 +433,6 @@ fn grpc_sdk_error(error: &Value, what: &str, sdk: Sdk) -> PubSubError {
             message: text.to_string(),
         },
     }
-}
-
-/// The gRPC code named as grpcio names it (`INVALID_ARGUMENT`).
-fn code_named(name: &str) -> Option<tonic::Code> {
-    use tonic::Code;
-    Some(match name {
-        "OK" => Code::Ok,
-        "CANCELLED" => Code::Cancelled,
-        "UNKNOWN" => Code::Unknown,
-        "INVALID_ARGUMENT" => Code::InvalidArgument,
-        "DEADLINE_EXCEEDED" => Code::DeadlineExceeded,
-        "NOT_FOUND" => Code::NotFound,
-        "ALREADY_EXISTS" => Code::AlreadyExists,
-        "PERMISSION_DENIED" => Code::PermissionDenied,
-        "RESOURCE_EXHAUSTED" => Code::ResourceExhausted,
-        "FAILED_PRECONDITION" => Code::FailedPrecondition,
-        "ABORTED" => Code::Aborted,
-        "OUT_OF_RANGE" => Code::OutOfRange,
-        "UNIMPLEMENTED" => Code::Unimplemented,
-        "INTERNAL" => Code::Internal,
-        "UNAVAILABLE" => Code::Unavailable,
-        "DATA_LOSS" => Code::DataLoss,
-        "UNAUTHENTICATED" => Code::Unauthenticated,
-        _ => return None,
-    })
 }
 
 /// The SDK's own log lines (its errors, as `LogLevel.Error` keeps them) go to the

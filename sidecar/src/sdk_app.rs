@@ -228,19 +228,8 @@ fn beyond_defaults(metadata: &BTreeMap<String, String>) -> BTreeMap<String, Stri
 }
 
 async fn relayed(State(relay): State<Arc<Relay>>, Json(message): Json<Relayed>) -> Json<Value> {
-    let event = match relay.event(message) {
-        Ok(event) => event,
-        // The relay's own failure, not the case's: RETRY keeps the message (a
-        // handler that throws would have the SDK acknowledge it).
-        Err(why) => {
-            tracing::warn!(%why, "the SDK app's relay could not read a message");
-            return Json(json!({ "status": "RETRY" }));
-        }
-    };
-    match relay.handler.handle(event).await {
-        Ok(status) => Json(json!({ "status": status })),
-        Err(why) => Json(json!({ "throw": why })),
-    }
+    let event = relay.event(message);
+    relay.answer(event).await
 }
 
 async fn relayed_over_grpc(
@@ -266,20 +255,28 @@ async fn relayed_over_grpc(
                     .map(|(name, value)| (name.as_str(), value.as_str())),
             )
         });
-    let event = match event {
-        Ok(event) => event,
-        Err(why) => {
-            tracing::warn!(%why, "the SDK app's relay could not read a message");
-            return Json(json!({ "status": "RETRY" }));
-        }
-    };
-    match relay.handler.handle(event).await {
-        Ok(status) => Json(json!({ "status": status })),
-        Err(why) => Json(json!({ "throw": why })),
-    }
+    relay.answer(event).await
 }
 
 impl Relay {
+    /// What the SDK's handler is told for `event`: the case's status, or to throw
+    /// where the case's handler failed. An event the relay could not read is RETRY:
+    /// the relay's own failure, not the case's, keeps the message (a handler that
+    /// throws would have the SDK acknowledge it).
+    async fn answer(&self, event: Result<Event, String>) -> Json<Value> {
+        let event = match event {
+            Ok(event) => event,
+            Err(why) => {
+                tracing::warn!(%why, "the SDK app's relay could not read a message");
+                return Json(json!({ "status": "RETRY" }));
+            }
+        };
+        match self.handler.handle(event).await {
+            Ok(status) => Json(json!({ "status": status })),
+            Err(why) => Json(json!({ "throw": why })),
+        }
+    }
+
     /// The event a case sees: the data as the SDK handed it (text as its bytes, a
     /// value as its JSON, a Buffer as its bytes, nothing as empty), the metadata
     /// its headers carry.

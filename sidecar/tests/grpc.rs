@@ -23,6 +23,15 @@ use common::{memory_runtime, served_in_memory};
 /// How long a test waits for what must come.
 const WITHIN: Duration = Duration::from_secs(10);
 
+/// How long a test waits to see that nothing comes again: the in-memory component's
+/// declared redelivery bound (what comes again comes within it).
+fn redelivery_bound() -> Duration {
+    use pubsub_components::Component as _;
+    pubsub_components::memory::MemoryComponent::default()
+        .capabilities()
+        .redelivery_bound
+}
+
 async fn start(token: Option<&str>) -> (Sidecar, DaprClient<Channel>) {
     let runtime = memory_runtime("test-app");
     let options = ServeOptions {
@@ -189,7 +198,7 @@ async fn a_published_event_reaches_a_streaming_subscription_as_its_cloud_event()
         .ack(&event.id, TopicEventResponseStatus::Success)
         .await;
     assert!(
-        stream.quiet_for(Duration::from_millis(500)).await,
+        stream.quiet_for(redelivery_bound()).await,
         "an acknowledged event does not come again"
     );
 
@@ -244,7 +253,7 @@ async fn retry_redelivers_and_an_ended_stream_hands_its_unacknowledged_event_on(
     second
         .ack(&handed_on.id, TopicEventResponseStatus::Success)
         .await;
-    assert!(second.quiet_for(Duration::from_millis(500)).await);
+    assert!(second.quiet_for(redelivery_bound()).await);
     drop(second);
     sidecar.stop().await;
 }
@@ -346,7 +355,7 @@ async fn bad_input_gets_daprd_codes_and_details_and_publishes_nothing() {
     answers.push(format!("get_state: {:?}", error.code()));
     insta::assert_snapshot!(answers.join("\n"));
     assert!(
-        stream.quiet_for(Duration::from_millis(500)).await,
+        stream.quiet_for(redelivery_bound()).await,
         "a refused request publishes nothing"
     );
     drop(stream);
@@ -453,7 +462,7 @@ async fn a_client_that_vanishes_mid_stream_hands_its_unacknowledged_event_on() {
     // comes again and the stream stays open for what comes next.
     next.ack(&handed_on.id, TopicEventResponseStatus::Retry)
         .await;
-    assert!(next.quiet_for(Duration::from_millis(500)).await);
+    assert!(next.quiet_for(redelivery_bound()).await);
     client
         .publish_event(publish_request("vanish", b"\"after\""))
         .await

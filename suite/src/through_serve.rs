@@ -336,21 +336,15 @@ pub async fn over_the_wire(
                     .await?
                     .with_sdk_app(pubsub_sidecar::sdk::Sdk::Js, &sdk)?
             };
-            let target = Arc::new(target);
-            let runtime = described(
-                &definition.name,
+            let client = pubsub_sidecar::sdk::js_sdk_version(&sdk);
+            Ok(in_process_row(
+                definition,
                 component,
-                sidecars.row_suffix(),
+                sidecars,
                 broker_version,
-                target.clone(),
-            );
-            Ok(OverTheWire {
-                runtime,
                 target,
-                client: Some(pubsub_sidecar::sdk::js_sdk_version(&sdk)),
-                _components_dir: None,
-                _one_at_a_time: None,
-            })
+                Some(client),
+            ))
         }
         Sidecars::RustSdkClient | Sidecars::JsSdkGrpcClient => {
             let launcher = launcher_of(
@@ -367,32 +361,25 @@ pub async fn over_the_wire(
                 Some(dir) => GrpcPublisher::JsSdk(dir),
                 None => GrpcPublisher::RustSdk,
             };
-            let target = Arc::new(
-                SidecarTarget::start_publishing_over_grpc(
-                    launcher,
-                    &definition.name,
-                    SIDECAR_WITHIN,
-                    publisher,
-                )
-                .await?,
-            );
-            let runtime = described(
+            let target = SidecarTarget::start_publishing_over_grpc(
+                launcher,
                 &definition.name,
+                SIDECAR_WITHIN,
+                publisher,
+            )
+            .await?;
+            let client = match &js {
+                Some(dir) => pubsub_sidecar::sdk::js_sdk_version(dir),
+                None => pubsub_sidecar::rust_sdk::RUST_SDK.to_string(),
+            };
+            Ok(in_process_row(
+                definition,
                 component,
-                sidecars.row_suffix(),
+                sidecars,
                 broker_version,
-                target.clone(),
-            );
-            Ok(OverTheWire {
-                runtime,
                 target,
-                client: Some(match &js {
-                    Some(dir) => pubsub_sidecar::sdk::js_sdk_version(dir),
-                    None => pubsub_sidecar::rust_sdk::RUST_SDK.to_string(),
-                }),
-                _components_dir: None,
-                _one_at_a_time: None,
-            })
+                Some(client),
+            ))
         }
         Sidecars::PythonSdkClient | Sidecars::PythonSdkApp => {
             let sdk = python_sdk_dir()?;
@@ -421,21 +408,15 @@ pub async fn over_the_wire(
                 .await?
                 .with_sdk_app(pubsub_sidecar::sdk::Sdk::Python, &sdk)?
             };
-            let target = Arc::new(target);
-            let runtime = described(
-                &definition.name,
+            let client = pubsub_sidecar::sdk::python_sdk_version(&sdk);
+            Ok(in_process_row(
+                definition,
                 component,
-                sidecars.row_suffix(),
+                sidecars,
                 broker_version,
-                target.clone(),
-            );
-            Ok(OverTheWire {
-                runtime,
                 target,
-                client: pubsub_sidecar::sdk::python_sdk_version(&sdk),
-                _components_dir: None,
-                _one_at_a_time: None,
-            })
+                client,
+            ))
         }
         Sidecars::Attached(to) => {
             let guard = ATTACHED_ROWS.clone().lock_owned().await;
@@ -528,6 +509,34 @@ pub async fn over_the_wire(
                 _one_at_a_time: None,
             })
         }
+    }
+}
+
+/// A row through `target`, whose sidecars run in this process: its runtime judged
+/// against what `component` declares, published with `client` where it is not the
+/// suite's own.
+fn in_process_row(
+    definition: &ComponentDefinition,
+    component: Arc<dyn Component>,
+    sidecars: &Sidecars,
+    broker_version: Option<String>,
+    target: SidecarTarget,
+    client: Option<String>,
+) -> OverTheWire {
+    let target = Arc::new(target);
+    let runtime = described(
+        &definition.name,
+        component,
+        sidecars.row_suffix(),
+        broker_version,
+        target.clone(),
+    );
+    OverTheWire {
+        runtime,
+        target,
+        client,
+        _components_dir: None,
+        _one_at_a_time: None,
     }
 }
 
